@@ -1,0 +1,339 @@
+// SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause)
+/*
+ * Sluice XDP program: per-source rate limiting at layer 3/4.
+ *
+ * For each frame: parse (parse.h), find the rules covering the source address
+ * with one LPM lookup (the controller compiles each prefix's candidate list,
+ * most specific first), take the first rule whose protocol and port match,
+ * then allow, deny, or charge the source's bucket (sluice_gcra.h).
+ *
+ * Fail-open: whenever the program cannot decide, the frame passes and a global
+ * counter says why.
+ */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+#include "sluice_abi.h"
+#include "sluice_gcra.h"
+#include "parse.h"
+
+#define EEXIST 17
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SLUICE_DEFAULT_MAX_RULES);
+	__type(key, __u32);
+	__type(value, struct sluice_rule);
+} SLUICE_MAP_RULES SEC(".maps");
+
+/* Controller-only view of each rule; the program never reads it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SLUICE_DEFAULT_MAX_RULES);
+	__type(key, __u32);
+	__type(value, struct sluice_rule_info);
+} SLUICE_MAP_RULE_INFO SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SLUICE_DEFAULT_MAX_RULES);
+	__type(key, __u32);
+	__type(value, struct sluice_rule_counters);
+} SLUICE_MAP_RULE_COUNTERS SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, SLUICE_DEFAULT_MAX_RULES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct sluice_lpm_v4);
+	__type(value, struct sluice_match_list);
+} SLUICE_MAP_MATCH_V4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, SLUICE_DEFAULT_MAX_RULES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct sluice_lpm_v6);
+	__type(value, struct sluice_match_list);
+} SLUICE_MAP_MATCH_V6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, SLUICE_DEFAULT_MAX_SOURCES);
+	__type(key, struct sluice_src_v4);
+	__type(value, struct sluice_source_state);
+} SLUICE_MAP_SOURCES_V4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, SLUICE_DEFAULT_MAX_SOURCES);
+	__type(key, struct sluice_src_v6);
+	__type(value, struct sluice_source_state);
+} SLUICE_MAP_SOURCES_V6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SLUICE_CNT_MAX);
+	__type(key, __u32);
+	__type(value, struct sluice_counter);
+} SLUICE_MAP_COUNTERS SEC(".maps");
+
+/* Controller bookkeeping; the program never reads it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sluice_meta);
+} SLUICE_MAP_META SEC(".maps");
+
+static __always_inline void count_global(__u32 idx, __u64 bytes)
+{
+	struct sluice_counter *c = bpf_map_lookup_elem(&SLUICE_MAP_COUNTERS, &idx);
+
+	if (c) {
+		c->packets++;
+		c->bytes += bytes;
+	}
+}
+
+static __always_inline struct sluice_rule_counters *rule_counters(__u32 slot)
+{
+	return bpf_map_lookup_elem(&SLUICE_MAP_RULE_COUNTERS, &slot);
+}
+
+static __always_inline __u64 now_ticks(void)
+{
+	return sluice_ns_to_ticks(bpf_ktime_get_ns());
+}
+
+/* A selector the packet cannot show (unknown protocol or ports) matches. */
+static __always_inline int rule_matches(const struct sluice_rule *r, const struct packet_info *pkt)
+{
+	if (r->proto != SLUICE_PROTO_ANY && pkt->proto_known && r->proto != pkt->proto)
+		return 0;
+	if (pkt->ports_known && (pkt->dport < r->dport_lo || pkt->dport > r->dport_hi))
+		return 0;
+	return 1;
+}
+
+/* The first candidate rule that matches, or NULL. *slot_out gets its slot;
+ * *vanished is set if a listed slot was emptied by a concurrent update. */
+static __always_inline const struct sluice_rule *
+match_rule(const struct packet_info *pkt, __u32 *slot_out, int *vanished)
+{
+	const struct sluice_match_list *list;
+	__u32 i, n;
+
+	if (pkt->family == 4) {
+		struct sluice_lpm_v4 key = { .prefixlen = 32 };
+
+		__builtin_memcpy(key.addr, pkt->saddr, 4);
+		list = bpf_map_lookup_elem(&SLUICE_MAP_MATCH_V4, &key);
+	} else {
+		struct sluice_lpm_v6 key = { .prefixlen = 128 };
+
+		__builtin_memcpy(key.addr, pkt->saddr, 16);
+		list = bpf_map_lookup_elem(&SLUICE_MAP_MATCH_V6, &key);
+	}
+	if (!list)
+		return NULL;
+
+	n = list->count;
+	for (i = 0; i < SLUICE_MAX_CANDIDATES; i++) {
+		const struct sluice_rule *r;
+		__u32 slot;
+
+		if (i >= n)
+			break;
+		slot = list->slots[i];
+		r = bpf_map_lookup_elem(&SLUICE_MAP_RULES, &slot);
+		if (!r || r->id == 0) {
+			*vanished = 1;
+			continue;
+		}
+		if (rule_matches(r, pkt)) {
+			*slot_out = slot;
+			return r;
+		}
+	}
+	return NULL;
+}
+
+/* Masks an address in place to its first `bits` bits. */
+static __always_inline void mask_addr(__u8 *addr, __u32 words, __u32 bits)
+{
+	__u32 *w = (__u32 *)addr;
+	__u32 i;
+
+#pragma unroll
+	for (i = 0; i < 4; i++) {
+		if (i >= words)
+			break;
+		if (bits >= 32) {
+			bits -= 32;
+		} else {
+			w[i] &= bits ? bpf_htonl(~0U << (32 - bits)) : 0;
+			bits = 0;
+		}
+	}
+}
+
+enum bucket_result {
+	BUCKET_PASS,
+	BUCKET_DROP,
+	BUCKET_FAIL_TABLE,
+	BUCKET_FAIL_CONTENTION,
+};
+
+/*
+ * Charges `cost` units to the bucket at `key` in `sources`. A new bucket is
+ * created already holding this packet's decision, so a flood of new sources
+ * costs one insert each. Concurrent CPUs update the one TAT word with
+ * compare-and-swap: no update is lost and no per-CPU copy multiplies the rate.
+ */
+static __always_inline enum bucket_result charge_bucket(void *sources, void *key,
+							 const struct sluice_rule *rule,
+							 __u64 cost, __u64 l3_len)
+{
+	struct sluice_source_state *st;
+	__u64 now = now_ticks();
+	__u64 inc = sluice_cost_ticks(rule->inc_mult, rule->inc_shift, cost);
+	__u64 tat, next;
+	int i, err;
+
+	st = bpf_map_lookup_elem(sources, key);
+	if (!st) {
+		struct sluice_source_state init = {};
+		int pass = sluice_gcra_admit(now, now, inc, rule->capacity, &next);
+
+		init.tat = pass ? next : now;
+		if (pass) {
+			init.passed_packets = 1;
+			init.passed_bytes = l3_len;
+		} else {
+			init.dropped_packets = 1;
+			init.dropped_bytes = l3_len;
+		}
+		err = bpf_map_update_elem(sources, key, &init, BPF_NOEXIST);
+		if (err == 0) {
+			count_global(SLUICE_CNT_INFO_NEW_BUCKET, 0);
+			return pass ? BUCKET_PASS : BUCKET_DROP;
+		}
+		if (err != -EEXIST)
+			return BUCKET_FAIL_TABLE;
+		/* Another CPU created it first: charge the bucket it made. */
+		st = bpf_map_lookup_elem(sources, key);
+		if (!st)
+			return BUCKET_FAIL_TABLE;
+	}
+
+	for (i = 0; i < SLUICE_CAS_RETRIES; i++) {
+		tat = *(volatile __u64 *)&st->tat;
+		if (!sluice_gcra_admit(tat, now, inc, rule->capacity, &next)) {
+			__sync_fetch_and_add(&st->dropped_packets, 1);
+			__sync_fetch_and_add(&st->dropped_bytes, l3_len);
+			return BUCKET_DROP;
+		}
+		if (__sync_val_compare_and_swap(&st->tat, tat, next) == tat) {
+			__sync_fetch_and_add(&st->passed_packets, 1);
+			__sync_fetch_and_add(&st->passed_bytes, l3_len);
+			return BUCKET_PASS;
+		}
+	}
+	return BUCKET_FAIL_CONTENTION;
+}
+
+static __always_inline enum bucket_result apply_limit(const struct packet_info *pkt,
+						       const struct sluice_rule *rule)
+{
+	__u64 cost = 1;
+
+	if (rule->unit == SLUICE_UNIT_BYTES)
+		cost = pkt->l3_len < SLUICE_MAX_COST ? pkt->l3_len : SLUICE_MAX_COST;
+
+	if (pkt->family == 4) {
+		struct sluice_src_v4 key = { .rule_id = rule->id };
+
+		__builtin_memcpy(key.addr, pkt->saddr, 4);
+		mask_addr(key.addr, 1, rule->per_prefix);
+		return charge_bucket(&SLUICE_MAP_SOURCES_V4, &key, rule, cost, pkt->l3_len);
+	} else {
+		struct sluice_src_v6 key = { .rule_id = rule->id };
+
+		__builtin_memcpy(key.addr, pkt->saddr, 16);
+		mask_addr(key.addr, 4, rule->per_prefix);
+		return charge_bucket(&SLUICE_MAP_SOURCES_V6, &key, rule, cost, pkt->l3_len);
+	}
+}
+
+SEC("xdp")
+int SLUICE_PROG_NAME(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct packet_info pkt = {};
+	struct sluice_rule_counters *rc;
+	const struct sluice_rule *rule;
+	enum bucket_result res;
+	void *payload;
+	__u32 slot = 0;
+	int vanished = 0;
+	int parsed;
+
+	parsed = parse_packet(data, data_end, &pkt, &payload);
+	if (parsed <= 0) {
+		count_global(parsed == 0 ? SLUICE_CNT_PASS_NOT_IP : SLUICE_CNT_FAILOPEN_PARSE,
+			     data_end - payload);
+		return XDP_PASS;
+	}
+	if (pkt.fragment)
+		count_global(SLUICE_CNT_INFO_FRAGMENT, pkt.l3_len);
+	if (!pkt.ports_known && (!pkt.proto_known || pkt.proto == SLUICE_PROTO_TCP ||
+				 pkt.proto == SLUICE_PROTO_UDP))
+		count_global(SLUICE_CNT_INFO_L4_UNKNOWN, pkt.l3_len);
+
+	rule = match_rule(&pkt, &slot, &vanished);
+	if (!rule) {
+		count_global(vanished ? SLUICE_CNT_FAILOPEN_RULE : SLUICE_CNT_PASS_NO_MATCH,
+			     pkt.l3_len);
+		return XDP_PASS;
+	}
+	rc = rule_counters(slot);
+
+	if (rule->action == SLUICE_ACTION_ALLOW) {
+		res = BUCKET_PASS;
+		count_global(SLUICE_CNT_PASS_ALLOW, pkt.l3_len);
+	} else if (rule->action == SLUICE_ACTION_DENY) {
+		res = BUCKET_DROP;
+		count_global(SLUICE_CNT_DROP_DENY, pkt.l3_len);
+	} else {
+		res = apply_limit(&pkt, rule);
+		count_global(res == BUCKET_PASS             ? SLUICE_CNT_PASS_LIMIT :
+			     res == BUCKET_DROP             ? SLUICE_CNT_DROP_RATE :
+			     res == BUCKET_FAIL_CONTENTION  ? SLUICE_CNT_FAILOPEN_CONTENTION :
+							      SLUICE_CNT_FAILOPEN_TABLE,
+			     pkt.l3_len);
+	}
+
+	if (rc) {
+		switch (res) {
+		case BUCKET_PASS:
+			rc->passed_packets++;
+			rc->passed_bytes += pkt.l3_len;
+			break;
+		case BUCKET_DROP:
+			rc->dropped_packets++;
+			rc->dropped_bytes += pkt.l3_len;
+			break;
+		case BUCKET_FAIL_TABLE:
+			rc->failopen_table++;
+			break;
+		case BUCKET_FAIL_CONTENTION:
+			rc->failopen_contention++;
+			break;
+		}
+	}
+	return res == BUCKET_DROP ? XDP_DROP : XDP_PASS;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,391 @@
+#include "datapath.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/if_link.h>
+#include <linux/magic.h>
+#include <net/if.h>
+#include <sys/file.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <memory>
+
+#include "sluice_bpf.skel.h"
+
+namespace sluice {
+
+namespace {
+
+constexpr const char *NOT_ATTACHED =
+	"sluice is not attached to any interface; run `sluice attach IFACE`";
+
+/// Runs an undo step on scope exit unless dismissed.
+class Rollback {
+public:
+	explicit Rollback(std::function<void()> undo) : undo_(std::move(undo)) {}
+	~Rollback()
+	{
+		if (undo_)
+			undo_();
+	}
+	void dismiss() { undo_ = nullptr; }
+
+private:
+	std::function<void()> undo_;
+};
+
+std::string parent_dir(const std::string &path)
+{
+	auto slash = path.find_last_of('/');
+	return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+bool on_bpffs(const std::string &path)
+{
+	struct statfs st;
+	return statfs(path.c_str(), &st) == 0 && st.f_type == BPF_FS_MAGIC;
+}
+
+// The pin directory's parent must be a BPF filesystem; /sys/fs/bpf is mounted
+// when missing, as bpftool and xdp-tools do.
+void ensure_bpffs(const std::string &dir)
+{
+	std::string parent = parent_dir(dir);
+	if (on_bpffs(parent))
+		return;
+	if (parent == "/sys/fs/bpf") {
+		if (mount("bpf", "/sys/fs/bpf", "bpf", 0, "mode=0700"))
+			throw_errno("cannot mount bpffs on /sys/fs/bpf", errno);
+		return;
+	}
+	throw Error(parent + " is not a BPF filesystem (mount -t bpf bpf " + parent + ")");
+}
+
+uint64_t current_netns()
+{
+	struct stat st;
+	if (stat("/proc/self/ns/net", &st))
+		throw_errno("cannot read the network namespace", errno);
+	return st.st_ino;
+}
+
+uint32_t resolve_ifindex(const std::string &ifname, const char *verb)
+{
+	unsigned idx = if_nametoindex(ifname.c_str());
+	if (!idx)
+		throw Error(std::string("cannot ") + verb + " " + ifname + ": no such interface");
+	return idx;
+}
+
+// Link pins are named ns<netns inode>-if<ifindex>-<mode>: an ifindex is only
+// unique within its network namespace, and the mode is what was asked for.
+std::string link_pin_name(uint64_t netns, uint32_t ifindex, XdpMode mode)
+{
+	return "ns" + std::to_string(netns) + "-if" + std::to_string(ifindex) + "-" +
+	       std::string(mode_name(mode));
+}
+
+bool parse_link_pin_name(const std::string &name, uint64_t &netns, uint32_t &ifindex,
+			 XdpMode &mode)
+{
+	unsigned long long ns = 0;
+	unsigned idx = 0;
+	char mode_buf[16] = {};
+	if (sscanf(name.c_str(), "ns%llu-if%u-%15s", &ns, &idx, mode_buf) != 3)
+		return false;
+	netns = ns;
+	ifindex = idx;
+	mode = std::string_view(mode_buf) == "generic" ? XdpMode::generic : XdpMode::native;
+	return true;
+}
+
+uint64_t fd_memlock(int fd)
+{
+	std::ifstream in("/proc/self/fdinfo/" + std::to_string(fd));
+	std::string key;
+	uint64_t value = 0;
+	while (in >> key) {
+		if (key == "memlock:") {
+			in >> value;
+			return value;
+		}
+		in.ignore(1 << 20, '\n');
+	}
+	return 0;
+}
+
+int libbpf_quiet(enum libbpf_print_level, const char *, va_list) { return 0; }
+
+int libbpf_all(enum libbpf_print_level, const char *fmt, va_list args)
+{
+	return vfprintf(stderr, fmt, args);
+}
+
+} // namespace
+
+std::string_view mode_name(XdpMode m) { return m == XdpMode::generic ? "generic" : "native"; }
+
+XdpMode parse_mode(std::string_view text)
+{
+	if (text == "native" || text == "drv")
+		return XdpMode::native;
+	if (text == "generic" || text == "skb")
+		return XdpMode::generic;
+	throw Error("unknown XDP mode '" + std::string(text) + "' (use native or generic)");
+}
+
+LoadedProgram::LoadedProgram(const TableSizes &sizes)
+{
+	skel_ = sluice_bpf__open();
+	if (!skel_)
+		throw_errno("cannot open the embedded BPF object", errno);
+	uint32_t sources = sizes.max_sources ? sizes.max_sources : SLUICE_DEFAULT_MAX_SOURCES;
+	uint32_t rules = sizes.max_rules ? sizes.max_rules : SLUICE_DEFAULT_MAX_RULES;
+	struct bpf_map *rule_maps[] = {skel_->maps.SLUICE_MAP_RULES, skel_->maps.SLUICE_MAP_RULE_INFO,
+				       skel_->maps.SLUICE_MAP_RULE_COUNTERS, skel_->maps.SLUICE_MAP_MATCH_V4,
+				       skel_->maps.SLUICE_MAP_MATCH_V6};
+	for (auto *m : rule_maps)
+		bpf_map__set_max_entries(m, rules);
+	bpf_map__set_max_entries(skel_->maps.SLUICE_MAP_SOURCES_V4, sources);
+	bpf_map__set_max_entries(skel_->maps.SLUICE_MAP_SOURCES_V6, sources);
+	int err = sluice_bpf__load(skel_);
+	if (err) {
+		sluice_bpf__destroy(skel_);
+		throw_errno("cannot load the XDP program (run with -v for the verifier log)", err);
+	}
+}
+
+LoadedProgram::~LoadedProgram() { sluice_bpf__destroy(skel_); }
+
+int LoadedProgram::prog_fd() const { return bpf_program__fd(skel_->progs.SLUICE_PROG_NAME); }
+MapSet LoadedProgram::maps() const { return MapSet::from_object(skel_->obj); }
+struct bpf_object *LoadedProgram::object() const { return skel_->obj; }
+
+Instance::Instance(std::string pin_dir) : dir_(std::move(pin_dir)) {}
+
+std::string Instance::default_pin_dir()
+{
+	const char *env = std::getenv("SLUICE_PIN_DIR");
+	return env && *env ? env : SLUICE_PIN_DIR;
+}
+
+Instance::Lock Instance::lock(bool exclusive) const
+{
+	ensure_bpffs(dir_);
+	if (mkdir(dir_.c_str(), 0700) && errno != EEXIST)
+		throw_errno("cannot create " + dir_, errno);
+	UniqueFd fd(open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+	if (!fd)
+		throw_errno("cannot open " + dir_, errno);
+	if (flock(fd.get(), exclusive ? LOCK_EX : LOCK_SH))
+		throw_errno("cannot lock " + dir_, errno);
+	return Lock(std::move(fd));
+}
+
+bool Instance::loaded() const { return access(prog_pin().c_str(), F_OK) == 0; }
+
+MapSet Instance::maps() const
+{
+	if (!loaded())
+		throw Error(NOT_ATTACHED);
+	return MapSet::open_pinned(dir_);
+}
+
+void Instance::pin_program(const LoadedProgram &prog) const
+{
+	Rollback undo([this] { remove_pins(); });
+	if (mkdir(links_dir().c_str(), 0700) && errno != EEXIST)
+		throw_errno("cannot create " + links_dir(), errno);
+	prog.maps().for_each([this](const char *name, int fd) {
+		std::string path = dir_ + "/" + name;
+		if (bpf_obj_pin(fd, path.c_str()))
+			throw_errno("cannot pin " + path, errno);
+	});
+	uint32_t zero = 0;
+	struct sluice_meta meta = {};
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	meta.next_rule_id = 1;
+	meta.loaded_ns = static_cast<__u64>(now.tv_sec) * 1000000000ULL + now.tv_nsec;
+	map_update(prog.maps().meta.get(), &zero, &meta, "sluice metadata");
+	// The program pin goes last: its presence means "loaded".
+	if (bpf_obj_pin(prog.prog_fd(), prog_pin().c_str()))
+		throw_errno("cannot pin " + prog_pin(), errno);
+	undo.dismiss();
+}
+
+void Instance::remove_pins() const
+{
+	unlink(prog_pin().c_str());
+	MapSet().for_each([this](const char *name, int) { unlink((dir_ + "/" + name).c_str()); });
+	rmdir(links_dir().c_str());
+}
+
+std::vector<std::string> Instance::link_pins() const
+{
+	std::vector<std::string> names;
+	DIR *d = opendir(links_dir().c_str());
+	if (!d)
+		return names;
+	while (struct dirent *e = readdir(d)) {
+		if (e->d_name[0] != '.')
+			names.emplace_back(e->d_name);
+	}
+	closedir(d);
+	return names;
+}
+
+void Instance::attach(const std::string &ifname, XdpMode mode, const TableSizes &sizes)
+{
+	uint32_t ifindex = resolve_ifindex(ifname, "attach to");
+	std::string pin = links_dir() + "/" + link_pin_name(current_netns(), ifindex, mode);
+	for (XdpMode m : {XdpMode::native, XdpMode::generic}) {
+		if (access((links_dir() + "/" + link_pin_name(current_netns(), ifindex, m)).c_str(), F_OK) == 0)
+			throw Error("sluice is already attached to " + ifname + " (" +
+				    std::string(mode_name(m)) + " mode)");
+	}
+
+	std::unique_ptr<LoadedProgram> fresh;
+	UniqueFd prog_fd;
+	// A program loaded for this attach is unpinned again if the attach fails.
+	Rollback unload_fresh([&] {
+		if (fresh)
+			remove_pins();
+	});
+	if (!loaded()) {
+		fresh = std::make_unique<LoadedProgram>(sizes);
+		pin_program(*fresh);
+		prog_fd.reset(fcntl(fresh->prog_fd(), F_DUPFD_CLOEXEC, 0));
+	} else {
+		MapSet m = maps();
+		if (sizes.max_sources && sizes.max_sources != m.max_sources())
+			throw Error("sluice is loaded with --max-sources " + std::to_string(m.max_sources()) +
+				    "; detach it from every interface to change that");
+		if (sizes.max_rules && sizes.max_rules != m.max_rules())
+			throw Error("sluice is loaded with --max-rules " + std::to_string(m.max_rules()) +
+				    "; detach it from every interface to change that");
+		prog_fd.reset(bpf_obj_get(prog_pin().c_str()));
+	}
+	if (!prog_fd)
+		throw_errno("cannot open the pinned program", errno);
+
+	LIBBPF_OPTS(bpf_link_create_opts, opts,
+		    .flags = mode == XdpMode::native ? XDP_FLAGS_DRV_MODE : XDP_FLAGS_SKB_MODE);
+	UniqueFd link(bpf_link_create(prog_fd.get(), static_cast<int>(ifindex), BPF_XDP, &opts));
+	if (!link) {
+		int err = errno;
+		if (err == EBUSY || err == EEXIST) {
+			LIBBPF_OPTS(bpf_xdp_query_opts, q);
+			bpf_xdp_query(static_cast<int>(ifindex), 0, &q);
+			throw Error("cannot attach to " + ifname + ": another XDP program (id " +
+				    std::to_string(q.prog_id) + ") is attached; remove it first");
+		}
+		if (err == EOPNOTSUPP && mode == XdpMode::native)
+			throw Error("cannot attach to " + ifname +
+				    ": its driver does not support native XDP; use --mode generic");
+		throw_errno("cannot attach to " + ifname, err);
+	}
+	if (bpf_obj_pin(link.get(), pin.c_str())) {
+		int err = errno;
+		bpf_link_detach(link.get());
+		throw_errno("cannot pin the XDP link at " + pin, err);
+	}
+	unload_fresh.dismiss();
+}
+
+void Instance::detach(const std::string &ifname)
+{
+	if (!loaded())
+		throw Error(NOT_ATTACHED);
+	uint32_t ifindex = resolve_ifindex(ifname, "detach from");
+	std::string pin;
+	for (XdpMode m : {XdpMode::native, XdpMode::generic}) {
+		std::string p = links_dir() + "/" + link_pin_name(current_netns(), ifindex, m);
+		if (access(p.c_str(), F_OK) == 0)
+			pin = p;
+	}
+	if (pin.empty())
+		throw Error("sluice is not attached to " + ifname);
+
+	UniqueFd link(bpf_obj_get(pin.c_str()));
+	if (link && bpf_link_detach(link.get()) && errno != ENOLINK)
+		throw_errno("cannot detach from " + ifname, errno);
+	if (unlink(pin.c_str()))
+		throw_errno("cannot remove " + pin, errno);
+	if (link_pins().empty())
+		remove_pins();
+}
+
+void Instance::unload()
+{
+	for (const auto &name : link_pins()) {
+		std::string pin = links_dir() + "/" + name;
+		UniqueFd link(bpf_obj_get(pin.c_str()));
+		if (link)
+			bpf_link_detach(link.get());
+		unlink(pin.c_str());
+	}
+	remove_pins();
+}
+
+Status Instance::status() const
+{
+	Status s;
+	s.loaded = loaded();
+	if (!s.loaded)
+		return s;
+	UniqueFd prog(bpf_obj_get(prog_pin().c_str()));
+	struct bpf_prog_info pinfo = {};
+	__u32 plen = sizeof(pinfo);
+	if (prog && bpf_obj_get_info_by_fd(prog.get(), &pinfo, &plen) == 0)
+		s.prog_id = pinfo.id;
+
+	uint64_t here = current_netns();
+	for (const auto &name : link_pins()) {
+		AttachedLink l;
+		uint32_t pinned_ifindex = 0;
+		if (!parse_link_pin_name(name, l.netns, pinned_ifindex, l.mode))
+			continue;
+		UniqueFd fd(bpf_obj_get((links_dir() + "/" + name).c_str()));
+		struct bpf_link_info info = {};
+		__u32 len = sizeof(info);
+		if (fd && bpf_obj_get_info_by_fd(fd.get(), &info, &len) == 0) {
+			l.link_id = info.id;
+			l.ifindex = info.xdp.ifindex; // 0 once the interface is gone
+		}
+		l.this_netns = l.netns == here;
+		char buf[IF_NAMESIZE] = {};
+		if (l.ifindex && l.this_netns && if_indextoname(l.ifindex, buf)) {
+			l.ifname = buf;
+			LIBBPF_OPTS(bpf_xdp_query_opts, q);
+			if (bpf_xdp_query(static_cast<int>(l.ifindex), 0, &q) == 0)
+				l.mode = q.attach_mode == XDP_ATTACHED_SKB ? XdpMode::generic : XdpMode::native;
+		}
+		s.links.push_back(l);
+	}
+
+	MapSet m = MapSet::open_pinned(dir_);
+	s.max_sources = m.max_sources();
+	s.max_rules = m.max_rules();
+	m.for_each([&s](const char *, int fd) { s.map_memory_bytes += fd_memlock(fd); });
+	uint32_t zero = 0;
+	struct sluice_meta meta = {};
+	if (bpf_map_lookup_elem(m.meta.get(), &zero, &meta) == 0)
+		s.loaded_ns = meta.loaded_ns;
+	return s;
+}
+
+void set_libbpf_verbose(bool verbose)
+{
+	libbpf_set_print(verbose ? libbpf_all : libbpf_quiet);
+}
+
+} // namespace sluice

@@ -1,0 +1,111 @@
+// The data plane's life cycle: loading the embedded XDP program, pinning its
+// maps and links in bpffs, attaching it to interfaces and reporting status.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fd.h"
+#include "maps.h"
+
+struct sluice_bpf;
+
+namespace sluice {
+
+enum class XdpMode { native, generic };
+std::string_view mode_name(XdpMode m);
+XdpMode parse_mode(std::string_view text);
+
+/// Table sizes fixed when the program is loaded; 0 means the default.
+struct TableSizes {
+	uint32_t max_sources = 0;
+	uint32_t max_rules = 0;
+};
+
+/// The XDP program loaded from the object embedded in this binary, with its
+/// maps, attached nowhere. Destroying it releases whatever is not pinned.
+class LoadedProgram {
+public:
+	explicit LoadedProgram(const TableSizes &sizes);
+	~LoadedProgram();
+	LoadedProgram(const LoadedProgram &) = delete;
+	LoadedProgram &operator=(const LoadedProgram &) = delete;
+
+	int prog_fd() const;
+	MapSet maps() const;
+	struct bpf_object *object() const;
+
+private:
+	struct sluice_bpf *skel_ = nullptr;
+};
+
+/// One interface the program is attached to.
+struct AttachedLink {
+	std::string ifname;   ///< as resolved in the caller's network namespace
+	uint32_t ifindex = 0; ///< 0: the interface is gone
+	uint64_t netns = 0;   ///< inode of the link's network namespace
+	bool this_netns = false;
+	XdpMode mode = XdpMode::native;
+	uint32_t link_id = 0;
+};
+
+struct Status {
+	bool loaded = false;
+	uint32_t prog_id = 0;
+	std::vector<AttachedLink> links;
+	uint32_t max_sources = 0;
+	uint32_t max_rules = 0;
+	uint64_t map_memory_bytes = 0; ///< the kernel's own account of the maps
+	uint64_t loaded_ns = 0;
+};
+
+/// The pinned Sluice state under one bpffs directory (normally
+/// /sys/fs/bpf/sluice). Every CLI call opens it afresh: nothing lives in a process.
+class Instance {
+public:
+	explicit Instance(std::string pin_dir = default_pin_dir());
+
+	/// $SLUICE_PIN_DIR if set (tests), else SLUICE_PIN_DIR.
+	static std::string default_pin_dir();
+
+	/// flock on the pin directory, released on destruction. Mutating commands
+	/// take it exclusive, readers shared.
+	class Lock {
+	public:
+		explicit Lock(UniqueFd fd) : fd_(std::move(fd)) {}
+
+	private:
+		UniqueFd fd_;
+	};
+	Lock lock(bool exclusive) const;
+
+	bool loaded() const;
+	/// The pinned maps; throws "not attached" with a hint when nothing is loaded.
+	MapSet maps() const;
+
+	/// Attaches to an interface of the caller's network namespace, loading and
+	/// pinning the program first if this is the first interface.
+	void attach(const std::string &ifname, XdpMode mode, const TableSizes &sizes);
+	/// Detaches from one interface; the last detach unloads everything.
+	void detach(const std::string &ifname);
+	/// Detaches from every interface and removes all pinned state.
+	void unload();
+
+	Status status() const;
+	const std::string &pin_dir() const { return dir_; }
+
+private:
+	std::string links_dir() const { return dir_ + "/links"; }
+	std::string prog_pin() const { return dir_ + "/prog"; }
+	void pin_program(const LoadedProgram &prog) const;
+	void remove_pins() const;
+	std::vector<std::string> link_pins() const;
+
+	std::string dir_;
+};
+
+/// libbpf prints nothing unless verbose (then everything, verifier log included).
+void set_libbpf_verbose(bool verbose);
+
+} // namespace sluice

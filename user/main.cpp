@@ -1,0 +1,321 @@
+// sluice: the command-line front end. It parses arguments, calls the library
+// and prints; every error becomes one line on stderr and a non-zero exit.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <sstream>
+
+#include "datapath.h"
+#include "rule_table.h"
+#include "stats.h"
+
+using namespace sluice;
+
+namespace {
+
+/// Left-aligned columns sized to their widest cell.
+void print_table(const std::vector<std::string> &header, const std::vector<std::vector<std::string>> &rows)
+{
+	std::vector<size_t> width(header.size());
+	for (size_t i = 0; i < header.size(); i++)
+		width[i] = header[i].size();
+	for (const auto &r : rows)
+		for (size_t i = 0; i < r.size(); i++)
+			width[i] = std::max(width[i], r[i].size());
+	auto line = [&](const std::vector<std::string> &cells) {
+		std::string out;
+		for (size_t i = 0; i < cells.size(); i++) {
+			out += cells[i];
+			if (i + 1 < cells.size())
+				out += std::string(width[i] - cells[i].size() + 2, ' ');
+		}
+		std::cout << out << "\n";
+	};
+	line(header);
+	for (const auto &r : rows)
+		line(r);
+}
+
+std::string human_bytes(uint64_t b)
+{
+	const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+	double v = static_cast<double>(b);
+	int u = 0;
+	while (v >= 1024 && u < 4) {
+		v /= 1024;
+		u++;
+	}
+	std::ostringstream s;
+	s.precision(u ? 1 : 0);
+	s << std::fixed << v << " " << units[u];
+	return s.str();
+}
+
+std::vector<std::string> rule_cells(const InstalledRule &r)
+{
+	const RuleSpec &s = r.spec;
+	bool limit = s.action == Action::limit;
+	return {std::to_string(r.id),
+		s.name,
+		format_cidr(s.cidr),
+		std::string(proto_name(s.proto)),
+		format_ports(s.dport),
+		std::string(action_name(s.action)),
+		limit ? format_rate(s.rate) : "-",
+		limit ? std::to_string(s.burst) + (s.rate.counts_bytes() ? "B" : "") : "-",
+		limit ? "/" + std::to_string(s.bucket_prefix()) : "-"};
+}
+
+const std::vector<std::string> RULE_HEADER = {"ID", "NAME", "CIDR", "PROTO", "DPORT", "ACTION", "RATE", "BURST", "PER"};
+
+void cmd_status(const Instance &inst, bool json)
+{
+	auto lock = inst.lock(false);
+	Status s = inst.status();
+	if (json) {
+		nlohmann::json links = nlohmann::json::array();
+		for (const auto &l : s.links)
+			links.push_back({{"interface", l.ifname},
+					 {"ifindex", l.ifindex},
+					 {"netns", l.netns},
+					 {"mode", mode_name(l.mode)},
+					 {"link_id", l.link_id}});
+		nlohmann::json j = {{"loaded", s.loaded}, {"pin_dir", inst.pin_dir()}, {"links", links}};
+		if (s.loaded) {
+			j["prog_id"] = s.prog_id;
+			j["max_sources"] = s.max_sources;
+			j["max_rules"] = s.max_rules;
+			j["map_memory_bytes"] = s.map_memory_bytes;
+			j["rules"] = RuleTable(inst.maps()).list().size();
+		}
+		std::cout << j.dump(2) << "\n";
+		return;
+	}
+	if (!s.loaded) {
+		std::cout << "sluice is not attached to any interface; run `sluice attach IFACE`\n";
+		return;
+	}
+	MapSet maps = inst.maps();
+	std::cout << "sluice: XDP program id " << s.prog_id << ", state pinned in " << inst.pin_dir() << "\n";
+	std::cout << "interfaces:\n";
+	for (const auto &l : s.links) {
+		std::cout << "  ";
+		if (!l.ifindex)
+			std::cout << "(interface gone)";
+		else if (!l.this_netns)
+			std::cout << "ifindex " << l.ifindex << " in network namespace " << l.netns;
+		else
+			std::cout << l.ifname << " (ifindex " << l.ifindex << ")";
+		std::cout << "  " << mode_name(l.mode) << " mode, link id " << l.link_id << "\n";
+	}
+	Stats st = collect_stats(maps, {});
+	uint64_t passed = 0, dropped = 0, failopen = 0;
+	for (int i = 0; i < SLUICE_CNT_VERDICT_END; i++) {
+		std::string n = counter_name(i);
+		(n.rfind("pass", 0) == 0 ? passed : n.rfind("drop", 0) == 0 ? dropped : failopen) +=
+			st.global[i].packets;
+	}
+	std::cout << "rules: " << st.rules.size() << " of " << s.max_rules << "\n";
+	std::cout << "sources: " << st.tracked_sources << " tracked, table of " << s.max_sources
+		  << " per address family\n";
+	std::cout << "map memory: " << human_bytes(s.map_memory_bytes) << "\n";
+	std::cout << "packets: " << passed << " passed, " << dropped << " dropped, " << failopen
+		  << " passed by fail-open\n";
+}
+
+void cmd_rule_list(const Instance &inst, bool json)
+{
+	auto lock = inst.lock(false);
+	MapSet maps = inst.maps();
+	auto rules = RuleTable(maps).list();
+	if (json) {
+		nlohmann::json j = nlohmann::json::array();
+		for (const auto &r : rules)
+			j.push_back(rule_json(r));
+		std::cout << j.dump(2) << "\n";
+		return;
+	}
+	if (rules.empty()) {
+		std::cout << "no rules; add one with `sluice rule add CIDR --rate RATE`\n";
+		return;
+	}
+	std::vector<std::vector<std::string>> rows;
+	for (const auto &r : rules)
+		rows.push_back(rule_cells(r));
+	print_table(RULE_HEADER, rows);
+}
+
+void cmd_stats(const Instance &inst, const StatsQuery &q, bool json)
+{
+	auto lock = inst.lock(false);
+	MapSet maps = inst.maps();
+	Stats s = collect_stats(maps, q);
+	if (json) {
+		std::cout << stats_json(s).dump(2) << "\n";
+		return;
+	}
+	std::vector<std::vector<std::string>> rows;
+	for (const auto &src : s.sources)
+		rows.push_back({src.source, src.rule, std::to_string(src.passed_packets),
+				std::to_string(src.dropped_packets), std::to_string(src.passed_bytes),
+				std::to_string(src.dropped_bytes)});
+	print_table({"SOURCE", "RULE", "PASSED_PKTS", "DROPPED_PKTS", "PASSED_BYTES", "DROPPED_BYTES"}, rows);
+	std::cout << "(" << s.sources.size() << " of " << s.tracked_sources << " tracked sources shown)\n\n";
+
+	rows.clear();
+	for (const auto &rs : s.rules) {
+		if (!q.rule.empty() && rs.rule.spec.name != q.rule && std::to_string(rs.rule.id) != q.rule)
+			continue;
+		const auto &c = rs.counters;
+		rows.push_back({rs.rule.spec.name, std::string(action_name(rs.rule.spec.action)),
+				std::to_string(rs.sources), std::to_string(c.passed_packets),
+				std::to_string(c.dropped_packets), std::to_string(c.passed_bytes),
+				std::to_string(c.dropped_bytes),
+				std::to_string(c.failopen_table + c.failopen_contention)});
+	}
+	print_table({"RULE", "ACTION", "SOURCES", "PASSED_PKTS", "DROPPED_PKTS", "PASSED_BYTES",
+		     "DROPPED_BYTES", "FAILOPEN"},
+		    rows);
+	std::cout << "\n";
+
+	rows.clear();
+	for (int i = 0; i < SLUICE_CNT_MAX; i++)
+		rows.push_back({counter_name(i), std::to_string(s.global[i].packets),
+				std::to_string(s.global[i].bytes)});
+	print_table({"GLOBAL", "PACKETS", "BYTES"}, rows);
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+	CLI::App app{"sluice: per-source rate limiting in XDP"};
+	app.require_subcommand(1);
+	bool verbose = false;
+	app.add_flag("-v,--verbose", verbose, "Show libbpf's messages (verifier log included)");
+
+	std::string ifname, mode_text = "native";
+	uint32_t max_sources = 0, max_rules = 0;
+	auto *attach = app.add_subcommand("attach", "Attach to an interface (loads on first use)");
+	attach->add_option("IFACE", ifname, "Interface")->required();
+	attach->add_option("--mode", mode_text, "native (driver) or generic (skb); no silent fallback");
+	attach->add_option("--max-sources", max_sources, "Buckets per address family (default 1000000)");
+	attach->add_option("--max-rules", max_rules, "Rule table size (default 16384)");
+
+	bool detach_all = false;
+	auto *detach = app.add_subcommand("detach", "Detach from an interface (the last one unloads)");
+	auto *detach_if = detach->add_option("IFACE", ifname, "Interface");
+	detach->add_flag("--all", detach_all, "Detach from every interface and remove all state")
+		->excludes(detach_if);
+
+	bool json = false;
+	auto *status = app.add_subcommand("status", "Show where sluice is attached and its tables");
+	status->add_flag("--json", json, "JSON output");
+
+	auto *rule = app.add_subcommand("rule", "Manage rules");
+	rule->require_subcommand(1);
+	std::string cidr_text, rate_text, burst_text, proto_text, dport_text, name, key;
+	bool allow = false, deny = false;
+	int per = -1;
+	auto *add = rule->add_subcommand("add", "Add a rule; it applies at once");
+	add->add_option("CIDR", cidr_text, "Source prefix (IPv4 or IPv6)")->required();
+	auto *rate_opt = add->add_option("--rate", rate_text, "Limit: 100/s, 6000/min, 10kbit/s, 1MB/s");
+	add->add_option("--burst", burst_text, "Bucket size in packets (or bytes for byte rates)");
+	auto *allow_opt = add->add_flag("--allow", allow, "Never limit this traffic");
+	auto *deny_opt = add->add_flag("--deny", deny, "Always drop this traffic");
+	rate_opt->excludes(allow_opt)->excludes(deny_opt);
+	allow_opt->excludes(deny_opt);
+	add->add_option("--proto", proto_text, "tcp, udp or icmp");
+	add->add_option("--dport", dport_text, "Destination port or range P-Q (needs --proto tcp|udp)");
+	add->add_option("--per", per, "Bucket per prefix of this length (default: per address)");
+	add->add_option("--name", name, "Rule name (default rule<ID>)");
+	auto *del = rule->add_subcommand("del", "Delete a rule with its buckets");
+	del->add_option("NAME|ID", key, "Rule name or id")->required();
+	auto *list = rule->add_subcommand("list", "List rules");
+	list->add_flag("--json", json, "JSON output");
+
+	StatsQuery query;
+	auto *stats = app.add_subcommand("stats", "Per-source, per-rule and global counters");
+	stats->add_option("--top", query.top, "Show the N sources with most drops");
+	stats->add_option("--rule", query.rule, "Only this rule's sources");
+	stats->add_flag("--json", json, "JSON output");
+
+	try {
+		app.parse(argc, argv);
+	} catch (const CLI::CallForHelp &e) {
+		return app.exit(e);
+	} catch (const CLI::CallForAllHelp &e) {
+		return app.exit(e);
+	} catch (const CLI::ParseError &e) {
+		std::string msg = e.what();
+		if (msg.empty())
+			msg = "a subcommand is required (attach, detach, status, rule, stats); see --help";
+		std::cerr << "sluice: " << msg << "\n";
+		return 2;
+	}
+
+	set_libbpf_verbose(verbose);
+	try {
+		Instance inst;
+		if (*attach) {
+			XdpMode mode = parse_mode(mode_text);
+			auto lock = inst.lock(true);
+			inst.attach(ifname, mode, {max_sources, max_rules});
+			std::cout << "sluice attached to " << ifname << " (" << mode_name(mode) << " mode)\n";
+		} else if (*detach) {
+			auto lock = inst.lock(true);
+			if (detach_all) {
+				inst.unload();
+				std::cout << "sluice detached from every interface and unloaded\n";
+			} else if (ifname.empty()) {
+				throw Error("detach needs an interface, or --all");
+			} else {
+				inst.detach(ifname);
+				std::cout << "sluice detached from " << ifname
+					  << (inst.loaded() ? "" : "; no interface left, state removed") << "\n";
+			}
+		} else if (*status) {
+			cmd_status(inst, json);
+		} else if (*add) {
+			RuleSpec spec;
+			spec.cidr = parse_cidr(cidr_text);
+			spec.name = name;
+			if (allow)
+				spec.action = Action::allow;
+			else if (deny)
+				spec.action = Action::deny;
+			else if (!rate_text.empty())
+				spec.rate = parse_rate(rate_text);
+			else
+				throw Error("rule add needs one of --rate RATE, --allow or --deny");
+			if (!burst_text.empty())
+				spec.burst = parse_count(burst_text, spec.rate.counts_bytes(), "burst");
+			if (!proto_text.empty())
+				spec.proto = parse_proto(proto_text);
+			if (!dport_text.empty())
+				spec.dport = parse_port_range(dport_text);
+			if (add->count("--per") && per < 0)
+				throw Error("--per must be a prefix length of 0 or more");
+			spec.per_prefix = per;
+			auto lock = inst.lock(true);
+			MapSet maps = inst.maps();
+			InstalledRule r = RuleTable(maps).add(spec);
+			print_table(RULE_HEADER, {rule_cells(r)});
+		} else if (*del) {
+			auto lock = inst.lock(true);
+			MapSet maps = inst.maps();
+			InstalledRule r = RuleTable(maps).remove(key);
+			std::cout << "deleted rule " << r.id << " (" << r.spec.name << ")\n";
+		} else if (*list) {
+			cmd_rule_list(inst, json);
+		} else if (*stats) {
+			cmd_stats(inst, query, json);
+		}
+	} catch (const std::exception &e) {
+		std::cerr << "sluice: " << e.what() << "\n";
+		return 1;
+	}
+	return 0;
+}

@@ -1,0 +1,96 @@
+#include "maps.h"
+
+#include <cerrno>
+#include <fcntl.h>
+
+namespace sluice {
+
+namespace {
+
+struct MapRef {
+	const char *name;
+	UniqueFd MapSet::*field;
+};
+
+const MapRef MAP_REFS[] = {
+	{SLUICE_STR(SLUICE_MAP_RULES), &MapSet::rules},
+	{SLUICE_STR(SLUICE_MAP_RULE_INFO), &MapSet::rule_info},
+	{SLUICE_STR(SLUICE_MAP_RULE_COUNTERS), &MapSet::rule_counters},
+	{SLUICE_STR(SLUICE_MAP_MATCH_V4), &MapSet::match4},
+	{SLUICE_STR(SLUICE_MAP_MATCH_V6), &MapSet::match6},
+	{SLUICE_STR(SLUICE_MAP_SOURCES_V4), &MapSet::src4},
+	{SLUICE_STR(SLUICE_MAP_SOURCES_V6), &MapSet::src6},
+	{SLUICE_STR(SLUICE_MAP_COUNTERS), &MapSet::counters},
+	{SLUICE_STR(SLUICE_MAP_META), &MapSet::meta},
+};
+
+} // namespace
+
+MapSet MapSet::open_pinned(const std::string &dir)
+{
+	MapSet m;
+	for (const auto &ref : MAP_REFS) {
+		std::string path = dir + "/" + ref.name;
+		int fd = bpf_obj_get(path.c_str());
+		if (fd < 0)
+			throw_errno("cannot open pinned map " + path, errno);
+		(m.*ref.field).reset(fd);
+	}
+	return m;
+}
+
+MapSet MapSet::from_object(struct bpf_object *obj)
+{
+	MapSet m;
+	for (const auto &ref : MAP_REFS) {
+		struct bpf_map *map = bpf_object__find_map_by_name(obj, ref.name);
+		if (!map)
+			throw Error(std::string("BPF object has no map ") + ref.name);
+		int fd = fcntl(bpf_map__fd(map), F_DUPFD_CLOEXEC, 0);
+		if (fd < 0)
+			throw_errno(std::string("cannot duplicate map ") + ref.name, errno);
+		(m.*ref.field).reset(fd);
+	}
+	return m;
+}
+
+void MapSet::for_each(const std::function<void(const char *, int)> &f) const
+{
+	for (const auto &ref : MAP_REFS)
+		f(ref.name, (this->*ref.field).get());
+}
+
+uint32_t MapSet::max_rules() const { return map_max_entries(rules.get()); }
+uint32_t MapSet::max_sources() const { return map_max_entries(src4.get()); }
+
+int possible_cpus()
+{
+	static int n = libbpf_num_possible_cpus();
+	if (n <= 0)
+		throw_errno("cannot count possible CPUs", n);
+	return n;
+}
+
+uint32_t map_max_entries(int fd)
+{
+	struct bpf_map_info info = {};
+	__u32 len = sizeof(info);
+	if (bpf_obj_get_info_by_fd(fd, &info, &len))
+		throw_errno("cannot read map info", errno);
+	return info.max_entries;
+}
+
+void map_update(int fd, const void *key, const void *value, const char *what)
+{
+	if (bpf_map_update_elem(fd, key, value, BPF_ANY))
+		throw_errno(std::string("cannot update ") + what, errno);
+}
+
+void zero_percpu(int fd, uint32_t key, size_t value_size)
+{
+	size_t stride = (value_size + 7) / 8 * 8;
+	std::vector<uint8_t> zeros(stride * possible_cpus());
+	map_update(fd, &key, zeros.data(), "per-CPU counters");
+}
+
+} // namespace sluice

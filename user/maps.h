@@ -1,0 +1,80 @@
+// Typed access to the data plane's maps, whether pinned or freshly loaded.
+#pragma once
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "error.h"
+#include "fd.h"
+#include "sluice_abi.h"
+
+namespace sluice {
+
+/// Descriptors of every map the program uses, in one place.
+struct MapSet {
+	UniqueFd rules, rule_info, rule_counters, match4, match6, src4, src6, counters, meta;
+
+	/// Opens the maps pinned under dir (by their ABI names).
+	static MapSet open_pinned(const std::string &dir);
+	/// Duplicates the descriptors of a loaded object's maps.
+	static MapSet from_object(struct bpf_object *obj);
+
+	/// Calls f(name, fd) for every map, in a fixed order.
+	void for_each(const std::function<void(const char *, int)> &f) const;
+
+	uint32_t max_rules() const;
+	uint32_t max_sources() const;
+};
+
+/// Number of possible CPUs, as per-CPU maps count them.
+int possible_cpus();
+
+uint32_t map_max_entries(int fd);
+
+void map_update(int fd, const void *key, const void *value, const char *what);
+
+/// Reads one per-CPU slot and returns the per-CPU values.
+template <class V> std::vector<V> lookup_percpu(int fd, uint32_t key)
+{
+	std::vector<V> values(possible_cpus());
+	int err = bpf_map_lookup_elem(fd, &key, values.data());
+	if (err)
+		throw_errno("cannot read per-CPU map entry " + std::to_string(key), errno);
+	return values;
+}
+
+/// Sets every CPU's copy of one per-CPU slot to zero.
+void zero_percpu(int fd, uint32_t key, size_t value_size);
+
+/// Calls f(key, value) for every entry of a hash map, reading it in batches.
+template <class K, class V>
+void for_each_entry(int fd, const std::function<void(const K &, const V &)> &f)
+{
+	constexpr uint32_t BATCH = 8192;
+	std::vector<K> keys(BATCH);
+	std::vector<V> values(BATCH);
+	uint64_t cursor = 0;
+	bool first = true;
+	for (;;) {
+		uint32_t count = BATCH;
+		LIBBPF_OPTS(bpf_map_batch_opts, opts);
+		int err = bpf_map_lookup_batch(fd, first ? nullptr : &cursor, &cursor, keys.data(),
+					       values.data(), &count, &opts);
+		int saved = errno;
+		first = false;
+		for (uint32_t i = 0; i < count; i++)
+			f(keys[i], values[i]);
+		if (err) {
+			if (saved == ENOENT)
+				return;
+			throw_errno("cannot read map", saved);
+		}
+	}
+}
+
+} // namespace sluice

@@ -1,0 +1,54 @@
+// Rates as operators write them ("100/s", "6000/min", "10kbit/s", "1MB/s")
+// and their compilation into the data plane's bucket parameters.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace sluice {
+
+enum class RateUnit : uint8_t { packets = 0, bytes = 1, bits = 2 };
+
+/// `amount` units per `period_ns` nanoseconds, kept as written so that a
+/// window ("100/10s") keeps its length. Bits are a way of writing bytes.
+struct Rate {
+	uint64_t amount = 0;
+	uint64_t period_ns = 0;
+	RateUnit unit = RateUnit::packets;
+
+	bool counts_bytes() const { return unit != RateUnit::packets; }
+	bool operator==(const Rate &) const = default;
+};
+
+/// Parses NUMBER[UNIT][/[N]PERIOD]. Units: none/p/pkt/packets, pps, B kB MB GB
+/// TB KiB MiB GiB, bit kbit mbit gbit tbit. Periods: ms s min h day (a bare
+/// byte or bit rate is per second). Throws Error with a one-line reason.
+Rate parse_rate(std::string_view text);
+
+/// The canonical form: "1000/s", "5/min", "100/10s", "1.25MB/s", "10kbit/s".
+std::string format_rate(const Rate &r);
+
+/// The bucket parameters the XDP program uses for a limit rule
+/// (struct sluice_rule's inc_mult, inc_shift and capacity).
+struct LimitParams {
+	uint64_t inc_mult = 0;
+	uint8_t inc_shift = 0;
+	uint64_t capacity = 0;
+};
+
+/// Checks that rate and burst lie in the range where the bucket arithmetic
+/// cannot overflow and compiles them. Throws Error naming what is out of range.
+LimitParams compile_limit(const Rate &rate, uint64_t burst);
+
+/// The burst used when none is given: 100 ms of the rate, at least 5 packets
+/// or 1500 bytes (one full-size packet must always fit).
+uint64_t default_burst(const Rate &rate);
+
+/// The smallest burst accepted: 1 packet, or 1500 bytes.
+uint64_t min_burst(const Rate &rate);
+
+/// Parses a positive integer count such as a burst ("2000", "64kB" for bytes).
+uint64_t parse_count(std::string_view text, bool bytes, const char *what);
+
+} // namespace sluice

@@ -1,0 +1,226 @@
+#include "rule.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstring>
+#include <set>
+
+#include "error.h"
+
+namespace sluice {
+
+Proto parse_proto(std::string_view text)
+{
+	if (text == "tcp")
+		return Proto::tcp;
+	if (text == "udp")
+		return Proto::udp;
+	if (text == "icmp" || text == "icmpv6")
+		return Proto::icmp;
+	throw Error("unknown protocol '" + std::string(text) + "' (use tcp, udp or icmp)");
+}
+
+std::string_view proto_name(Proto p)
+{
+	switch (p) {
+	case Proto::tcp: return "tcp";
+	case Proto::udp: return "udp";
+	case Proto::icmp: return "icmp";
+	case Proto::any: break;
+	}
+	return "any";
+}
+
+std::string_view action_name(Action a)
+{
+	switch (a) {
+	case Action::allow: return "allow";
+	case Action::deny: return "deny";
+	case Action::limit: break;
+	}
+	return "limit";
+}
+
+namespace {
+
+uint16_t parse_port(std::string_view s, std::string_view whole)
+{
+	unsigned v = 0;
+	auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+	if (s.empty() || ec != std::errc() || end != s.data() + s.size() || v > 65535)
+		throw Error("invalid port '" + std::string(s) + "' in '" + std::string(whole) + "' (0-65535)");
+	return static_cast<uint16_t>(v);
+}
+
+} // namespace
+
+PortRange parse_port_range(std::string_view text)
+{
+	size_t dash = text.find('-');
+	PortRange p;
+	p.lo = parse_port(text.substr(0, dash), text);
+	p.hi = dash == std::string_view::npos ? p.lo : parse_port(text.substr(dash + 1), text);
+	if (p.lo > p.hi)
+		throw Error("port range '" + std::string(text) + "' is reversed");
+	return p;
+}
+
+std::string format_ports(const PortRange &p)
+{
+	if (p.any())
+		return "any";
+	if (p.lo == p.hi)
+		return std::to_string(p.lo);
+	return std::to_string(p.lo) + "-" + std::to_string(p.hi);
+}
+
+void check_rule_name(std::string_view name)
+{
+	bool all_digits = !name.empty();
+	for (char c : name) {
+		if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-')
+			throw Error("invalid rule name '" + std::string(name) +
+				    "' (letters, digits, '.', '_' and '-' only)");
+		all_digits = all_digits && std::isdigit(static_cast<unsigned char>(c));
+	}
+	if (name.empty() || name.size() >= SLUICE_NAME_LEN)
+		throw Error("rule name must be 1 to " + std::to_string(SLUICE_NAME_LEN - 1) + " characters");
+	if (all_digits)
+		throw Error("rule name '" + std::string(name) + "' is all digits and would read as a rule id");
+}
+
+void validate_rule(RuleSpec &spec)
+{
+	if (!spec.name.empty())
+		check_rule_name(spec.name);
+	if (!spec.dport.any() && spec.proto != Proto::tcp && spec.proto != Proto::udp)
+		throw Error("--dport needs --proto tcp or --proto udp");
+	if (spec.action != Action::limit) {
+		if (spec.burst || spec.per_prefix >= 0)
+			throw Error(std::string("--burst and --per apply to --rate rules, not --") +
+				    std::string(action_name(spec.action)));
+		return;
+	}
+	if (spec.rate.amount == 0)
+		throw Error("a limit rule needs --rate");
+	if (spec.per_prefix > spec.cidr.max_len())
+		throw Error("--per " + std::to_string(spec.per_prefix) + " is longer than an IPv" +
+			    std::to_string(spec.cidr.family) + " address (at most " +
+			    std::to_string(spec.cidr.max_len()) + ")");
+	if (spec.burst == 0)
+		spec.burst = default_burst(spec.rate);
+	compile_limit(spec.rate, spec.burst); // throws if out of range
+}
+
+bool same_selector(const RuleSpec &a, const RuleSpec &b)
+{
+	return a.cidr == b.cidr && a.proto == b.proto && a.dport == b.dport;
+}
+
+struct sluice_rule to_datapath(const InstalledRule &r)
+{
+	struct sluice_rule dp = {};
+	const RuleSpec &s = r.spec;
+	dp.id = r.id;
+	dp.action = static_cast<__u8>(s.action);
+	dp.proto = static_cast<__u8>(s.proto);
+	dp.dport_lo = s.dport.lo;
+	dp.dport_hi = s.dport.hi;
+	if (s.action == Action::limit) {
+		LimitParams p = compile_limit(s.rate, s.burst);
+		dp.unit = s.rate.counts_bytes() ? SLUICE_UNIT_BYTES : SLUICE_UNIT_PACKETS;
+		dp.per_prefix = static_cast<__u8>(s.bucket_prefix());
+		dp.inc_mult = p.inc_mult;
+		dp.inc_shift = p.inc_shift;
+		dp.capacity = p.capacity;
+	}
+	return dp;
+}
+
+struct sluice_rule_info to_info(const RuleSpec &s)
+{
+	struct sluice_rule_info info = {};
+	std::memcpy(info.name, s.name.data(), std::min(s.name.size(), sizeof(info.name) - 1));
+	std::memcpy(info.addr, s.cidr.addr.data(), 16);
+	info.family = static_cast<__u8>(s.cidr.family);
+	info.prefix_len = static_cast<__u8>(s.cidr.prefix_len);
+	info.rate_unit = static_cast<__u8>(s.rate.unit);
+	info.rate_amount = s.rate.amount;
+	info.rate_period_ns = s.rate.period_ns;
+	info.burst = s.burst;
+	return info;
+}
+
+RuleSpec from_maps(const struct sluice_rule &dp, const struct sluice_rule_info &info)
+{
+	RuleSpec s;
+	s.name.assign(info.name, strnlen(info.name, sizeof(info.name)));
+	s.cidr.family = info.family;
+	std::memcpy(s.cidr.addr.data(), info.addr, 16);
+	s.cidr.prefix_len = info.prefix_len;
+	s.action = static_cast<Action>(dp.action);
+	s.proto = static_cast<Proto>(dp.proto);
+	s.dport = {dp.dport_lo, dp.dport_hi};
+	if (s.action == Action::limit) {
+		s.rate = {info.rate_amount, info.rate_period_ns, static_cast<RateUnit>(info.rate_unit)};
+		s.burst = info.burst;
+		s.per_prefix = dp.per_prefix == s.cidr.max_len() ? -1 : dp.per_prefix;
+	}
+	return s;
+}
+
+namespace {
+
+// Most specific first: longer prefix, then a port selector (narrower first),
+// then a protocol selector; ties go to the older rule.
+bool more_specific(const InstalledRule *a, const InstalledRule *b)
+{
+	const RuleSpec &x = a->spec, &y = b->spec;
+	if (x.cidr.prefix_len != y.cidr.prefix_len)
+		return x.cidr.prefix_len > y.cidr.prefix_len;
+	int wx = x.dport.hi - x.dport.lo, wy = y.dport.hi - y.dport.lo;
+	if (wx != wy)
+		return wx < wy;
+	if ((x.proto != Proto::any) != (y.proto != Proto::any))
+		return x.proto != Proto::any;
+	return a->id < b->id;
+}
+
+} // namespace
+
+std::map<Cidr, std::vector<uint32_t>> build_match_lists(const std::vector<InstalledRule> &rules)
+{
+	std::map<Cidr, std::vector<const InstalledRule *>> by_prefix;
+	std::set<int> lengths[2];
+	for (const auto &r : rules) {
+		by_prefix[r.spec.cidr].push_back(&r);
+		lengths[r.spec.cidr.family == 6].insert(r.spec.cidr.prefix_len);
+	}
+
+	std::map<Cidr, std::vector<uint32_t>> lists;
+	for (const auto &[prefix, own] : by_prefix) {
+		std::vector<const InstalledRule *> cands;
+		for (int len : lengths[prefix.family == 6]) {
+			if (len > prefix.prefix_len)
+				break;
+			Cidr outer = prefix;
+			outer.prefix_len = len;
+			mask_address(outer.addr, len);
+			auto it = by_prefix.find(outer);
+			if (it != by_prefix.end())
+				cands.insert(cands.end(), it->second.begin(), it->second.end());
+		}
+		if (cands.size() > SLUICE_MAX_CANDIDATES)
+			throw Error("too many rules cover " + format_cidr(prefix) + ": " +
+				    std::to_string(cands.size()) + " (at most " +
+				    std::to_string(SLUICE_MAX_CANDIDATES) + " may apply to one address)");
+		std::sort(cands.begin(), cands.end(), more_specific);
+		auto &slots = lists[prefix];
+		for (const auto *r : cands)
+			slots.push_back(r->slot);
+	}
+	return lists;
+}
+
+} // namespace sluice

@@ -1,0 +1,79 @@
+// Rules: what an operator asks for, how it is checked, and how a set of rules
+// becomes the data plane's per-prefix candidate lists.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "net.h"
+#include "rate.h"
+#include "sluice_abi.h"
+
+namespace sluice {
+
+enum class Action : uint8_t { limit = SLUICE_ACTION_LIMIT, allow = SLUICE_ACTION_ALLOW, deny = SLUICE_ACTION_DENY };
+enum class Proto : uint8_t { any = SLUICE_PROTO_ANY, icmp = SLUICE_PROTO_ICMP, tcp = SLUICE_PROTO_TCP, udp = SLUICE_PROTO_UDP };
+
+/// An inclusive destination port range; 0-65535 means any port.
+struct PortRange {
+	uint16_t lo = 0;
+	uint16_t hi = 65535;
+
+	bool any() const { return lo == 0 && hi == 65535; }
+	bool operator==(const PortRange &) const = default;
+};
+
+/// A rule as the operator states it.
+struct RuleSpec {
+	std::string name;
+	Cidr cidr;
+	Action action = Action::limit;
+	Proto proto = Proto::any;
+	PortRange dport;
+	Rate rate;          ///< limit rules only
+	uint64_t burst = 0; ///< limit rules only: packets, or bytes for byte rates
+	int per_prefix = -1; ///< limit rules only: bucket prefix length; -1 = per address
+
+	/// The aggregation prefix length in effect (32/128 when per address).
+	int bucket_prefix() const { return per_prefix < 0 ? cidr.max_len() : per_prefix; }
+};
+
+/// A rule held in the maps: its stable id and its slot in the rule arrays.
+struct InstalledRule {
+	uint32_t id = 0;
+	uint32_t slot = 0;
+	RuleSpec spec;
+};
+
+Proto parse_proto(std::string_view text);
+std::string_view proto_name(Proto p);
+/// "80" or "8000-8080".
+PortRange parse_port_range(std::string_view text);
+std::string format_ports(const PortRange &p);
+std::string_view action_name(Action a);
+/// Rule names: 1-31 characters of letters, digits, '.', '_' and '-', not all digits.
+void check_rule_name(std::string_view name);
+
+/// Checks a rule on its own (selectors, burst, aggregation prefix) and fills
+/// in defaults. Throws Error with the first problem found.
+void validate_rule(RuleSpec &spec);
+
+/// True if two rules select exactly the same traffic (same prefix, protocol
+/// and ports): the second one could never match.
+bool same_selector(const RuleSpec &a, const RuleSpec &b);
+
+struct sluice_rule to_datapath(const InstalledRule &r);
+struct sluice_rule_info to_info(const RuleSpec &spec);
+/// Rebuilds the operator's view from the maps.
+RuleSpec from_maps(const struct sluice_rule &dp, const struct sluice_rule_info &info);
+
+/// For every prefix that carries a rule: the slots of the rules that may apply
+/// to an address under it, most specific first (the prefix's own rules and
+/// those of every covering prefix). Throws if a list would exceed
+/// SLUICE_MAX_CANDIDATES.
+std::map<Cidr, std::vector<uint32_t>> build_match_lists(const std::vector<InstalledRule> &rules);
+
+} // namespace sluice

@@ -1,0 +1,42 @@
+// The rule set held in the data plane's maps: list, add and remove rules,
+// keeping every other rule's buckets and counters as they are.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "maps.h"
+#include "rule.h"
+
+namespace sluice {
+
+/// Rules stored in the pinned maps. Every change is computed in full first and
+/// only then written, so a rejected change leaves the maps untouched.
+class RuleTable {
+public:
+	explicit RuleTable(const MapSet &maps) : maps_(maps) {}
+
+	/// All installed rules, oldest first.
+	std::vector<InstalledRule> list() const;
+
+	/// Validates and installs a rule; it takes effect for the next packet.
+	InstalledRule add(RuleSpec spec);
+
+	/// Removes a rule by name or id, with its buckets and counters.
+	InstalledRule remove(std::string_view name_or_id);
+
+	/// Finds a rule by name or id; throws if there is none.
+	InstalledRule find(std::string_view name_or_id) const;
+
+	/// The rule's counters summed over CPUs.
+	struct sluice_rule_counters counters(uint32_t slot) const;
+
+private:
+	void write_match_lists(const std::vector<InstalledRule> &before,
+			       const std::vector<InstalledRule> &after);
+	void purge_buckets(uint32_t rule_id);
+
+	const MapSet &maps_;
+};
+
+} // namespace sluice

@@ -1,0 +1,51 @@
+// Reading the data plane's counters: global, per rule, per source.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "maps.h"
+#include "rule.h"
+
+namespace sluice {
+
+/// One bucket: a source address (or prefix, for --per rules) under one rule.
+struct SourceStats {
+	std::string source;
+	std::string rule;
+	uint32_t rule_id = 0;
+	uint64_t passed_packets = 0, passed_bytes = 0;
+	uint64_t dropped_packets = 0, dropped_bytes = 0;
+};
+
+struct RuleStats {
+	InstalledRule rule;
+	struct sluice_rule_counters counters = {};
+	uint64_t sources = 0; ///< buckets currently tracked for the rule
+};
+
+struct Stats {
+	std::vector<SourceStats> sources; ///< most dropped first, cut to the query's top
+	uint64_t tracked_sources = 0;     ///< all buckets of current rules
+	std::vector<RuleStats> rules;
+	std::array<struct sluice_counter, SLUICE_CNT_MAX> global{};
+};
+
+struct StatsQuery {
+	size_t top = 0;   ///< 0: every source
+	std::string rule; ///< name or id; empty: every rule
+};
+
+Stats collect_stats(const MapSet &maps, const StatsQuery &query);
+
+/// Name of a global counter ("drop_rate", "failopen_table"...).
+const char *counter_name(int index);
+
+nlohmann::json rule_json(const InstalledRule &r);
+nlohmann::json stats_json(const Stats &s);
+
+} // namespace sluice
