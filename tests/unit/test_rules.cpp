@@ -1,0 +1,133 @@
+// Rule validation and the compilation of per-prefix candidate lists.
+#include <gtest/gtest.h>
+
+#include "error.h"
+#include "rule.h"
+
+using namespace sluice;
+
+namespace {
+
+InstalledRule rule(uint32_t id, const char *cidr, Proto proto = Proto::any, PortRange ports = {})
+{
+	InstalledRule r;
+	r.id = id;
+	r.slot = id + 100; // slots differ from ids on purpose
+	r.spec.cidr = parse_cidr(cidr);
+	r.spec.action = Action::allow;
+	r.spec.proto = proto;
+	r.spec.dport = ports;
+	return r;
+}
+
+} // namespace
+
+TEST(RuleValidation, PortsNeedTcpOrUdp)
+{
+	RuleSpec s;
+	s.cidr = parse_cidr("10.0.0.0/8");
+	s.rate = parse_rate("10/s");
+	s.dport = {22, 22};
+	EXPECT_THROW(validate_rule(s), Error);
+	s.proto = Proto::icmp;
+	EXPECT_THROW(validate_rule(s), Error);
+	s.proto = Proto::tcp;
+	EXPECT_NO_THROW(validate_rule(s));
+	EXPECT_EQ(s.burst, 5u) << "default burst filled in";
+}
+
+TEST(RuleValidation, PerPrefixMustFitTheFamily)
+{
+	RuleSpec s;
+	s.cidr = parse_cidr("10.0.0.0/8");
+	s.rate = parse_rate("10/s");
+	s.per_prefix = 33;
+	EXPECT_THROW(validate_rule(s), Error);
+	s.per_prefix = 24;
+	EXPECT_NO_THROW(validate_rule(s));
+	s.cidr = parse_cidr("2001:db8::/32");
+	s.per_prefix = 64;
+	EXPECT_NO_THROW(validate_rule(s));
+	s.per_prefix = 129;
+	EXPECT_THROW(validate_rule(s), Error);
+}
+
+TEST(RuleValidation, AllowAndDenyTakeNoBucketOptions)
+{
+	RuleSpec s;
+	s.cidr = parse_cidr("10.0.0.0/8");
+	s.action = Action::deny;
+	s.burst = 10;
+	EXPECT_THROW(validate_rule(s), Error);
+}
+
+TEST(RuleValidation, Names)
+{
+	EXPECT_NO_THROW(check_rule_name("web-80_v4.1"));
+	EXPECT_THROW(check_rule_name("12"), Error);
+	EXPECT_THROW(check_rule_name("has space"), Error);
+	EXPECT_THROW(check_rule_name(std::string(40, 'a')), Error);
+	EXPECT_THROW(check_rule_name(""), Error);
+}
+
+TEST(MatchLists, MostSpecificPrefixFirstWithInheritedRules)
+{
+	std::vector<InstalledRule> rules = {rule(1, "0.0.0.0/0"), rule(2, "10.0.0.0/8"),
+					    rule(3, "10.1.0.0/16"), rule(4, "192.0.2.0/24")};
+	auto lists = build_match_lists(rules);
+	ASSERT_EQ(lists.size(), 4u);
+	EXPECT_EQ(lists[parse_cidr("10.1.0.0/16")], (std::vector<uint32_t>{103, 102, 101}));
+	EXPECT_EQ(lists[parse_cidr("10.0.0.0/8")], (std::vector<uint32_t>{102, 101}));
+	EXPECT_EQ(lists[parse_cidr("192.0.2.0/24")], (std::vector<uint32_t>{104, 101}));
+	EXPECT_EQ(lists[parse_cidr("0.0.0.0/0")], (std::vector<uint32_t>{101}));
+}
+
+TEST(MatchLists, PortsBeforeProtocolBeforeAnyAtOnePrefix)
+{
+	std::vector<InstalledRule> rules = {rule(1, "10.0.0.0/8"), rule(2, "10.0.0.0/8", Proto::tcp),
+					    rule(3, "10.0.0.0/8", Proto::tcp, {1, 1024}),
+					    rule(4, "10.0.0.0/8", Proto::tcp, {22, 22})};
+	auto lists = build_match_lists(rules);
+	EXPECT_EQ(lists[parse_cidr("10.0.0.0/8")], (std::vector<uint32_t>{104, 103, 102, 101}));
+}
+
+TEST(MatchLists, FamiliesDoNotMix)
+{
+	std::vector<InstalledRule> rules = {rule(1, "0.0.0.0/0"), rule(2, "::/0"), rule(3, "2001:db8::/32")};
+	auto lists = build_match_lists(rules);
+	EXPECT_EQ(lists[parse_cidr("2001:db8::/32")], (std::vector<uint32_t>{103, 102}));
+	EXPECT_EQ(lists[parse_cidr("0.0.0.0/0")], (std::vector<uint32_t>{101}));
+}
+
+TEST(MatchLists, TooManyRulesOverOneAddressIsAnError)
+{
+	std::vector<InstalledRule> rules;
+	for (uint32_t i = 0; i <= SLUICE_MAX_CANDIDATES; i++)
+		rules.push_back(rule(i + 1, "10.0.0.0/8", Proto::udp, {uint16_t(i), uint16_t(i)}));
+	EXPECT_THROW(build_match_lists(rules), Error);
+	rules.pop_back();
+	EXPECT_NO_THROW(build_match_lists(rules));
+}
+
+TEST(RuleMaps, RoundTripThroughTheAbiStructs)
+{
+	InstalledRule r;
+	r.id = 7;
+	r.spec.name = "web";
+	r.spec.cidr = parse_cidr("2001:db8::/48");
+	r.spec.proto = Proto::tcp;
+	r.spec.dport = {80, 443};
+	r.spec.rate = parse_rate("10kbit/s");
+	r.spec.burst = 3000;
+	r.spec.per_prefix = 64;
+	validate_rule(r.spec);
+	RuleSpec back = from_maps(to_datapath(r), to_info(r.spec));
+	EXPECT_EQ(back.name, "web");
+	EXPECT_EQ(back.cidr, r.spec.cidr);
+	EXPECT_EQ(back.proto, Proto::tcp);
+	EXPECT_EQ(back.dport, r.spec.dport);
+	EXPECT_EQ(back.rate, r.spec.rate);
+	EXPECT_EQ(back.burst, 3000u);
+	EXPECT_EQ(back.bucket_prefix(), 64);
+	EXPECT_EQ(to_datapath(r).unit, SLUICE_UNIT_BYTES);
+}
