@@ -1,0 +1,26 @@
+// Running commands from tests, and doing work inside a network namespace.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace sluice::test {
+
+struct CommandResult {
+	int exit_code = -1; ///< -1 if killed by a signal
+	std::string out;
+	std::string err;
+};
+
+/// Runs argv (PATH lookup) and captures its output; the environment is inherited.
+CommandResult run_command(const std::vector<std::string> &argv);
+
+/// Runs a shell command line; throws if it fails. For test topology setup.
+void shell(const std::string &cmdline);
+
+/// Runs fn in a child process that has joined network namespace `ns`
+/// (/run/netns/NAME) and returns the child's exit code. fn returns the exit code.
+int in_netns(const std::string &ns, const std::function<int()> &fn);
+
+} // namespace sluice::test

@@ -1,0 +1,434 @@
+// End to end: two network namespaces joined by veth, the sluice binary driven
+// as an operator would (each call a process that exits), real UDP traffic from
+// several IPv4 and IPv6 sources, and what `sluice stats --json` reports
+// compared with what was sent and what arrived.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "process.h"
+
+using nlohmann::json;
+using namespace sluice::test;
+
+namespace {
+
+const std::string SRC_NS = "sle2e-src", DST_NS = "sle2e-dst";
+const std::string SRC_IF = "sle2e-s", DST_IF = "sle2e-d";
+const std::string DST_V4 = "10.200.0.1", DST_V6 = "fd00:200::1";
+const std::vector<std::string> V4_SOURCES = {"10.200.0.11", "10.200.0.12", "10.200.0.13", "10.200.0.14"};
+const std::vector<std::string> V6_SOURCES = {"fd00:200::11", "fd00:200::12", "fd00:200::13", "fd00:200::14"};
+constexpr uint16_t PORT = 9000;
+constexpr size_t PAYLOAD = 64;
+
+std::string pin_dir() { return "/sys/fs/bpf/sluice-e2e-" + std::to_string(getpid()); }
+
+CommandResult cli(std::vector<std::string> args)
+{
+	args.insert(args.begin(), SLUICE_BIN);
+	return run_command(args);
+}
+
+/// The CLI inside the receiving namespace: interfaces resolve there, while
+/// nsenter --net keeps the mount namespace, so bpffs pins stay shared.
+CommandResult cli_dst(std::vector<std::string> args)
+{
+	args.insert(args.begin(), {"nsenter", "--net=/run/netns/" + DST_NS, SLUICE_BIN});
+	return run_command(args);
+}
+
+json cli_json(std::vector<std::string> args)
+{
+	CommandResult r = cli(args);
+	EXPECT_EQ(r.exit_code, 0) << r.err;
+	return json::parse(r.out);
+}
+
+void remove_topology()
+{
+	run_command({"ip", "netns", "del", SRC_NS});
+	run_command({"ip", "netns", "del", DST_NS});
+}
+
+/// Sends `count` UDP datagrams from `src` inside the source namespace; returns
+/// how many the socket accepted.
+int send_udp(const std::string &src, int count)
+{
+	bool v6 = src.find(':') != std::string::npos;
+	return in_netns(SRC_NS, [&]() {
+		int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_DGRAM, 0);
+		sockaddr_storage from{}, to{};
+		socklen_t len;
+		if (v6) {
+			auto *f = reinterpret_cast<sockaddr_in6 *>(&from), *t = reinterpret_cast<sockaddr_in6 *>(&to);
+			f->sin6_family = t->sin6_family = AF_INET6;
+			inet_pton(AF_INET6, src.c_str(), &f->sin6_addr);
+			inet_pton(AF_INET6, DST_V6.c_str(), &t->sin6_addr);
+			t->sin6_port = htons(PORT);
+			len = sizeof(sockaddr_in6);
+		} else {
+			auto *f = reinterpret_cast<sockaddr_in *>(&from), *t = reinterpret_cast<sockaddr_in *>(&to);
+			f->sin_family = t->sin_family = AF_INET;
+			inet_pton(AF_INET, src.c_str(), &f->sin_addr);
+			inet_pton(AF_INET, DST_V4.c_str(), &t->sin_addr);
+			t->sin_port = htons(PORT);
+			len = sizeof(sockaddr_in);
+		}
+		if (fd < 0 || bind(fd, reinterpret_cast<sockaddr *>(&from), len))
+			return 255;
+		char payload[PAYLOAD] = {};
+		int sent = 0;
+		for (int i = 0; i < count; i++)
+			sent += sendto(fd, payload, sizeof(payload), 0, reinterpret_cast<sockaddr *>(&to), len) ==
+				static_cast<ssize_t>(sizeof(payload));
+		return sent;
+	});
+}
+
+/// Counts datagrams per source address arriving in the destination namespace,
+/// from start() until the line has been quiet for half a second.
+class UdpCounter {
+public:
+	void start()
+	{
+		int ready[2];
+		ASSERT_EQ(pipe(ready), 0);
+		ASSERT_EQ(pipe(result_), 0);
+		pid_ = fork();
+		if (pid_ == 0) {
+			close(ready[0]);
+			close(result_[0]);
+			_exit(in_netns_body(ready[1]));
+		}
+		close(ready[1]);
+		close(result_[1]);
+		char c;
+		ASSERT_EQ(read(ready[0], &c, 1), 1) << "receiver did not start";
+		close(ready[0]);
+	}
+
+	std::map<std::string, int> finish()
+	{
+		std::string text;
+		char buf[4096];
+		ssize_t n;
+		while ((n = read(result_[0], buf, sizeof(buf))) > 0)
+			text.append(buf, n);
+		close(result_[0]);
+		waitpid(pid_, nullptr, 0);
+		std::map<std::string, int> counts;
+		std::istringstream in(text);
+		std::string addr;
+		int count;
+		while (in >> addr >> count)
+			counts[addr] = count;
+		return counts;
+	}
+
+private:
+	int in_netns_body(int ready_fd)
+	{
+		int nsfd = open(("/run/netns/" + DST_NS).c_str(), O_RDONLY);
+		if (nsfd < 0 || setns(nsfd, CLONE_NEWNET))
+			return 1;
+		int fd = socket(AF_INET6, SOCK_DGRAM, 0);
+		int off = 0, big = 4 << 20;
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off));
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
+		timeval quiet{0, 500000};
+		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &quiet, sizeof(quiet));
+		sockaddr_in6 any{};
+		any.sin6_family = AF_INET6;
+		any.sin6_port = htons(PORT);
+		if (bind(fd, reinterpret_cast<sockaddr *>(&any), sizeof(any)))
+			return 1;
+		if (write(ready_fd, "r", 1) != 1)
+			return 1;
+		std::map<std::string, int> counts;
+		char buf[2048];
+		for (;;) {
+			sockaddr_in6 from{};
+			socklen_t len = sizeof(from);
+			if (recvfrom(fd, buf, sizeof(buf), 0, reinterpret_cast<sockaddr *>(&from), &len) < 0)
+				break;
+			char text[INET6_ADDRSTRLEN];
+			inet_ntop(AF_INET6, &from.sin6_addr, text, sizeof(text));
+			std::string s = text;
+			if (s.rfind("::ffff:", 0) == 0)
+				s = s.substr(7);
+			counts[s]++;
+		}
+		std::string out;
+		for (const auto &[a, c] : counts)
+			out += a + " " + std::to_string(c) + "\n";
+		return write(result_[1], out.data(), out.size()) == static_cast<ssize_t>(out.size()) ? 0 : 1;
+	}
+
+	pid_t pid_ = -1;
+	int result_[2] = {-1, -1};
+};
+
+class EndToEnd : public ::testing::Test {
+protected:
+	void SetUp() override
+	{
+		ASSERT_EQ(geteuid(), 0u) << "end-to-end tests create namespaces and attach XDP: run as root";
+		setenv("SLUICE_PIN_DIR", pin_dir().c_str(), 1);
+		remove_topology(); // leftovers of an interrupted run
+		shell("ip netns add " + SRC_NS);
+		shell("ip netns add " + DST_NS);
+		shell("ip link add " + SRC_IF + " netns " + SRC_NS + " address 02:00:00:00:00:01 type veth peer name " +
+		      DST_IF + " netns " + DST_NS + " address 02:00:00:00:00:02");
+		for (const auto &ns : {SRC_NS, DST_NS})
+			shell("ip -n " + ns + " link set lo up");
+		shell("ip -n " + DST_NS + " addr add " + DST_V4 + "/24 dev " + DST_IF);
+		shell("ip -n " + DST_NS + " addr add " + DST_V6 + "/64 dev " + DST_IF + " nodad");
+		for (const auto &a : V4_SOURCES)
+			shell("ip -n " + SRC_NS + " addr add " + a + "/24 dev " + SRC_IF);
+		for (const auto &a : V6_SOURCES)
+			shell("ip -n " + SRC_NS + " addr add " + a + "/64 dev " + SRC_IF + " nodad");
+		shell("ip -n " + SRC_NS + " link set " + SRC_IF + " up");
+		shell("ip -n " + DST_NS + " link set " + DST_IF + " up");
+		// Static neighbours: no ARP/ND race with the first datagrams.
+		shell("ip -n " + SRC_NS + " neigh replace " + DST_V4 + " lladdr 02:00:00:00:00:02 dev " + SRC_IF +
+		      " nud permanent");
+		shell("ip -n " + SRC_NS + " neigh replace " + DST_V6 + " lladdr 02:00:00:00:00:02 dev " + SRC_IF +
+		      " nud permanent");
+	}
+
+	void TearDown() override
+	{
+		cli({"detach", "--all"});
+		rmdir(pin_dir().c_str());
+		remove_topology();
+	}
+
+	void attach(const std::string &mode = "native")
+	{
+		CommandResult r = cli_dst({"attach", DST_IF, "--mode", mode, "--max-sources", "65536"});
+		ASSERT_EQ(r.exit_code, 0) << r.err;
+	}
+
+	static void expect_ok(const CommandResult &r) { EXPECT_EQ(r.exit_code, 0) << r.err; }
+};
+
+size_t l3_bytes(const std::string &src)
+{
+	return PAYLOAD + 8 + (src.find(':') != std::string::npos ? 40 : 20);
+}
+
+} // namespace
+
+TEST_F(EndToEnd, PerSourceCountersMatchTheTrafficAndEnforcementOutlivesTheController)
+{
+	attach();
+	expect_ok(cli({"rule", "add", "10.200.0.0/24", "--rate", "1/min", "--burst", "5", "--proto", "udp",
+			  "--name", "v4"}));
+	expect_ok(cli({"rule", "add", "fd00:200::/64", "--rate", "1/min", "--burst", "7", "--proto", "udp",
+			  "--name", "v6"}));
+	// Every sluice process has exited by now: what follows is the kernel alone.
+	ASSERT_NE(run_command({"pgrep", "-x", "sluice"}).exit_code, 0) << "no controller process is running";
+
+	const int per_source = 30;
+	UdpCounter counter;
+	counter.start();
+	std::map<std::string, int> sent;
+	for (const auto &src : V4_SOURCES)
+		sent[src] = send_udp(src, per_source);
+	for (const auto &src : V6_SOURCES)
+		sent[src] = send_udp(src, per_source);
+	std::map<std::string, int> received = counter.finish();
+
+	json stats = cli_json({"stats", "--json"});
+	std::map<std::string, json> by_source;
+	for (const auto &s : stats["sources"])
+		by_source[s["source"].get<std::string>()] = s;
+
+	uint64_t total_passed = 0;
+	for (const auto &[src, n] : sent) {
+		SCOPED_TRACE(src);
+		ASSERT_EQ(n, per_source) << "the sender could not send everything";
+		ASSERT_TRUE(by_source.count(src)) << "no stats for " << src;
+		const json &s = by_source[src];
+		uint64_t burst = src.find(':') != std::string::npos ? 7 : 5;
+		EXPECT_EQ(s["rule"], src.find(':') != std::string::npos ? "v6" : "v4");
+		EXPECT_EQ(s["passed_packets"].get<uint64_t>(), burst);
+		EXPECT_EQ(s["dropped_packets"].get<uint64_t>(), per_source - burst);
+		EXPECT_EQ(s["passed_bytes"].get<uint64_t>(), burst * l3_bytes(src));
+		EXPECT_EQ(s["dropped_bytes"].get<uint64_t>(), (per_source - burst) * l3_bytes(src));
+		EXPECT_EQ(received[src], static_cast<int>(burst)) << "what arrived is what sluice passed";
+		total_passed += burst;
+	}
+	EXPECT_EQ(stats["global"]["pass_limit"]["packets"].get<uint64_t>(), total_passed);
+	EXPECT_EQ(stats["global"]["drop_rate"]["packets"].get<uint64_t>(), sent.size() * per_source - total_passed);
+	EXPECT_EQ(stats["tracked_sources"].get<uint64_t>(), sent.size());
+
+	// The top-N view is sorted by drops and cut to N.
+	json top = cli_json({"stats", "--top", "3", "--json"});
+	ASSERT_EQ(top["sources"].size(), 3u);
+	EXPECT_EQ(top["sources"][0]["dropped_packets"].get<uint64_t>(), per_source - 5u);
+}
+
+TEST_F(EndToEnd, RuleChangesApplyAtOnceWithoutDetaching)
+{
+	attach();
+	json before = json::parse(cli_dst({"status", "--json"}).out);
+	const std::string victim = V4_SOURCES[0], bystander = V4_SOURCES[1];
+
+	expect_ok(cli({"rule", "add", victim, "--deny", "--name", "block"}));
+	UdpCounter c1;
+	c1.start();
+	send_udp(victim, 10);
+	send_udp(bystander, 10);
+	auto got = c1.finish();
+	EXPECT_EQ(got[victim], 0) << "denied at once";
+	EXPECT_EQ(got[bystander], 10) << "no rule, untouched";
+
+	expect_ok(cli({"rule", "del", "block"}));
+	UdpCounter c2;
+	c2.start();
+	send_udp(victim, 10);
+	got = c2.finish();
+	EXPECT_EQ(got[victim], 10) << "passes again once the rule is gone";
+
+	json after = json::parse(cli_dst({"status", "--json"}).out);
+	ASSERT_EQ(after["links"].size(), 1u);
+	EXPECT_EQ(after["links"][0]["link_id"], before["links"][0]["link_id"]) << "never detached";
+	json stats = cli_json({"stats", "--json"});
+	EXPECT_EQ(stats["global"]["drop_deny"]["packets"].get<uint64_t>(), 10u);
+}
+
+TEST_F(EndToEnd, BadInputPrintsOneLineExitsNonZeroAndChangesNothing)
+{
+	// Before anything is attached.
+	for (const auto &args : std::vector<std::vector<std::string>>{
+		     {"rule", "add", "10.0.0.0/8", "--rate", "10/s"}, {"stats"}, {"rule", "list"},
+		     {"detach", DST_IF}}) {
+		CommandResult r = cli(args);
+		EXPECT_NE(r.exit_code, 0) << args[0];
+		EXPECT_NE(r.err.find("not attached to any interface; run `sluice attach IFACE`"), std::string::npos)
+			<< r.err;
+	}
+
+	attach();
+	expect_ok(cli({"rule", "add", "10.0.0.0/8", "--rate", "100/s", "--name", "base"}));
+	std::string rules = cli({"rule", "list", "--json"}).out;
+	std::string status = cli_dst({"status", "--json"}).out;
+
+	const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+		{{"rule", "add", "10.0.0.0/33", "--rate", "10/s"}, "out of range"},
+		{{"rule", "add", "2001:db8::/129", "--rate", "10/s"}, "out of range"},
+		{{"rule", "add", "10.0.0.300/24", "--rate", "10/s"}, "invalid address"},
+		{{"rule", "add", "10.1.0.0/16", "--rate", "0/s"}, "greater than zero"},
+		{{"rule", "add", "10.1.0.0/16", "--rate", "99999999999999999999/s"}, "too large"},
+		{{"rule", "add", "10.1.0.0/16", "--rate", "5000000000/s"}, "too fast"},
+		{{"rule", "add", "10.1.0.0/16", "--rate", "1/day", "--burst", "100000"}, "too large"},
+		{{"rule", "add", "10.1.0.0/16", "--rate", "10/s", "--dport", "80"}, "--proto tcp"},
+		{{"rule", "add", "10.1.0.0/16", "--rate", "10/s", "--proto", "sctp"}, "unknown protocol"},
+		{{"rule", "add", "10.1.0.0/16"}, "needs one of --rate"},
+		{{"rule", "add", "10.1.0.0/16", "--rate", "10/s", "--allow"}, "excludes"},
+		{{"rule", "add", "10.1.0.0/16", "--rate", "10/s", "--name", "base"}, "exists already"},
+		{{"rule", "add", "10.0.0.0/8", "--rate", "10/s"}, "same traffic"},
+		{{"rule", "del", "nosuch"}, "no rule named"},
+		{{"stats", "--rule", "nosuch"}, "no rule named"},
+		{{"attach", "nosuchif0"}, "cannot attach to nosuchif0: no such interface"},
+		{{"detach", "nosuchif0"}, "no such interface"},
+		{{"attach", "lo", "--mode", "turbo"}, "unknown XDP mode"},
+		{{"bogus"}, ""},
+	};
+	for (const auto &[args, message] : bad) {
+		std::string cmd;
+		for (const auto &a : args)
+			cmd += a + " ";
+		CommandResult r = cli(args);
+		EXPECT_NE(r.exit_code, 0) << cmd;
+		EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << cmd << ": " << r.err;
+		EXPECT_NE(r.err.find(message), std::string::npos) << cmd << ": " << r.err;
+		EXPECT_EQ(r.out, "") << cmd;
+		EXPECT_EQ(cli({"rule", "list", "--json"}).out, rules) << cmd << " changed the rules";
+	}
+	EXPECT_EQ(cli_dst({"status", "--json"}).out, status) << "attachments unchanged";
+	CommandResult twice = cli_dst({"attach", DST_IF});
+	EXPECT_NE(twice.exit_code, 0);
+	EXPECT_NE(twice.err.find("already attached"), std::string::npos) << twice.err;
+}
+
+TEST_F(EndToEnd, TheXdpModeIsExplicitAndReported)
+{
+	attach("generic");
+	json s = json::parse(cli_dst({"status", "--json"}).out);
+	ASSERT_EQ(s["links"].size(), 1u);
+	EXPECT_EQ(s["links"][0]["mode"], "generic");
+	EXPECT_EQ(s["links"][0]["interface"], DST_IF);
+	expect_ok(cli_dst({"detach", DST_IF}));
+	EXPECT_FALSE(json::parse(cli({"status", "--json"}).out)["loaded"].get<bool>())
+		<< "the last detach unloads";
+
+	attach("native");
+	s = json::parse(cli_dst({"status", "--json"}).out);
+	EXPECT_EQ(s["links"][0]["mode"], "native");
+	std::string human = cli_dst({"status"}).out;
+	EXPECT_NE(human.find(DST_IF + " (ifindex"), std::string::npos) << human;
+	EXPECT_NE(human.find("native mode"), std::string::npos) << human;
+}
+
+TEST_F(EndToEnd, ConcurrentOperatorsDoNotInterleave)
+{
+	attach();
+	const int n = 16;
+	std::vector<pid_t> pids;
+	for (int i = 0; i < n; i++) {
+		pid_t pid = fork();
+		if (pid == 0) {
+			std::string cidr = "10." + std::to_string(i) + ".0.0/16";
+			CommandResult r = cli({"rule", "add", cidr, "--rate", "10/s"});
+			_exit(r.exit_code);
+		}
+		pids.push_back(pid);
+	}
+	for (pid_t pid : pids) {
+		int status = 0;
+		waitpid(pid, &status, 0);
+		EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+	json rules = cli_json({"rule", "list", "--json"});
+	ASSERT_EQ(rules.size(), static_cast<size_t>(n));
+	std::set<uint64_t> ids;
+	std::set<std::string> cidrs;
+	for (const auto &r : rules) {
+		ids.insert(r["id"].get<uint64_t>());
+		cidrs.insert(r["cidr"].get<std::string>());
+	}
+	EXPECT_EQ(ids.size(), static_cast<size_t>(n)) << "every rule got its own id";
+	EXPECT_EQ(cidrs.size(), static_cast<size_t>(n)) << "no rule overwrote another";
+}
+
+TEST_F(EndToEnd, DetachingTheLastInterfaceRemovesAllStateAndTrafficFlows)
+{
+	attach();
+	expect_ok(cli({"rule", "add", "10.200.0.0/24", "--deny"}));
+	UdpCounter c1;
+	c1.start();
+	send_udp(V4_SOURCES[0], 5);
+	EXPECT_EQ(c1.finish()[V4_SOURCES[0]], 0);
+
+	expect_ok(cli_dst({"detach", DST_IF}));
+	CommandResult ls = run_command({"ls", "-A", pin_dir()});
+	EXPECT_EQ(ls.out, "") << "pins left behind: " << ls.out;
+	UdpCounter c2;
+	c2.start();
+	send_udp(V4_SOURCES[0], 5);
+	EXPECT_EQ(c2.finish()[V4_SOURCES[0]], 5);
+}
