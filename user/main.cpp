@@ -75,14 +75,14 @@ void cmd_status(const Instance &inst, bool json)
 	auto lock = inst.lock(false);
 	Status s = inst.status();
 	if (json) {
-		nlohmann::json links = nlohmann::json::array();
+		nlohmann::ordered_json links = nlohmann::ordered_json::array();
 		for (const auto &l : s.links)
 			links.push_back({{"interface", l.ifname},
 					 {"ifindex", l.ifindex},
 					 {"netns", l.netns},
 					 {"mode", mode_name(l.mode)},
 					 {"link_id", l.link_id}});
-		nlohmann::json j = {{"loaded", s.loaded}, {"pin_dir", inst.pin_dir()}, {"links", links}};
+		nlohmann::ordered_json j = {{"loaded", s.loaded}, {"pin_dir", inst.pin_dir()}, {"links", links}};
 		if (s.loaded) {
 			j["prog_id"] = s.prog_id;
 			j["max_sources"] = s.max_sources;
@@ -131,7 +131,7 @@ void cmd_rule_list(const Instance &inst, bool json)
 	MapSet maps = inst.maps();
 	auto rules = RuleTable(maps).list();
 	if (json) {
-		nlohmann::json j = nlohmann::json::array();
+		nlohmann::ordered_json j = nlohmann::ordered_json::array();
 		for (const auto &r : rules)
 			j.push_back(rule_json(r));
 		std::cout << j.dump(2) << "\n";

@@ -83,10 +83,10 @@ Stats collect_stats(const MapSet &maps, const StatsQuery &query)
 	return s;
 }
 
-nlohmann::json rule_json(const InstalledRule &r)
+nlohmann::ordered_json rule_json(const InstalledRule &r)
 {
 	const RuleSpec &s = r.spec;
-	nlohmann::json j = {
+	nlohmann::ordered_json j = {
 		{"id", r.id},
 		{"name", s.name},
 		{"cidr", format_cidr(s.cidr)},
@@ -103,9 +103,9 @@ nlohmann::json rule_json(const InstalledRule &r)
 	return j;
 }
 
-nlohmann::json stats_json(const Stats &s)
+nlohmann::ordered_json stats_json(const Stats &s)
 {
-	nlohmann::json sources = nlohmann::json::array();
+	nlohmann::ordered_json sources = nlohmann::ordered_json::array();
 	for (const auto &src : s.sources)
 		sources.push_back({{"source", src.source},
 				   {"rule", src.rule},
@@ -114,9 +114,9 @@ nlohmann::json stats_json(const Stats &s)
 				   {"passed_bytes", src.passed_bytes},
 				   {"dropped_packets", src.dropped_packets},
 				   {"dropped_bytes", src.dropped_bytes}});
-	nlohmann::json rules = nlohmann::json::array();
+	nlohmann::ordered_json rules = nlohmann::ordered_json::array();
 	for (const auto &rs : s.rules) {
-		nlohmann::json j = rule_json(rs.rule);
+		nlohmann::ordered_json j = rule_json(rs.rule);
 		j["sources"] = rs.sources;
 		j["passed_packets"] = rs.counters.passed_packets;
 		j["passed_bytes"] = rs.counters.passed_bytes;
@@ -126,7 +126,7 @@ nlohmann::json stats_json(const Stats &s)
 		j["failopen_contention"] = rs.counters.failopen_contention;
 		rules.push_back(j);
 	}
-	nlohmann::json global = nlohmann::json::object();
+	nlohmann::ordered_json global = nlohmann::ordered_json::object();
 	for (int i = 0; i < SLUICE_CNT_MAX; i++)
 		global[counter_name(i)] = {{"packets", s.global[i].packets}, {"bytes", s.global[i].bytes}};
 	return {{"sources", sources}, {"tracked_sources", s.tracked_sources}, {"rules", rules},

@@ -45,7 +45,8 @@ Stats collect_stats(const MapSet &maps, const StatsQuery &query);
 /// Name of a global counter ("drop_rate", "failopen_table"...).
 const char *counter_name(int index);
 
-nlohmann::json rule_json(const InstalledRule &r);
-nlohmann::json stats_json(const Stats &s);
+/// JSON with keys in a reading order (sources first), not sorted.
+nlohmann::ordered_json rule_json(const InstalledRule &r);
+nlohmann::ordered_json stats_json(const Stats &s);
 
 } // namespace sluice

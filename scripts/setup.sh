@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages Sluice needs to build, test and run the demo,
+# then configures and builds it in build/. Run as root; safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  build-essential cmake pkg-config       # C++20 toolchain
+  clang llvm                             # BPF target
+  libbpf-dev bpftool libelf-dev zlib1g-dev
+  libcli11-dev nlohmann-json3-dev libgtest-dev
+  iproute2 util-linux procps             # ip netns/veth, nsenter, pgrep (tests, demo)
+)
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "scripts/setup.sh: run as root (installs packages; BPF needs CAP_BPF and CAP_NET_ADMIN)" >&2
+  exit 1
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "== installing: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# bpffs is where sluice pins its state; sluice mounts it too, but tests expect it.
+if ! mount | grep -q ' /sys/fs/bpf type bpf'; then
+  mount -t bpf bpf /sys/fs/bpf
+fi
+
+echo "== building"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$(nproc)" >/dev/null
+echo "== built build/sluice"

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs every test: unit, BPF (the real
+# program through BPF_PROG_TEST_RUN) and end-to-end (namespaces, veth, real
+# traffic). Fails, never skips, if the kernel tests cannot run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+
+# Every layer must be present: a build that lost the kernel tests must not pass.
+listed=$(ctest --test-dir build -N)
+for layer in unit bpf e2e; do
+  n=$(grep -c "Test *#[0-9]*: ${layer}\." <<<"$listed" || true)
+  if [ "$n" -eq 0 ]; then
+    echo "scripts/test.sh: no ${layer} tests were found; refusing to pass" >&2
+    exit 1
+  fi
+  echo "== ${layer}: ${n} tests"
+done
+
+ctest --test-dir build --output-on-failure
