@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 SRC=sluice-demo-src DST=sluice-demo-dst
 SLUICE="$PWD/build/sluice"
-TRAFFIC="$PWD/build/sluice-traffic"
+TRAFFIC="$PWD/build/tests/sluice-traffic"
 # A pin directory of its own, so the demo never touches a real deployment.
 export SLUICE_PIN_DIR=/sys/fs/bpf/sluice-demo
 

@@ -111,17 +111,12 @@ void cmd_status(const Instance &inst, bool json)
 		std::cout << "  " << mode_name(l.mode) << " mode, link id " << l.link_id << "\n";
 	}
 	Stats st = collect_stats(maps, {});
-	uint64_t passed = 0, dropped = 0, failopen = 0;
-	for (int i = 0; i < SLUICE_CNT_VERDICT_END; i++) {
-		std::string n = counter_name(i);
-		(n.rfind("pass", 0) == 0 ? passed : n.rfind("drop", 0) == 0 ? dropped : failopen) +=
-			st.global[i].packets;
-	}
+	VerdictTotals t = verdict_totals(st);
 	std::cout << "rules: " << st.rules.size() << " of " << s.max_rules << "\n";
 	std::cout << "sources: " << st.tracked_sources << " tracked, table of " << s.max_sources
 		  << " per address family\n";
 	std::cout << "map memory: " << human_bytes(s.map_memory_bytes) << "\n";
-	std::cout << "packets: " << passed << " passed, " << dropped << " dropped, " << failopen
+	std::cout << "packets: " << t.passed << " passed, " << t.dropped << " dropped, " << t.failopen
 		  << " passed by fail-open\n";
 }
 
@@ -166,7 +161,7 @@ void cmd_stats(const Instance &inst, const StatsQuery &q, bool json)
 
 	rows.clear();
 	for (const auto &rs : s.rules) {
-		if (!q.rule.empty() && rs.rule.spec.name != q.rule && std::to_string(rs.rule.id) != q.rule)
+		if (!q.rule.empty() && !rule_is(rs.rule, q.rule))
 			continue;
 		const auto &c = rs.counters;
 		rows.push_back({rs.rule.spec.name, std::string(action_name(rs.rule.spec.action)),

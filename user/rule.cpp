@@ -118,6 +118,11 @@ bool same_selector(const RuleSpec &a, const RuleSpec &b)
 	return a.cidr == b.cidr && a.proto == b.proto && a.dport == b.dport;
 }
 
+bool rule_is(const InstalledRule &r, std::string_view key)
+{
+	return r.spec.name == key || std::to_string(r.id) == key;
+}
+
 struct sluice_rule to_datapath(const InstalledRule &r)
 {
 	struct sluice_rule dp = {};

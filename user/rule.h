@@ -65,6 +65,9 @@ void validate_rule(RuleSpec &spec);
 /// and ports): the second one could never match.
 bool same_selector(const RuleSpec &a, const RuleSpec &b);
 
+/// True if `key` names the rule: its name, or its id in decimal.
+bool rule_is(const InstalledRule &r, std::string_view key);
+
 struct sluice_rule to_datapath(const InstalledRule &r);
 struct sluice_rule_info to_info(const RuleSpec &spec);
 /// Rebuilds the operator's view from the maps.

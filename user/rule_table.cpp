@@ -1,7 +1,6 @@
 #include "rule_table.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cstring>
 #include <ctime>
 
@@ -36,11 +35,8 @@ std::vector<InstalledRule> RuleTable::list() const
 
 InstalledRule RuleTable::find(std::string_view key) const
 {
-	uint32_t id = 0;
-	auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
-	bool numeric = ec == std::errc() && end == key.data() + key.size();
 	for (const auto &r : list()) {
-		if ((numeric && r.id == id) || r.spec.name == key)
+		if (rule_is(r, key))
 			return r;
 	}
 	throw Error("no rule named '" + std::string(key) + "' (see `sluice rule list`)");

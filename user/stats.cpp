@@ -30,8 +30,7 @@ void collect_family(int fd, int family, const std::unordered_map<uint32_t, RuleS
 			RuleStats &rs = *it->second;
 			rs.sources++;
 			tracked++;
-			if (!query.rule.empty() && rs.rule.spec.name != query.rule &&
-			    std::to_string(rs.rule.id) != query.rule)
+			if (!query.rule.empty() && !rule_is(rs.rule, query.rule))
 				return;
 			Cidr c{family, {}, rs.rule.spec.bucket_prefix()};
 			std::memcpy(c.addr.data(), k.addr, sizeof(k.addr));
@@ -43,6 +42,18 @@ void collect_family(int fd, int family, const std::unordered_map<uint32_t, RuleS
 } // namespace
 
 const char *counter_name(int index) { return COUNTER_NAMES[index]; }
+
+VerdictTotals verdict_totals(const Stats &s)
+{
+	VerdictTotals t;
+	for (int i = SLUICE_CNT_PASS_NOT_IP; i <= SLUICE_CNT_PASS_LIMIT; i++)
+		t.passed += s.global[i].packets;
+	for (int i = SLUICE_CNT_DROP_RATE; i <= SLUICE_CNT_DROP_DENY; i++)
+		t.dropped += s.global[i].packets;
+	for (int i = SLUICE_CNT_FAILOPEN_PARSE; i <= SLUICE_CNT_FAILOPEN_CONTENTION; i++)
+		t.failopen += s.global[i].packets;
+	return t;
+}
 
 Stats collect_stats(const MapSet &maps, const StatsQuery &query)
 {

@@ -42,6 +42,12 @@ struct StatsQuery {
 
 Stats collect_stats(const MapSet &maps, const StatsQuery &query);
 
+/// Packets per kind of verdict, from the global counters.
+struct VerdictTotals {
+	uint64_t passed = 0, dropped = 0, failopen = 0;
+};
+VerdictTotals verdict_totals(const Stats &s);
+
 /// Name of a global counter ("drop_rate", "failopen_table"...).
 const char *counter_name(int index);
 

@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "process.h"
+#include "sockaddr.h"
 
 using nlohmann::json;
 using namespace sluice::test;
@@ -68,24 +69,11 @@ int send_udp(const std::string &src, int count)
 {
 	bool v6 = src.find(':') != std::string::npos;
 	return in_netns(SRC_NS, [&]() {
-		int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_DGRAM, 0);
 		sockaddr_storage from{}, to{};
-		socklen_t len;
-		if (v6) {
-			auto *f = reinterpret_cast<sockaddr_in6 *>(&from), *t = reinterpret_cast<sockaddr_in6 *>(&to);
-			f->sin6_family = t->sin6_family = AF_INET6;
-			inet_pton(AF_INET6, src.c_str(), &f->sin6_addr);
-			inet_pton(AF_INET6, DST_V6.c_str(), &t->sin6_addr);
-			t->sin6_port = htons(PORT);
-			len = sizeof(sockaddr_in6);
-		} else {
-			auto *f = reinterpret_cast<sockaddr_in *>(&from), *t = reinterpret_cast<sockaddr_in *>(&to);
-			f->sin_family = t->sin_family = AF_INET;
-			inet_pton(AF_INET, src.c_str(), &f->sin_addr);
-			inet_pton(AF_INET, DST_V4.c_str(), &t->sin_addr);
-			t->sin_port = htons(PORT);
-			len = sizeof(sockaddr_in);
-		}
+		socklen_t len = 0;
+		make_sockaddr(src, 0, from, len);
+		make_sockaddr(v6 ? DST_V6 : DST_V4, PORT, to, len);
+		int fd = socket(from.ss_family, SOCK_DGRAM, 0);
 		if (fd < 0 || bind(fd, reinterpret_cast<sockaddr *>(&from), len))
 			return 255;
 		char payload[PAYLOAD] = {};

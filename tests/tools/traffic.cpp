@@ -14,29 +14,8 @@
 #include <thread>
 #include <vector>
 
-namespace {
+#include "sockaddr.h"
 
-bool make_addr(const std::string &text, uint16_t port, sockaddr_storage &out, socklen_t &len)
-{
-	std::memset(&out, 0, sizeof(out));
-	auto *v4 = reinterpret_cast<sockaddr_in *>(&out);
-	auto *v6 = reinterpret_cast<sockaddr_in6 *>(&out);
-	if (inet_pton(AF_INET, text.c_str(), &v4->sin_addr) == 1) {
-		v4->sin_family = AF_INET;
-		v4->sin_port = htons(port);
-		len = sizeof(*v4);
-		return true;
-	}
-	if (inet_pton(AF_INET6, text.c_str(), &v6->sin6_addr) == 1) {
-		v6->sin6_family = AF_INET6;
-		v6->sin6_port = htons(port);
-		len = sizeof(*v6);
-		return true;
-	}
-	return false;
-}
-
-} // namespace
 
 int main(int argc, char **argv)
 {
@@ -55,7 +34,8 @@ int main(int argc, char **argv)
 
 	sockaddr_storage src{}, dst{};
 	socklen_t src_len = 0, dst_len = 0;
-	if (!make_addr(from, 0, src, src_len) || !make_addr(to, port, dst, dst_len) || src.ss_family != dst.ss_family) {
+	if (!sluice::test::make_sockaddr(from, 0, src, src_len) ||
+	    !sluice::test::make_sockaddr(to, port, dst, dst_len) || src.ss_family != dst.ss_family) {
 		std::cerr << "sluice-traffic: FROM and TO must be addresses of one family\n";
 		return 1;
 	}
