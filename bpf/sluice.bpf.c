@@ -5,7 +5,7 @@
  * For each frame: parse (parse.h), find the rules covering the source address
  * with one LPM lookup (the controller compiles each prefix's candidate list,
  * most specific first), take the first rule whose protocol and port match,
- * then allow, deny, or charge the source's bucket (sluice_gcra.h).
+ * then allow, deny, or charge the source's bucket (sluice_algos.h).
  *
  * Fail-open: whenever the program cannot decide, the frame passes and a global
  * counter says why.
@@ -14,7 +14,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "sluice_abi.h"
-#include "sluice_gcra.h"
+#include "sluice_algos.h"
 #include "parse.h"
 
 #define EEXIST 17
@@ -72,6 +72,28 @@ struct {
 } SLUICE_MAP_SOURCES_V6 SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, SLUICE_DEFAULT_MAX_LOG_SOURCES);
+	__type(key, struct sluice_src_v4);
+	__type(value, struct sluice_log_state);
+} SLUICE_MAP_LOGS_V4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, SLUICE_DEFAULT_MAX_LOG_SOURCES);
+	__type(key, struct sluice_src_v6);
+	__type(value, struct sluice_log_state);
+} SLUICE_MAP_LOGS_V6 SEC(".maps");
+
+/* An all-zero log bucket to insert from: the struct is larger than the stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sluice_log_state);
+} sluice_zero_log SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, SLUICE_CNT_MAX);
 	__type(key, __u32);
@@ -101,10 +123,29 @@ static __always_inline struct sluice_rule_counters *rule_counters(__u32 slot)
 	return bpf_map_lookup_elem(&SLUICE_MAP_RULE_COUNTERS, &slot);
 }
 
-static __always_inline __u64 now_ticks(void)
+#ifdef SLUICE_TEST_CLOCK
+/* Test builds only: the clock is a per-CPU map the test sets before each
+ * packet, so that an arrival trace replays deterministically. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} sluice_clock SEC(".maps");
+
+static __always_inline __u64 now_ns(void)
 {
-	return sluice_ns_to_ticks(bpf_ktime_get_ns());
+	__u32 zero = 0;
+	__u64 *t = bpf_map_lookup_elem(&sluice_clock, &zero);
+
+	return t ? *t : 0;
 }
+#else
+static __always_inline __u64 now_ns(void)
+{
+	return bpf_ktime_get_ns();
+}
+#endif
 
 /* A selector the packet cannot show (unknown protocol or ports) matches. */
 static __always_inline int rule_matches(const struct sluice_rule *r, const struct packet_info *pkt)
@@ -178,46 +219,135 @@ static __always_inline void mask_addr(__u8 *addr, __u32 words, __u32 bits)
 	}
 }
 
+/*
+ * BUCKET_CONTENDED: the bucket could not be updated because other CPUs kept
+ * winning it (SLUICE_CAS_RETRIES lost compare-and-swaps, or the lock busy for
+ * SLUICE_LOCK_RETRIES reads). That is a flood of one source from many CPUs at
+ * once, so the packet is dropped: passing it would let such a flood around
+ * the limit. It cannot black-hole anyone: every holder releases the lock
+ * before its program returns.
+ */
 enum bucket_result {
 	BUCKET_PASS,
 	BUCKET_DROP,
+	BUCKET_CONTENDED,
 	BUCKET_FAIL_TABLE,
-	BUCKET_FAIL_CONTENTION,
 };
+
+/* The lock of the multi-word states: test-and-test-and-set, bounded. */
+static __always_inline int bucket_trylock(__u32 *lock)
+{
+	int i;
+
+	for (i = 0; i < SLUICE_LOCK_RETRIES; i++) {
+		if (*(volatile __u32 *)lock == 0 && __sync_val_compare_and_swap(lock, 0, 1) == 0)
+			return 1;
+	}
+	return 0;
+}
+
+static __always_inline void bucket_unlock(__u32 *lock)
+{
+	/* An exchange, not a store: a full barrier, so the state written under
+	 * the lock is visible before the lock is seen free. */
+	__sync_lock_test_and_set(lock, 0);
+}
+
+/* Token bucket and GCRA share the GCRA form, one word; only a token bucket
+ * with warm-up needs tokens, last refill and coldness. */
+static __always_inline int gcra_form(const struct sluice_rule *rule)
+{
+	return rule->algo == SLUICE_ALGO_GCRA ||
+	       (rule->algo == SLUICE_ALGO_TOKEN_BUCKET && !rule->bucket.warmup);
+}
+
+/* One decision of a bucket algorithm on state the caller owns. */
+static __always_inline int decide(union sluice_algo_state *s, const struct sluice_rule *rule,
+				  __u64 now, __u64 cost)
+{
+	__u64 next;
+
+	if (gcra_form(rule)) {
+		if (!sluice_gcra_admit(s->gcra.tat, sluice_ns_to_ticks(now),
+				       sluice_cost_ticks(rule->bucket.inc_mult, rule->inc_shift, cost),
+				       rule->bucket.capacity, &next))
+			return 0;
+		s->gcra.tat = next;
+		return 1;
+	}
+	switch (rule->algo) {
+	case SLUICE_ALGO_FIXED_WINDOW:
+		return sluice_fixed_admit(&s->fixed.window, &s->fixed.count, now, rule->window.window_ns,
+					  rule->window.limit, cost);
+	case SLUICE_ALGO_SLIDING_WINDOW:
+		return sluice_sliding_admit(&s->sliding.window, &s->sliding.cur, &s->sliding.prev, now,
+					    rule->window.window_ns, rule->window.limit, cost);
+	default:
+		return sluice_tb_admit(&s->tb.tokens, &s->tb.last, &s->tb.cold, sluice_ns_to_ticks(now),
+				       sluice_cost_ticks(rule->bucket.inc_mult, rule->inc_shift, cost),
+				       rule->bucket.capacity, rule->bucket.warmup);
+	}
+}
+
+/* GCRA's whole state is one word: compare-and-swap, no lock. */
+static __always_inline enum bucket_result gcra_cas(__u64 *tat_word, const struct sluice_rule *rule,
+						    __u64 now, __u64 cost)
+{
+	__u64 inc = sluice_cost_ticks(rule->bucket.inc_mult, rule->inc_shift, cost);
+	__u64 now_t = sluice_ns_to_ticks(now);
+	__u64 tat, next;
+	int i;
+
+	for (i = 0; i < SLUICE_CAS_RETRIES; i++) {
+		tat = *(volatile __u64 *)tat_word;
+		if (!sluice_gcra_admit(tat, now_t, inc, rule->bucket.capacity, &next))
+			return BUCKET_DROP;
+		if (__sync_val_compare_and_swap(tat_word, tat, next) == tat)
+			return BUCKET_PASS;
+	}
+	return BUCKET_CONTENDED;
+}
+
+static __always_inline void count_source(struct sluice_source_counters *c, enum bucket_result res,
+					 __u64 l3_len)
+{
+	if (res == BUCKET_PASS) {
+		__sync_fetch_and_add(&c->passed_packets, 1);
+		__sync_fetch_and_add(&c->passed_bytes, l3_len);
+	} else if (res == BUCKET_DROP || res == BUCKET_CONTENDED) {
+		__sync_fetch_and_add(&c->dropped_packets, 1);
+		__sync_fetch_and_add(&c->dropped_bytes, l3_len);
+	}
+}
 
 /*
  * Charges `cost` units to the bucket at `key` in `sources`. A new bucket is
  * created already holding this packet's decision, so a flood of new sources
- * costs one insert each. Concurrent CPUs update the one TAT word with
- * compare-and-swap: no update is lost and no per-CPU copy multiplies the rate.
+ * costs one insert each. Concurrent CPUs never lose an update: GCRA by
+ * compare-and-swap on its one word, the others under the bucket's try-lock.
+ * No per-CPU copy multiplies the rate.
  */
 static __always_inline enum bucket_result charge_bucket(void *sources, void *key,
-							 const struct sluice_rule *rule,
+							 const struct sluice_rule *rule, __u64 now,
 							 __u64 cost, __u64 l3_len)
 {
 	struct sluice_source_state *st;
-	__u64 now = now_ticks();
-	__u64 inc = sluice_cost_ticks(rule->inc_mult, rule->inc_shift, cost);
-	__u64 tat, next;
-	int i, err;
+	enum bucket_result res;
+	int err;
 
 	st = bpf_map_lookup_elem(sources, key);
 	if (!st) {
 		struct sluice_source_state init = {};
-		int pass = sluice_gcra_admit(now, now, inc, rule->capacity, &next);
 
-		init.tat = pass ? next : now;
-		if (pass) {
-			init.passed_packets = 1;
-			init.passed_bytes = l3_len;
-		} else {
-			init.dropped_packets = 1;
-			init.dropped_bytes = l3_len;
-		}
+		if (!gcra_form(rule) && rule->algo == SLUICE_ALGO_TOKEN_BUCKET)
+			sluice_tb_init(&init.algo.tb.tokens, &init.algo.tb.last, &init.algo.tb.cold,
+				       sluice_ns_to_ticks(now), rule->bucket.capacity, rule->bucket.warmup);
+		res = decide(&init.algo, rule, now, cost) ? BUCKET_PASS : BUCKET_DROP;
+		count_source(&init.cnt, res, l3_len);
 		err = bpf_map_update_elem(sources, key, &init, BPF_NOEXIST);
 		if (err == 0) {
 			count_global(SLUICE_CNT_INFO_NEW_BUCKET, 0);
-			return pass ? BUCKET_PASS : BUCKET_DROP;
+			return res;
 		}
 		if (err != -EEXIST)
 			return BUCKET_FAIL_TABLE;
@@ -227,25 +357,60 @@ static __always_inline enum bucket_result charge_bucket(void *sources, void *key
 			return BUCKET_FAIL_TABLE;
 	}
 
-	for (i = 0; i < SLUICE_CAS_RETRIES; i++) {
-		tat = *(volatile __u64 *)&st->tat;
-		if (!sluice_gcra_admit(tat, now, inc, rule->capacity, &next)) {
-			__sync_fetch_and_add(&st->dropped_packets, 1);
-			__sync_fetch_and_add(&st->dropped_bytes, l3_len);
-			return BUCKET_DROP;
-		}
-		if (__sync_val_compare_and_swap(&st->tat, tat, next) == tat) {
-			__sync_fetch_and_add(&st->passed_packets, 1);
-			__sync_fetch_and_add(&st->passed_bytes, l3_len);
-			return BUCKET_PASS;
-		}
+	if (gcra_form(rule)) {
+		res = gcra_cas(&st->algo.gcra.tat, rule, now, cost);
+	} else if (bucket_trylock(&st->lock)) {
+		res = decide(&st->algo, rule, now, cost) ? BUCKET_PASS : BUCKET_DROP;
+		bucket_unlock(&st->lock);
+	} else {
+		res = BUCKET_CONTENDED;
 	}
-	return BUCKET_FAIL_CONTENTION;
+	count_source(&st->cnt, res, l3_len);
+	return res;
+}
+
+/* A sliding-log bucket: created empty from the zero template, then decided
+ * under its lock like the other multi-word algorithms. */
+static __always_inline enum bucket_result charge_log(void *logs, void *key,
+						      const struct sluice_rule *rule, __u64 now,
+						      __u64 l3_len)
+{
+	struct sluice_log_state *st;
+	enum bucket_result res;
+	__u32 zero = 0;
+	int err;
+
+	st = bpf_map_lookup_elem(logs, key);
+	if (!st) {
+		struct sluice_log_state *empty = bpf_map_lookup_elem(&sluice_zero_log, &zero);
+
+		if (!empty)
+			return BUCKET_FAIL_TABLE;
+		err = bpf_map_update_elem(logs, key, empty, BPF_NOEXIST);
+		if (err == 0)
+			count_global(SLUICE_CNT_INFO_NEW_BUCKET, 0);
+		else if (err != -EEXIST)
+			return BUCKET_FAIL_TABLE;
+		st = bpf_map_lookup_elem(logs, key);
+		if (!st)
+			return BUCKET_FAIL_TABLE;
+	}
+	if (bucket_trylock(&st->lock)) {
+		res = sluice_log_admit(st->ring, &st->head, now, rule->window.window_ns,
+				       (__u32)rule->window.limit) ? BUCKET_PASS : BUCKET_DROP;
+		bucket_unlock(&st->lock);
+	} else {
+		res = BUCKET_CONTENDED;
+	}
+	count_source(&st->cnt, res, l3_len);
+	return res;
 }
 
 static __always_inline enum bucket_result apply_limit(const struct packet_info *pkt,
 						       const struct sluice_rule *rule)
 {
+	int log = rule->algo == SLUICE_ALGO_SLIDING_LOG;
+	__u64 now = now_ns();
 	__u64 cost = 1;
 
 	if (rule->unit == SLUICE_UNIT_BYTES)
@@ -256,13 +421,17 @@ static __always_inline enum bucket_result apply_limit(const struct packet_info *
 
 		__builtin_memcpy(key.addr, pkt->saddr, 4);
 		mask_addr(key.addr, 1, rule->per_prefix);
-		return charge_bucket(&SLUICE_MAP_SOURCES_V4, &key, rule, cost, pkt->l3_len);
+		if (log)
+			return charge_log(&SLUICE_MAP_LOGS_V4, &key, rule, now, pkt->l3_len);
+		return charge_bucket(&SLUICE_MAP_SOURCES_V4, &key, rule, now, cost, pkt->l3_len);
 	} else {
 		struct sluice_src_v6 key = { .rule_id = rule->id };
 
 		__builtin_memcpy(key.addr, pkt->saddr, 16);
 		mask_addr(key.addr, 4, rule->per_prefix);
-		return charge_bucket(&SLUICE_MAP_SOURCES_V6, &key, rule, cost, pkt->l3_len);
+		if (log)
+			return charge_log(&SLUICE_MAP_LOGS_V6, &key, rule, now, pkt->l3_len);
+		return charge_bucket(&SLUICE_MAP_SOURCES_V6, &key, rule, now, cost, pkt->l3_len);
 	}
 }
 
@@ -305,13 +474,15 @@ int SLUICE_PROG_NAME(struct xdp_md *ctx)
 		count_global(SLUICE_CNT_PASS_ALLOW, pkt.l3_len);
 	} else if (rule->action == SLUICE_ACTION_DENY) {
 		res = BUCKET_DROP;
-		count_global(SLUICE_CNT_DROP_DENY, pkt.l3_len);
+		count_global((rule->flags & SLUICE_RULE_SHADOW) ? SLUICE_CNT_PASS_SHADOW : SLUICE_CNT_DROP_DENY,
+			     pkt.l3_len);
 	} else {
 		res = apply_limit(&pkt, rule);
-		count_global(res == BUCKET_PASS             ? SLUICE_CNT_PASS_LIMIT :
-			     res == BUCKET_DROP             ? SLUICE_CNT_DROP_RATE :
-			     res == BUCKET_FAIL_CONTENTION  ? SLUICE_CNT_FAILOPEN_CONTENTION :
-							      SLUICE_CNT_FAILOPEN_TABLE,
+		count_global(res == BUCKET_PASS ? SLUICE_CNT_PASS_LIMIT :
+			     res == BUCKET_FAIL_TABLE ? SLUICE_CNT_FAILOPEN_TABLE :
+			     (rule->flags & SLUICE_RULE_SHADOW) ? SLUICE_CNT_PASS_SHADOW :
+			     res == BUCKET_CONTENDED ? SLUICE_CNT_DROP_CONTENTION :
+						       SLUICE_CNT_DROP_RATE,
 			     pkt.l3_len);
 	}
 
@@ -321,6 +492,9 @@ int SLUICE_PROG_NAME(struct xdp_md *ctx)
 			rc->passed_packets++;
 			rc->passed_bytes += pkt.l3_len;
 			break;
+		case BUCKET_CONTENDED:
+			rc->dropped_contention++;
+			/* fallthrough */
 		case BUCKET_DROP:
 			rc->dropped_packets++;
 			rc->dropped_bytes += pkt.l3_len;
@@ -328,12 +502,11 @@ int SLUICE_PROG_NAME(struct xdp_md *ctx)
 		case BUCKET_FAIL_TABLE:
 			rc->failopen_table++;
 			break;
-		case BUCKET_FAIL_CONTENTION:
-			rc->failopen_contention++;
-			break;
 		}
 	}
-	return res == BUCKET_DROP ? XDP_DROP : XDP_PASS;
+	if ((res == BUCKET_DROP || res == BUCKET_CONTENDED) && !(rule->flags & SLUICE_RULE_SHADOW))
+		return XDP_DROP;
+	return XDP_PASS;
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -28,6 +28,8 @@
 #define SLUICE_MAP_MATCH_V6      sluice_match6
 #define SLUICE_MAP_SOURCES_V4    sluice_src4
 #define SLUICE_MAP_SOURCES_V6    sluice_src6
+#define SLUICE_MAP_LOGS_V4       sluice_log4
+#define SLUICE_MAP_LOGS_V6       sluice_log6
 #define SLUICE_MAP_COUNTERS      sluice_cnt
 #define SLUICE_MAP_META          sluice_meta
 #define SLUICE_PROG_NAME         sluice_xdp
@@ -40,10 +42,13 @@
 /* Sizes fixed at build time. Rule and source table sizes are set at attach. */
 #define SLUICE_DEFAULT_MAX_RULES   16384
 #define SLUICE_DEFAULT_MAX_SOURCES 1000000
+#define SLUICE_DEFAULT_MAX_LOG_SOURCES 16384 /* sliding-log buckets are 552 bytes */
+#define SLUICE_MAX_LOG             64 /* sliding-log: packets remembered per bucket */
 #define SLUICE_MAX_CANDIDATES      15 /* rules that may cover one address */
 #define SLUICE_MAX_VLAN_DEPTH      2  /* 802.1ad + 802.1Q */
 #define SLUICE_MAX_IPV6_EXT_HDRS   8  /* extension headers walked before giving up */
 #define SLUICE_CAS_RETRIES         8  /* compare-and-swap attempts per packet */
+#define SLUICE_LOCK_RETRIES        256 /* bucket lock attempts before giving up */
 #define SLUICE_NAME_LEN            32
 
 enum sluice_action {
@@ -52,6 +57,18 @@ enum sluice_action {
 	SLUICE_ACTION_ALLOW = 2,
 	SLUICE_ACTION_DENY  = 3,
 };
+
+/* Rate-limiting algorithm of a limit rule (see ../shared/ALGORITHMS.md). */
+enum sluice_algo {
+	SLUICE_ALGO_TOKEN_BUCKET   = 0, /* kept in GCRA form; with warm-up: tokens, last, cold */
+	SLUICE_ALGO_GCRA           = 1, /* one theoretical arrival time, lock-free */
+	SLUICE_ALGO_FIXED_WINDOW   = 2, /* count per aligned window */
+	SLUICE_ALGO_SLIDING_LOG    = 3, /* times of the last N passes: exact */
+	SLUICE_ALGO_SLIDING_WINDOW = 4, /* current + weighted previous window count */
+	SLUICE_ALGO_COUNT,
+};
+
+#define SLUICE_RULE_SHADOW 0x1 /* count would-be drops, pass them */
 
 enum sluice_unit {
 	SLUICE_UNIT_PACKETS = 0,
@@ -76,12 +93,13 @@ enum sluice_counter_index {
 	SLUICE_CNT_PASS_NO_MATCH,      /* IP, but no rule covers it */
 	SLUICE_CNT_PASS_ALLOW,         /* matched an allow rule */
 	SLUICE_CNT_PASS_LIMIT,         /* within a limit rule's rate */
+	SLUICE_CNT_PASS_SHADOW,        /* over a shadow rule's limit: would drop, passed */
 	SLUICE_CNT_DROP_RATE,          /* over a limit rule's rate */
 	SLUICE_CNT_DROP_DENY,          /* matched a deny rule */
+	SLUICE_CNT_DROP_CONTENTION,    /* bucket too contended to update: a many-CPU flood */
 	SLUICE_CNT_FAILOPEN_PARSE,     /* malformed L2/L3: no source to charge */
 	SLUICE_CNT_FAILOPEN_RULE,      /* a rule slot vanished under an update */
 	SLUICE_CNT_FAILOPEN_TABLE,     /* bucket could not be created */
-	SLUICE_CNT_FAILOPEN_CONTENTION,/* bucket update lost SLUICE_CAS_RETRIES races */
 	SLUICE_CNT_VERDICT_END,
 	SLUICE_CNT_INFO_FRAGMENT = SLUICE_CNT_VERDICT_END, /* non-first fragments */
 	SLUICE_CNT_INFO_L4_UNKNOWN,    /* ports/protocol unreadable: matched conservatively */
@@ -96,21 +114,27 @@ struct sluice_counter {
 SLUICE_ASSERT_SIZE(struct sluice_counter, 16);
 
 /* Per-rule counters: a per-CPU array indexed by rule slot. The drop reason is
- * the rule's action (rate for limit rules, deny for deny rules). */
+ * the rule's action (rate for limit rules, deny for deny rules). For a shadow
+ * rule the dropped counters hold would-be drops, which were passed. */
 struct sluice_rule_counters {
 	__u64 passed_packets;
 	__u64 passed_bytes;
 	__u64 dropped_packets;
 	__u64 dropped_bytes;
 	__u64 failopen_table;      /* passed: bucket could not be created */
-	__u64 failopen_contention; /* passed: bucket update kept losing races */
+	__u64 dropped_contention;  /* of the dropped: bucket too contended to update */
 };
 SLUICE_ASSERT_SIZE(struct sluice_rule_counters, 48);
 
 /*
- * What the data plane needs of a rule: an array indexed by slot. A limit rule's
- * cost per packet in ticks is ceil(cost * inc_mult / 2^inc_shift), where cost
- * is 1 (packets) or the L3 length (bytes); see sluice_gcra.h.
+ * What the data plane needs of a rule: an array indexed by slot.
+ *
+ * Token bucket and GCRA ("bucket"): a packet's cost in ticks is
+ * ceil(cost * inc_mult / 2^inc_shift), where cost is 1 (packets) or the L3
+ * length (bytes); capacity is the burst in ticks; warmup (token bucket only)
+ * is the warm-up period in ticks, 0 for none. See sluice_algos.h.
+ * Windows (fixed, sliding-log, sliding-window): at most `limit` units per
+ * window of window_ns nanoseconds.
  */
 struct sluice_rule {
 	__u32 id;         /* stable rule id; 0 = empty slot */
@@ -121,11 +145,23 @@ struct sluice_rule {
 	__u16 dport_lo;   /* destination port range, inclusive; 0-65535 = any */
 	__u16 dport_hi;
 	__u8  inc_shift;
-	__u8  pad[3];
-	__u64 inc_mult;   /* ticks per unit, scaled by 2^inc_shift, rounded up */
-	__u64 capacity;   /* burst in ticks: burst * ticks per unit, rounded down */
+	__u8  algo;       /* enum sluice_algo */
+	__u8  flags;      /* SLUICE_RULE_* */
+	__u8  pad;
+	union {
+		struct {
+			__u64 inc_mult; /* ticks per unit, scaled by 2^inc_shift, rounded up */
+			__u64 capacity; /* burst in ticks: burst * ticks per unit, rounded up */
+			__u64 warmup;   /* ticks; 0 = no warm-up */
+		} bucket;
+		struct {
+			__u64 limit;     /* units per window */
+			__u64 window_ns;
+			__u64 unused;
+		} window;
+	};
 };
-SLUICE_ASSERT_SIZE(struct sluice_rule, 32);
+SLUICE_ASSERT_SIZE(struct sluice_rule, 40);
 
 /* The user's view of a rule, kept beside it for the controller only. */
 struct sluice_rule_info {
@@ -179,15 +215,55 @@ struct sluice_src_v6 {
 };
 SLUICE_ASSERT_SIZE(struct sluice_src_v6, 20);
 
-/* A bucket and its source's counters. */
-struct sluice_source_state {
-	__u64 tat; /* GCRA theoretical arrival time, in ticks (wraps; compare signed) */
+/* Counters kept with every bucket. */
+struct sluice_source_counters {
 	__u64 passed_packets;
 	__u64 passed_bytes;
-	__u64 dropped_packets;
+	__u64 dropped_packets; /* would-be drops for a shadow rule */
 	__u64 dropped_bytes;
 };
-SLUICE_ASSERT_SIZE(struct sluice_source_state, 40);
+SLUICE_ASSERT_SIZE(struct sluice_source_counters, 32);
+
+/* Algorithm state of one bucket, read by the rule's algorithm. Times in ticks
+ * for the buckets, window indices counted in windows since boot. */
+union sluice_algo_state {
+	struct {
+		__u64 tat;    /* theoretical arrival time */
+	} gcra;
+	struct {
+		__u64 tokens; /* in ticks of credit, up to the capacity */
+		__u64 last;   /* when tokens were last refilled */
+		__u64 cold;   /* warm-up: ticks of coldness, up to the warm-up period */
+	} tb;
+	struct {
+		__u64 window;
+		__u64 count;
+	} fixed;
+	struct {
+		__u64 window;
+		__u64 cur;    /* units in the current window */
+		__u64 prev;   /* units in the previous window */
+	} sliding;
+};
+SLUICE_ASSERT_SIZE(union sluice_algo_state, 24);
+
+/* A bucket and its source's counters (every algorithm but sliding-log). */
+struct sluice_source_state {
+	__u32 lock;    /* for the multi-word states; GCRA form uses compare-and-swap */
+	__u32 pad;
+	union sluice_algo_state algo;
+	struct sluice_source_counters cnt;
+};
+SLUICE_ASSERT_SIZE(struct sluice_source_state, 64);
+
+/* A sliding-log bucket: the times of the last `limit` passes as a ring. */
+struct sluice_log_state {
+	__u32 lock;
+	__u32 head;    /* index of the oldest remembered pass */
+	__u64 ring[SLUICE_MAX_LOG]; /* ns; 0 = slot never used */
+	struct sluice_source_counters cnt;
+};
+SLUICE_ASSERT_SIZE(struct sluice_log_state, 552);
 
 /* Controller bookkeeping: a one-entry array. */
 struct sluice_meta {

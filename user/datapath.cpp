@@ -142,32 +142,51 @@ XdpMode parse_mode(std::string_view text)
 	throw Error("unknown XDP mode '" + std::string(text) + "' (use native or generic)");
 }
 
-LoadedProgram::LoadedProgram(const TableSizes &sizes)
+ObjectImage production_object()
 {
-	skel_ = sluice_bpf__open();
-	if (!skel_)
-		throw_errno("cannot open the embedded BPF object", errno);
-	uint32_t sources = sizes.max_sources ? sizes.max_sources : SLUICE_DEFAULT_MAX_SOURCES;
-	uint32_t rules = sizes.max_rules ? sizes.max_rules : SLUICE_DEFAULT_MAX_RULES;
-	struct bpf_map *rule_maps[] = {skel_->maps.SLUICE_MAP_RULES, skel_->maps.SLUICE_MAP_RULE_INFO,
-				       skel_->maps.SLUICE_MAP_RULE_COUNTERS, skel_->maps.SLUICE_MAP_MATCH_V4,
-				       skel_->maps.SLUICE_MAP_MATCH_V6};
-	for (auto *m : rule_maps)
-		bpf_map__set_max_entries(m, rules);
-	bpf_map__set_max_entries(skel_->maps.SLUICE_MAP_SOURCES_V4, sources);
-	bpf_map__set_max_entries(skel_->maps.SLUICE_MAP_SOURCES_V6, sources);
-	int err = sluice_bpf__load(skel_);
-	if (err) {
-		sluice_bpf__destroy(skel_);
-		throw_errno("cannot load the XDP program (run with -v for the verifier log)", err);
-	}
+	ObjectImage image;
+	image.data = sluice_bpf__elf_bytes(&image.size);
+	return image;
 }
 
-LoadedProgram::~LoadedProgram() { sluice_bpf__destroy(skel_); }
+LoadedProgram::LoadedProgram(const TableSizes &sizes, ObjectImage image)
+{
+	LIBBPF_OPTS(bpf_object_open_opts, opts, .object_name = "sluice");
+	obj_ = bpf_object__open_mem(image.data, image.size, &opts);
+	if (!obj_)
+		throw_errno("cannot open the embedded BPF object", errno);
+	Rollback close_obj([this] { bpf_object__close(obj_); });
 
-int LoadedProgram::prog_fd() const { return bpf_program__fd(skel_->progs.SLUICE_PROG_NAME); }
-MapSet LoadedProgram::maps() const { return MapSet::from_object(skel_->obj); }
-struct bpf_object *LoadedProgram::object() const { return skel_->obj; }
+	auto size_maps = [this](std::initializer_list<const char *> names, uint32_t entries) {
+		for (const char *name : names) {
+			struct bpf_map *m = bpf_object__find_map_by_name(obj_, name);
+			if (!m || bpf_map__set_max_entries(m, entries))
+				throw Error(std::string("cannot size map ") + name);
+		}
+	};
+	size_maps({SLUICE_STR(SLUICE_MAP_RULES), SLUICE_STR(SLUICE_MAP_RULE_INFO),
+		   SLUICE_STR(SLUICE_MAP_RULE_COUNTERS), SLUICE_STR(SLUICE_MAP_MATCH_V4),
+		   SLUICE_STR(SLUICE_MAP_MATCH_V6)},
+		  sizes.max_rules ? sizes.max_rules : SLUICE_DEFAULT_MAX_RULES);
+	size_maps({SLUICE_STR(SLUICE_MAP_SOURCES_V4), SLUICE_STR(SLUICE_MAP_SOURCES_V6)},
+		  sizes.max_sources ? sizes.max_sources : SLUICE_DEFAULT_MAX_SOURCES);
+	size_maps({SLUICE_STR(SLUICE_MAP_LOGS_V4), SLUICE_STR(SLUICE_MAP_LOGS_V6)},
+		  sizes.max_log_sources ? sizes.max_log_sources : SLUICE_DEFAULT_MAX_LOG_SOURCES);
+
+	prog_ = bpf_object__find_program_by_name(obj_, SLUICE_STR(SLUICE_PROG_NAME));
+	if (!prog_)
+		throw Error("BPF object has no program " SLUICE_STR(SLUICE_PROG_NAME));
+	int err = bpf_object__load(obj_);
+	if (err)
+		throw_errno("cannot load the XDP program (run with -v for the verifier log)", err);
+	close_obj.dismiss();
+}
+
+LoadedProgram::~LoadedProgram() { bpf_object__close(obj_); }
+
+int LoadedProgram::prog_fd() const { return bpf_program__fd(prog_); }
+MapSet LoadedProgram::maps() const { return MapSet::from_object(obj_); }
+struct bpf_object *LoadedProgram::object() const { return obj_; }
 
 Instance::Instance(std::string pin_dir) : dir_(std::move(pin_dir)) {}
 
@@ -272,6 +291,10 @@ void Instance::attach(const std::string &ifname, XdpMode mode, const TableSizes 
 		if (sizes.max_rules && sizes.max_rules != m.max_rules())
 			throw Error("sluice is loaded with --max-rules " + std::to_string(m.max_rules()) +
 				    "; detach it from every interface to change that");
+		if (sizes.max_log_sources && sizes.max_log_sources != m.max_log_sources())
+			throw Error("sluice is loaded with --max-log-sources " +
+				    std::to_string(m.max_log_sources()) +
+				    "; detach it from every interface to change that");
 		prog_fd.reset(bpf_obj_get(prog_pin().c_str()));
 	}
 	if (!prog_fd)
@@ -374,6 +397,7 @@ Status Instance::status() const
 
 	MapSet m = MapSet::open_pinned(dir_);
 	s.max_sources = m.max_sources();
+	s.max_log_sources = m.max_log_sources();
 	s.max_rules = m.max_rules();
 	m.for_each([&s](const char *, int fd) { s.map_memory_bytes += fd_memlock(fd); });
 	uint32_t zero = 0;

@@ -9,8 +9,6 @@
 #include "fd.h"
 #include "maps.h"
 
-struct sluice_bpf;
-
 namespace sluice {
 
 enum class XdpMode { native, generic };
@@ -21,13 +19,24 @@ XdpMode parse_mode(std::string_view text);
 struct TableSizes {
 	uint32_t max_sources = 0;
 	uint32_t max_rules = 0;
+	uint32_t max_log_sources = 0;
 };
 
-/// The XDP program loaded from the object embedded in this binary, with its
-/// maps, attached nowhere. Destroying it releases whatever is not pinned.
+/// A BPF object file held in memory (a skeleton's embedded bytes).
+struct ObjectImage {
+	const void *data = nullptr;
+	size_t size = 0;
+};
+
+/// The production XDP program embedded in this binary.
+ObjectImage production_object();
+
+/// An XDP program loaded from an object image, with its maps, attached
+/// nowhere. Destroying it releases whatever is not pinned. Tests load the
+/// variant whose clock is a map from the same code.
 class LoadedProgram {
 public:
-	explicit LoadedProgram(const TableSizes &sizes);
+	explicit LoadedProgram(const TableSizes &sizes, ObjectImage image = production_object());
 	~LoadedProgram();
 	LoadedProgram(const LoadedProgram &) = delete;
 	LoadedProgram &operator=(const LoadedProgram &) = delete;
@@ -37,7 +46,8 @@ public:
 	struct bpf_object *object() const;
 
 private:
-	struct sluice_bpf *skel_ = nullptr;
+	struct bpf_object *obj_ = nullptr;
+	struct bpf_program *prog_ = nullptr;
 };
 
 /// One interface the program is attached to.
@@ -55,6 +65,7 @@ struct Status {
 	uint32_t prog_id = 0;
 	std::vector<AttachedLink> links;
 	uint32_t max_sources = 0;
+	uint32_t max_log_sources = 0;
 	uint32_t max_rules = 0;
 	uint64_t map_memory_bytes = 0; ///< the kernel's own account of the maps
 	uint64_t loaded_ns = 0;

@@ -53,6 +53,19 @@ std::string human_bytes(uint64_t b)
 	return s.str();
 }
 
+std::string action_cell(const RuleSpec &s)
+{
+	return std::string(action_name(s.action)) + (s.shadow ? " (shadow)" : "");
+}
+
+std::string algo_cell(const RuleSpec &s)
+{
+	if (s.action != Action::limit)
+		return "-";
+	std::string a(algo_name(s.algo));
+	return s.warmup_ns ? a + " (warm-up " + format_duration(s.warmup_ns) + ")" : a;
+}
+
 std::vector<std::string> rule_cells(const InstalledRule &r)
 {
 	const RuleSpec &s = r.spec;
@@ -62,13 +75,15 @@ std::vector<std::string> rule_cells(const InstalledRule &r)
 		format_cidr(s.cidr),
 		std::string(proto_name(s.proto)),
 		format_ports(s.dport),
-		std::string(action_name(s.action)),
+		action_cell(s),
+		algo_cell(s),
 		limit ? format_rate(s.rate) : "-",
-		limit ? std::to_string(s.burst) + (s.rate.counts_bytes() ? "B" : "") : "-",
+		limit && s.has_burst() ? std::to_string(s.burst) + (s.rate.counts_bytes() ? "B" : "") : "-",
 		limit ? "/" + std::to_string(s.bucket_prefix()) : "-"};
 }
 
-const std::vector<std::string> RULE_HEADER = {"ID", "NAME", "CIDR", "PROTO", "DPORT", "ACTION", "RATE", "BURST", "PER"};
+const std::vector<std::string> RULE_HEADER = {"ID",     "NAME", "CIDR", "PROTO", "DPORT",
+					      "ACTION", "ALGO", "RATE", "BURST", "PER"};
 
 void cmd_status(const Instance &inst, bool json)
 {
@@ -86,6 +101,7 @@ void cmd_status(const Instance &inst, bool json)
 		if (s.loaded) {
 			j["prog_id"] = s.prog_id;
 			j["max_sources"] = s.max_sources;
+			j["max_log_sources"] = s.max_log_sources;
 			j["max_rules"] = s.max_rules;
 			j["map_memory_bytes"] = s.map_memory_bytes;
 			j["rules"] = RuleTable(inst.maps()).list().size();
@@ -113,8 +129,8 @@ void cmd_status(const Instance &inst, bool json)
 	Stats st = collect_stats(maps, {});
 	VerdictTotals t = verdict_totals(st);
 	std::cout << "rules: " << st.rules.size() << " of " << s.max_rules << "\n";
-	std::cout << "sources: " << st.tracked_sources << " tracked, table of " << s.max_sources
-		  << " per address family\n";
+	std::cout << "sources: " << st.tracked_sources << " tracked, tables of " << s.max_sources
+		  << " buckets and " << s.max_log_sources << " sliding-log buckets per address family\n";
 	std::cout << "map memory: " << human_bytes(s.map_memory_bytes) << "\n";
 	std::cout << "packets: " << t.passed << " passed, " << t.dropped << " dropped, " << t.failopen
 		  << " passed by fail-open\n";
@@ -151,12 +167,18 @@ void cmd_stats(const Instance &inst, const StatsQuery &q, bool json)
 		std::cout << stats_json(s).dump(2) << "\n";
 		return;
 	}
+	// A shadow rule's "drops" were passed: the table says "would drop" for them.
 	std::vector<std::vector<std::string>> rows;
 	for (const auto &src : s.sources)
-		rows.push_back({src.source, src.rule, std::to_string(src.passed_packets),
+		rows.push_back({src.source, src.rule + (src.shadow ? " (shadow)" : ""),
+				std::string(algo_name(src.algo)), std::to_string(src.passed_packets),
 				std::to_string(src.dropped_packets), std::to_string(src.passed_bytes),
 				std::to_string(src.dropped_bytes)});
-	print_table({"SOURCE", "RULE", "PASSED_PKTS", "DROPPED_PKTS", "PASSED_BYTES", "DROPPED_BYTES"}, rows);
+	print_table({"SOURCE", "RULE", "ALGO", "PASSED_PKTS", "DROPPED_PKTS", "PASSED_BYTES", "DROPPED_BYTES"},
+		    rows);
+	if (std::any_of(s.rules.begin(), s.rules.end(), [](const auto &rs) { return rs.rule.spec.shadow; }))
+		std::cout << "(for shadow rules, DROPPED counts packets that would have been dropped; "
+			     "they were passed)\n";
 	std::cout << "(" << s.sources.size() << " of " << s.tracked_sources << " tracked sources shown)\n\n";
 
 	rows.clear();
@@ -164,13 +186,13 @@ void cmd_stats(const Instance &inst, const StatsQuery &q, bool json)
 		if (!q.rule.empty() && !rule_is(rs.rule, q.rule))
 			continue;
 		const auto &c = rs.counters;
-		rows.push_back({rs.rule.spec.name, std::string(action_name(rs.rule.spec.action)),
+		rows.push_back({rs.rule.spec.name, action_cell(rs.rule.spec), algo_cell(rs.rule.spec),
 				std::to_string(rs.sources), std::to_string(c.passed_packets),
 				std::to_string(c.dropped_packets), std::to_string(c.passed_bytes),
 				std::to_string(c.dropped_bytes),
-				std::to_string(c.failopen_table + c.failopen_contention)});
+				std::to_string(c.failopen_table)});
 	}
-	print_table({"RULE", "ACTION", "SOURCES", "PASSED_PKTS", "DROPPED_PKTS", "PASSED_BYTES",
+	print_table({"RULE", "ACTION", "ALGO", "SOURCES", "PASSED_PKTS", "DROPPED_PKTS", "PASSED_BYTES",
 		     "DROPPED_BYTES", "FAILOPEN"},
 		    rows);
 	std::cout << "\n";
@@ -192,12 +214,14 @@ int main(int argc, char **argv)
 	app.add_flag("-v,--verbose", verbose, "Show libbpf's messages (verifier log included)");
 
 	std::string ifname, mode_text = "native";
-	uint32_t max_sources = 0, max_rules = 0;
+	uint32_t max_sources = 0, max_rules = 0, max_log_sources = 0;
 	auto *attach = app.add_subcommand("attach", "Attach to an interface (loads on first use)");
 	attach->add_option("IFACE", ifname, "Interface")->required();
 	attach->add_option("--mode", mode_text, "native (driver) or generic (skb); no silent fallback");
 	attach->add_option("--max-sources", max_sources, "Buckets per address family (default 1000000)");
 	attach->add_option("--max-rules", max_rules, "Rule table size (default 16384)");
+	attach->add_option("--max-log-sources", max_log_sources,
+			   "Sliding-log buckets per address family (default 16384, 552 bytes each)");
 
 	bool detach_all = false;
 	auto *detach = app.add_subcommand("detach", "Detach from an interface (the last one unloads)");
@@ -211,8 +235,8 @@ int main(int argc, char **argv)
 
 	auto *rule = app.add_subcommand("rule", "Manage rules");
 	rule->require_subcommand(1);
-	std::string cidr_text, rate_text, burst_text, proto_text, dport_text, name, key;
-	bool allow = false, deny = false;
+	std::string cidr_text, rate_text, burst_text, proto_text, dport_text, name, key, algo_text, warmup_text;
+	bool allow = false, deny = false, shadow = false;
 	int per = -1;
 	auto *add = rule->add_subcommand("add", "Add a rule; it applies at once");
 	add->add_option("CIDR", cidr_text, "Source prefix (IPv4 or IPv6)")->required();
@@ -226,6 +250,10 @@ int main(int argc, char **argv)
 	add->add_option("--dport", dport_text, "Destination port or range P-Q (needs --proto tcp|udp)");
 	add->add_option("--per", per, "Bucket per prefix of this length (default: per address)");
 	add->add_option("--name", name, "Rule name (default rule<ID>)");
+	add->add_option("--algo", algo_text,
+			"token-bucket (default), gcra, fixed-window, sliding-log or sliding-window");
+	add->add_option("--warmup", warmup_text, "Token bucket: ramp from a third of the rate over this long");
+	add->add_flag("--shadow", shadow, "Count what the rule would drop, but pass it");
 	auto *del = rule->add_subcommand("del", "Delete a rule with its buckets");
 	del->add_option("NAME|ID", key, "Rule name or id")->required();
 	auto *list = rule->add_subcommand("list", "List rules");
@@ -257,7 +285,7 @@ int main(int argc, char **argv)
 		if (*attach) {
 			XdpMode mode = parse_mode(mode_text);
 			auto lock = inst.lock(true);
-			inst.attach(ifname, mode, {max_sources, max_rules});
+			inst.attach(ifname, mode, {max_sources, max_rules, max_log_sources});
 			std::cout << "sluice attached to " << ifname << " (" << mode_name(mode) << " mode)\n";
 		} else if (*detach) {
 			auto lock = inst.lock(true);
@@ -291,6 +319,11 @@ int main(int argc, char **argv)
 				spec.proto = parse_proto(proto_text);
 			if (!dport_text.empty())
 				spec.dport = parse_port_range(dport_text);
+			if (!algo_text.empty())
+				spec.algo = parse_algo(algo_text);
+			if (!warmup_text.empty())
+				spec.warmup_ns = parse_duration_ns(warmup_text, "--warmup");
+			spec.shadow = shadow;
 			if (add->count("--per") && per < 0)
 				throw Error("--per must be a prefix length of 0 or more");
 			spec.per_prefix = per;

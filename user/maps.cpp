@@ -20,6 +20,8 @@ const MapRef MAP_REFS[] = {
 	{SLUICE_STR(SLUICE_MAP_MATCH_V6), &MapSet::match6},
 	{SLUICE_STR(SLUICE_MAP_SOURCES_V4), &MapSet::src4},
 	{SLUICE_STR(SLUICE_MAP_SOURCES_V6), &MapSet::src6},
+	{SLUICE_STR(SLUICE_MAP_LOGS_V4), &MapSet::logs4},
+	{SLUICE_STR(SLUICE_MAP_LOGS_V6), &MapSet::logs6},
 	{SLUICE_STR(SLUICE_MAP_COUNTERS), &MapSet::counters},
 	{SLUICE_STR(SLUICE_MAP_META), &MapSet::meta},
 };
@@ -62,6 +64,7 @@ void MapSet::for_each(const std::function<void(const char *, int)> &f) const
 
 uint32_t MapSet::max_rules() const { return map_max_entries(rules.get()); }
 uint32_t MapSet::max_sources() const { return map_max_entries(src4.get()); }
+uint32_t MapSet::max_log_sources() const { return map_max_entries(logs4.get()); }
 
 int possible_cpus()
 {

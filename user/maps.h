@@ -17,7 +17,7 @@ namespace sluice {
 
 /// Descriptors of every map the program uses, in one place.
 struct MapSet {
-	UniqueFd rules, rule_info, rule_counters, match4, match6, src4, src6, counters, meta;
+	UniqueFd rules, rule_info, rule_counters, match4, match6, src4, src6, logs4, logs6, counters, meta;
 
 	/// Opens the maps pinned under dir (by their ABI names).
 	static MapSet open_pinned(const std::string &dir);
@@ -29,6 +29,7 @@ struct MapSet {
 
 	uint32_t max_rules() const;
 	uint32_t max_sources() const;
+	uint32_t max_log_sources() const;
 };
 
 /// Number of possible CPUs, as per-CPU maps count them.

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "error.h"
-#include "sluice_gcra.h"
+#include "sluice_algos.h"
 
 namespace sluice {
 
@@ -263,6 +263,34 @@ LimitParams compile_limit(const Rate &rate, uint64_t burst)
 	}
 	p.capacity = static_cast<uint64_t>(capacity);
 	return p;
+}
+
+WindowParams compile_window(const Rate &rate)
+{
+	if (rate.unit == RateUnit::bits)
+		throw Error("a window limit counts packets or bytes: write " + format_rate(rate) +
+			    " in B, kB or MB (e.g. 1MB/10s)");
+	if (rate.period_ns < 1000000ULL || rate.period_ns > 86400 * NS_PER_SEC)
+		throw Error("window " + format_period(rate.period_ns) + " is out of range (1ms to 1day)");
+	if (rate.amount >= (1ULL << 32))
+		throw Error("window limit " + std::to_string(rate.amount) + " is too large (below 2^32)");
+	if (rate.counts_bytes() && rate.amount < 1500)
+		throw Error("window limit of " + std::to_string(rate.amount) +
+			    " bytes is too small: at least 1500, or no full-size packet could ever pass");
+	return {rate.amount, rate.period_ns};
+}
+
+uint64_t parse_duration_ns(std::string_view text, const char *what)
+{
+	if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0])))
+		throw Error(std::string("invalid ") + what + " '" + std::string(text) + "' (e.g. 30s, 500ms, 2min)");
+	return parse_period(text, text);
+}
+
+std::string format_duration(uint64_t ns)
+{
+	std::string p = format_period(ns); // "s" for one second, as after a slash
+	return std::isdigit(static_cast<unsigned char>(p[0])) ? p : "1" + p;
 }
 
 uint64_t min_burst(const Rate &rate) { return rate.counts_bytes() ? 1500 : 1; }

@@ -48,6 +48,20 @@ uint64_t default_burst(const Rate &rate);
 /// The smallest burst accepted: 1 packet, or 1500 bytes.
 uint64_t min_burst(const Rate &rate);
 
+/// A fixed-window, sliding-log or sliding-window limit: `limit` units per window.
+struct WindowParams {
+	uint64_t limit = 0;
+	uint64_t window_ns = 0;
+};
+
+/// Reads a rate as a window limit ("100/10s": 100 per 10 s). Throws if the
+/// rate is in bits, or the window or limit is out of range.
+WindowParams compile_window(const Rate &rate);
+
+/// Parses a duration such as "30s", "500ms", "2min"; throws on anything else.
+uint64_t parse_duration_ns(std::string_view text, const char *what);
+std::string format_duration(uint64_t ns);
+
 /// Parses a positive integer count such as a burst ("2000", "64kB" for bytes).
 uint64_t parse_count(std::string_view text, bool bytes, const char *what);
 

@@ -7,8 +7,36 @@
 #include <set>
 
 #include "error.h"
+#include "sluice_algos.h"
 
 namespace sluice {
+
+namespace {
+
+constexpr std::pair<Algo, std::string_view> ALGO_NAMES[] = {
+	{Algo::token_bucket, "token-bucket"}, {Algo::gcra, "gcra"},
+	{Algo::fixed_window, "fixed-window"}, {Algo::sliding_log, "sliding-log"},
+	{Algo::sliding_window, "sliding-window"},
+};
+
+} // namespace
+
+Algo parse_algo(std::string_view text)
+{
+	for (auto [a, name] : ALGO_NAMES)
+		if (name == text)
+			return a;
+	throw Error("unknown algorithm '" + std::string(text) +
+		    "' (use token-bucket, gcra, fixed-window, sliding-log or sliding-window)");
+}
+
+std::string_view algo_name(Algo a)
+{
+	for (auto [algo, name] : ALGO_NAMES)
+		if (algo == a)
+			return name;
+	return "unknown";
+}
 
 Proto parse_proto(std::string_view text)
 {
@@ -97,8 +125,8 @@ void validate_rule(RuleSpec &spec)
 	if (!spec.dport.any() && spec.proto != Proto::tcp && spec.proto != Proto::udp)
 		throw Error("--dport needs --proto tcp or --proto udp");
 	if (spec.action != Action::limit) {
-		if (spec.burst || spec.per_prefix >= 0)
-			throw Error(std::string("--burst and --per apply to --rate rules, not --") +
+		if (spec.burst || spec.per_prefix >= 0 || spec.warmup_ns || spec.algo != Algo::token_bucket)
+			throw Error(std::string("--burst, --per, --algo and --warmup apply to --rate rules, not --") +
 				    std::string(action_name(spec.action)));
 		return;
 	}
@@ -108,9 +136,34 @@ void validate_rule(RuleSpec &spec)
 		throw Error("--per " + std::to_string(spec.per_prefix) + " is longer than an IPv" +
 			    std::to_string(spec.cidr.family) + " address (at most " +
 			    std::to_string(spec.cidr.max_len()) + ")");
+	std::string algo(algo_name(spec.algo));
+	if (spec.warmup_ns && spec.algo != Algo::token_bucket)
+		throw Error("--warmup applies to the token bucket, not " + algo);
+	if (!spec.has_burst()) {
+		if (spec.burst)
+			throw Error("--burst does not apply to " + algo + ": its limit is the rate itself, "
+				    "e.g. --rate 100/10s for 100 per 10-second window");
+		if (spec.algo == Algo::sliding_log && spec.rate.counts_bytes())
+			throw Error("sliding-log remembers packets, not bytes: use sliding-window for a byte limit");
+		WindowParams w = compile_window(spec.rate);
+		if (spec.algo == Algo::sliding_log && w.limit > SLUICE_MAX_LOG)
+			throw Error("sliding-log keeps at most " + std::to_string(SLUICE_MAX_LOG) +
+				    " packets per window, not " + std::to_string(w.limit) +
+				    ": use sliding-window for larger limits");
+		return;
+	}
 	if (spec.burst == 0)
 		spec.burst = default_burst(spec.rate);
 	compile_limit(spec.rate, spec.burst); // throws if out of range
+	if (spec.warmup_ns) {
+		if (spec.warmup_ns < 1000000ULL || spec.warmup_ns > 86400000000000ULL)
+			throw Error("--warmup " + format_duration(spec.warmup_ns) + " is out of range (1ms to 1day)");
+		uint64_t need = 3 * min_burst(spec.rate);
+		if (spec.burst < need)
+			throw Error("--warmup needs a burst of at least " + std::to_string(need) +
+				    (spec.rate.counts_bytes() ? " bytes" : " packets") +
+				    ": a cold bucket charges three times the cost");
+	}
 }
 
 bool same_selector(const RuleSpec &a, const RuleSpec &b)
@@ -132,13 +185,22 @@ struct sluice_rule to_datapath(const InstalledRule &r)
 	dp.proto = static_cast<__u8>(s.proto);
 	dp.dport_lo = s.dport.lo;
 	dp.dport_hi = s.dport.hi;
-	if (s.action == Action::limit) {
+	dp.flags = s.shadow ? SLUICE_RULE_SHADOW : 0;
+	if (s.action != Action::limit)
+		return dp;
+	dp.algo = static_cast<__u8>(s.algo);
+	dp.unit = s.rate.counts_bytes() ? SLUICE_UNIT_BYTES : SLUICE_UNIT_PACKETS;
+	dp.per_prefix = static_cast<__u8>(s.bucket_prefix());
+	if (s.has_burst()) {
 		LimitParams p = compile_limit(s.rate, s.burst);
-		dp.unit = s.rate.counts_bytes() ? SLUICE_UNIT_BYTES : SLUICE_UNIT_PACKETS;
-		dp.per_prefix = static_cast<__u8>(s.bucket_prefix());
-		dp.inc_mult = p.inc_mult;
+		dp.bucket.inc_mult = p.inc_mult;
 		dp.inc_shift = p.inc_shift;
-		dp.capacity = p.capacity;
+		dp.bucket.capacity = p.capacity;
+		dp.bucket.warmup = sluice_ns_to_ticks(s.warmup_ns);
+	} else {
+		WindowParams w = compile_window(s.rate);
+		dp.window.limit = w.limit;
+		dp.window.window_ns = w.window_ns;
 	}
 	return dp;
 }
@@ -167,10 +229,14 @@ RuleSpec from_maps(const struct sluice_rule &dp, const struct sluice_rule_info &
 	s.action = static_cast<Action>(dp.action);
 	s.proto = static_cast<Proto>(dp.proto);
 	s.dport = {dp.dport_lo, dp.dport_hi};
+	s.shadow = dp.flags & SLUICE_RULE_SHADOW;
 	if (s.action == Action::limit) {
 		s.rate = {info.rate_amount, info.rate_period_ns, static_cast<RateUnit>(info.rate_unit)};
+		s.algo = static_cast<Algo>(dp.algo);
 		s.burst = info.burst;
 		s.per_prefix = dp.per_prefix == s.cidr.max_len() ? -1 : dp.per_prefix;
+		if (s.algo == Algo::token_bucket)
+			s.warmup_ns = dp.bucket.warmup >> SLUICE_TICK_SHIFT;
 	}
 	return s;
 }

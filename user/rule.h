@@ -15,6 +15,13 @@
 namespace sluice {
 
 enum class Action : uint8_t { limit = SLUICE_ACTION_LIMIT, allow = SLUICE_ACTION_ALLOW, deny = SLUICE_ACTION_DENY };
+enum class Algo : uint8_t {
+	token_bucket = SLUICE_ALGO_TOKEN_BUCKET,
+	gcra = SLUICE_ALGO_GCRA,
+	fixed_window = SLUICE_ALGO_FIXED_WINDOW,
+	sliding_log = SLUICE_ALGO_SLIDING_LOG,
+	sliding_window = SLUICE_ALGO_SLIDING_WINDOW,
+};
 enum class Proto : uint8_t { any = SLUICE_PROTO_ANY, icmp = SLUICE_PROTO_ICMP, tcp = SLUICE_PROTO_TCP, udp = SLUICE_PROTO_UDP };
 
 /// An inclusive destination port range; 0-65535 means any port.
@@ -34,8 +41,14 @@ struct RuleSpec {
 	Proto proto = Proto::any;
 	PortRange dport;
 	Rate rate;          ///< limit rules only
-	uint64_t burst = 0; ///< limit rules only: packets, or bytes for byte rates
+	Algo algo = Algo::token_bucket; ///< limit rules only
+	uint64_t burst = 0; ///< token bucket and GCRA: packets, or bytes for byte rates
+	uint64_t warmup_ns = 0; ///< token bucket only: warm-up period, 0 for none
 	int per_prefix = -1; ///< limit rules only: bucket prefix length; -1 = per address
+	bool shadow = false; ///< count would-be drops but pass them
+
+	/// True for the algorithms with a burst (token bucket, GCRA).
+	bool has_burst() const { return algo == Algo::token_bucket || algo == Algo::gcra; }
 
 	/// The aggregation prefix length in effect (32/128 when per address).
 	int bucket_prefix() const { return per_prefix < 0 ? cidr.max_len() : per_prefix; }
@@ -48,6 +61,8 @@ struct InstalledRule {
 	RuleSpec spec;
 };
 
+Algo parse_algo(std::string_view text);
+std::string_view algo_name(Algo a);
 Proto parse_proto(std::string_view text);
 std::string_view proto_name(Proto p);
 /// "80" or "8000-8080".

@@ -121,7 +121,7 @@ struct sluice_rule_counters RuleTable::counters(uint32_t slot) const
 		sum.dropped_packets += c.dropped_packets;
 		sum.dropped_bytes += c.dropped_bytes;
 		sum.failopen_table += c.failopen_table;
-		sum.failopen_contention += c.failopen_contention;
+		sum.dropped_contention += c.dropped_contention;
 	}
 	return sum;
 }
@@ -177,18 +177,20 @@ void RuleTable::write_match_lists(const std::vector<InstalledRule> &before,
 
 void RuleTable::purge_buckets(uint32_t rule_id)
 {
-	auto purge = [rule_id]<class K>(int fd) {
+	auto purge = [rule_id]<class K, class V>(int fd) {
 		std::vector<K> doomed;
-		for_each_entry<K, struct sluice_source_state>(
-			fd, [&](const K &k, const struct sluice_source_state &) {
+		for_each_entry<K, V>(
+			fd, [&](const K &k, const V &) {
 				if (k.rule_id == rule_id)
 					doomed.push_back(k);
 			});
 		for (const auto &k : doomed)
 			bpf_map_delete_elem(fd, &k); // ENOENT: evicted meanwhile, fine
 	};
-	purge.template operator()<struct sluice_src_v4>(maps_.src4.get());
-	purge.template operator()<struct sluice_src_v6>(maps_.src6.get());
+	purge.template operator()<struct sluice_src_v4, struct sluice_source_state>(maps_.src4.get());
+	purge.template operator()<struct sluice_src_v6, struct sluice_source_state>(maps_.src6.get());
+	purge.template operator()<struct sluice_src_v4, struct sluice_log_state>(maps_.logs4.get());
+	purge.template operator()<struct sluice_src_v6, struct sluice_log_state>(maps_.logs6.get());
 }
 
 } // namespace sluice

@@ -14,12 +14,16 @@
 namespace sluice {
 
 /// One bucket: a source address (or prefix, for --per rules) under one rule.
+/// As the kernel counts it: for a shadow rule, "dropped" are would-be drops
+/// that were passed.
 struct SourceStats {
 	std::string source;
 	std::string rule;
 	uint32_t rule_id = 0;
+	bool shadow = false;
 	uint64_t passed_packets = 0, passed_bytes = 0;
 	uint64_t dropped_packets = 0, dropped_bytes = 0;
+	Algo algo = Algo::token_bucket;
 };
 
 struct RuleStats {

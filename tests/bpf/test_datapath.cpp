@@ -378,9 +378,9 @@ TEST_F(Datapath, TwoCpusDrivingOneSourceStayWithinTheBound)
 	SourceStats s = source("192.0.2.10", "hot");
 	Stats st = stats();
 	EXPECT_EQ(s.passed_packets + s.dropped_packets, 2ull * per_thread) << "no counter update lost";
-	EXPECT_EQ(st.global[SLUICE_CNT_FAILOPEN_CONTENTION].packets, 0u);
 	double bound = double(burst) + double(rate) * seconds + 2; // + one per CPU
-	EXPECT_LE(double(s.passed_packets), bound) << "over " << seconds << " s";
+	EXPECT_LE(double(s.passed_packets + st.global[SLUICE_CNT_FAILOPEN_TABLE].packets), bound)
+		<< "over " << seconds << " s, fail-open passes included";
 	EXPECT_GE(double(s.passed_packets), double(burst)) << "the burst passes";
 	std::printf("two CPUs, one source: %llu of %u passed in %.3f s; bound %.0f\n",
 		    (unsigned long long)s.passed_packets, 2 * per_thread, seconds, bound);

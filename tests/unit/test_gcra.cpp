@@ -1,11 +1,11 @@
-// The bucket arithmetic the XDP program runs (include/sluice_gcra.h), driven
+// The bucket arithmetic the XDP program runs (include/sluice_algos.h), driven
 // by a fake clock with parameters compiled exactly as the controller does.
 #include <gtest/gtest.h>
 
 #include <random>
 
 #include "rate.h"
-#include "sluice_gcra.h"
+#include "sluice_algos.h"
 
 using namespace sluice;
 

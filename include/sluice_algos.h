@@ -1,0 +1,207 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause) */
+/*
+ * The arithmetic of every rate-limiting algorithm, shared by the XDP program
+ * and the controller's tests: pure functions of a bucket's state, the time and
+ * the rule's parameters. Locking is the caller's business (the XDP program
+ * uses compare-and-swap for GCRA and a try-lock for the others).
+ *
+ * GCRA, the generic cell rate algorithm: a token bucket kept as one timestamp.
+ * A bucket is its theoretical arrival time (TAT). With T the emission interval
+ * (time one unit of rate is worth) and capacity = burst * T, a packet costing
+ * inc = cost * T passes at time now if max(TAT, now) + inc - now <= capacity,
+ * and then TAT becomes max(TAT, now) + inc. This is exactly a token bucket of
+ * `burst` tokens refilled at the rate: over any interval of length D at most
+ * burst + rate * D units pass.
+ *
+ * Time is counted in ticks of 1/64 ns so that intervals of fast rates keep
+ * their precision. Tick values wrap (after 9 years of uptime) and are compared
+ * as signed differences. No kernel or libc dependency: plain C on both sides.
+ */
+#ifndef SLUICE_ALGOS_H
+#define SLUICE_ALGOS_H
+
+#include <linux/types.h>
+#include "sluice_abi.h"
+
+#define SLUICE_TICK_SHIFT 6 /* ticks per nanosecond = 2^6 */
+
+/* Largest cost of one packet in bytes mode; longer frames are charged this. */
+#define SLUICE_MAX_COST 65535ULL
+
+/* Range limits the controller enforces when it compiles a rule, so that none
+ * of the sums below can overflow: the most expensive packet costs at most
+ * 2^60 ticks and the capacity is at most 2^61 ticks (about 1.1 years). */
+#define SLUICE_MAX_INC_TICKS      (1ULL << 60)
+#define SLUICE_MAX_CAPACITY_TICKS (1ULL << 61)
+
+static inline __u64 sluice_ns_to_ticks(__u64 ns)
+{
+	return ns << SLUICE_TICK_SHIFT;
+}
+
+/* Ticks a packet of `cost` units (1, or bytes) takes from a bucket: rounded up,
+ * so that a limit never lets through more than it promises. The controller
+ * guarantees cost * inc_mult < 2^63 for cost <= SLUICE_MAX_COST. */
+static inline __u64 sluice_cost_ticks(__u64 inc_mult, __u8 inc_shift, __u64 cost)
+{
+	__u64 round = (1ULL << inc_shift) - 1;
+
+	return (cost * inc_mult + round) >> inc_shift;
+}
+
+/*
+ * Decides one packet. Returns 1 and sets *next_tat if it passes, 0 if it must
+ * be dropped (a drop takes nothing from the bucket). A clock that reads earlier
+ * than the one that wrote `tat` (another CPU) yields less credit, never more:
+ * elapsed time is never negative because base is never before now.
+ */
+static inline int sluice_gcra_admit(__u64 tat, __u64 now, __u64 inc, __u64 capacity,
+				    __u64 *next_tat)
+{
+	__u64 base = (__s64)(tat - now) > 0 ? tat : now;
+	__u64 next = base + inc;
+
+	if (next - now > capacity)
+		return 0;
+	*next_tat = next;
+	return 1;
+}
+
+/*
+ * Token bucket in its textbook form: `tokens` ticks of credit, refilled one
+ * tick per tick since `last`, up to the capacity; a packet takes `inc`.
+ *
+ * Warm-up (warmup > 0), after Guava's SmoothWarmingUp: time the bucket spends
+ * full adds to its coldness (up to the warm-up period), and every tick a
+ * packet costs removes one. A packet costs inc * (1 + 2 * cold / warmup): a
+ * fully cold bucket runs at a third of the rate and, used at its limit, warms
+ * to the full rate over the warm-up period. The cost never exceeds the
+ * capacity, so a cold bucket cannot lock itself out.
+ */
+static inline __u64 sluice_warm_cost(__u64 inc, __u64 cold, __u64 warmup)
+{
+	__u64 frac, extra; /* frac: cold / warmup in 1/65536ths */
+
+	if (!cold)
+		return inc;
+	frac = cold / ((warmup >> 16) + 1);
+	if (frac > 65536)
+		frac = 65536;
+	extra = 2 * ((inc >> 16) * frac + (((inc & 0xffff) * frac) >> 16));
+	return inc + extra;
+}
+
+/* A new token bucket is full and, with a warm-up, fully cold: a source never
+ * seen before has been quiet for as long as it takes to cool down. */
+static inline void sluice_tb_init(__u64 *tokens, __u64 *last, __u64 *cold, __u64 now,
+				  __u64 capacity, __u64 warmup)
+{
+	*tokens = capacity;
+	*last = now;
+	*cold = warmup;
+}
+
+static inline int sluice_tb_admit(__u64 *tokens, __u64 *last, __u64 *cold, __u64 now, __u64 inc,
+				  __u64 capacity, __u64 warmup)
+{
+	__u64 elapsed = 0, room;
+
+	/* A clock behind `last` (another CPU's) refills nothing. */
+	if ((__s64)(now - *last) > 0) {
+		elapsed = now - *last;
+		*last = now;
+	}
+	room = capacity - *tokens;
+	if (elapsed <= room) {
+		*tokens += elapsed;
+	} else {
+		*tokens = capacity;
+		if (warmup)
+			*cold = elapsed - room >= warmup - *cold ? warmup : *cold + elapsed - room;
+	}
+	if (warmup) {
+		inc = sluice_warm_cost(inc, *cold, warmup);
+		if (inc > capacity)
+			inc = capacity;
+	}
+	if (*tokens < inc)
+		return 0;
+	*tokens -= inc;
+	if (warmup)
+		*cold = *cold > inc ? *cold - inc : 0;
+	return 1;
+}
+
+/*
+ * Fixed window: at most `limit` units in each window [k*W, (k+1)*W) since
+ * boot. A clock stepping back into an earlier window stays in the current one.
+ */
+static inline int sluice_fixed_admit(__u64 *window, __u64 *count, __u64 now_ns, __u64 window_ns,
+				     __u64 limit, __u64 cost)
+{
+	__u64 w = now_ns / window_ns;
+
+	if (w > *window) {
+		*window = w;
+		*count = 0;
+	}
+	if (*count + cost > limit)
+		return 0;
+	*count += cost;
+	return 1;
+}
+
+/*
+ * Sliding window counter: the estimate is the current window's count plus the
+ * previous window's, weighted by the share of the sliding window that still
+ * overlaps it (in 1/65536ths, rounded up). A packet passes if the estimate
+ * plus its cost stays within the limit. Counts stay below 2^32 (the
+ * controller caps limits), so prev * weight cannot overflow.
+ */
+static inline int sluice_sliding_admit(__u64 *window, __u64 *cur, __u64 *prev, __u64 now_ns,
+				       __u64 window_ns, __u64 limit, __u64 cost)
+{
+	__u64 w = now_ns / window_ns, pos, weight, estimate;
+
+	if (w > *window) {
+		*prev = w == *window + 1 ? *cur : 0;
+		*cur = 0;
+		*window = w;
+	}
+	/* Behind the current window (another CPU's clock): weigh the previous
+	 * window fully, the most careful reading. */
+	pos = w == *window ? now_ns - w * window_ns : 0;
+	weight = ((window_ns - pos) << 16) / window_ns;
+	estimate = *cur + ((*prev * weight + 0xffff) >> 16);
+	if (estimate + cost > limit)
+		return 0;
+	*cur += cost;
+	return 1;
+}
+
+/*
+ * Sliding log: the times of the last `limit` passes, in a ring whose `head`
+ * is the oldest. A packet passes if that oldest pass is at least a window ago
+ * (or the ring is not yet full); then its time replaces it. Exact: never more
+ * than `limit` passes in any window of window_ns. Only passes are logged, so a
+ * client that backs off recovers one window after its last pass. A clock
+ * behind the newest entry is logged as the newest time (no credit gained).
+ */
+static inline int sluice_log_admit(__u64 *ring, __u32 *head, __u64 now_ns, __u64 window_ns,
+				   __u32 limit)
+{
+	__u32 h = *head < limit ? *head : 0;
+	__u32 newest = (h ? h : limit) - 1;
+	__u64 oldest = ring[h & (SLUICE_MAX_LOG - 1)];
+	__u64 stamp = now_ns;
+
+	if (oldest && (__s64)(now_ns - oldest) < (__s64)window_ns)
+		return 0;
+	if ((__s64)(ring[newest & (SLUICE_MAX_LOG - 1)] - now_ns) > 0)
+		stamp = ring[newest & (SLUICE_MAX_LOG - 1)];
+	ring[h & (SLUICE_MAX_LOG - 1)] = stamp;
+	*head = h + 1 == limit ? 0 : h + 1;
+	return 1;
+}
+
+#endif /* SLUICE_ALGOS_H */
