@@ -80,11 +80,12 @@ static inline int sluice_gcra_admit(__u64 tat, __u64 now, __u64 inc, __u64 capac
  */
 static inline __u64 sluice_warm_cost(__u64 inc, __u64 cold, __u64 warmup)
 {
-	__u64 frac, extra; /* frac: cold / warmup in 1/65536ths */
+	__u64 unit = warmup >> 16; /* the controller keeps warm-ups >= 1 ms, so unit > 0 */
+	__u64 frac, extra;         /* frac: cold / warmup in 1/65536ths */
 
 	if (!cold)
 		return inc;
-	frac = cold / ((warmup >> 16) + 1);
+	frac = unit ? cold / unit : 65536;
 	if (frac > 65536)
 		frac = 65536;
 	extra = 2 * ((inc >> 16) * frac + (((inc & 0xffff) * frac) >> 16));

@@ -131,3 +131,85 @@ TEST(RuleMaps, RoundTripThroughTheAbiStructs)
 	EXPECT_EQ(back.bucket_prefix(), 64);
 	EXPECT_EQ(to_datapath(r).unit, SLUICE_UNIT_BYTES);
 }
+
+namespace {
+
+RuleSpec limit(const char *rate, Algo algo)
+{
+	RuleSpec s;
+	s.cidr = parse_cidr("10.0.0.0/8");
+	s.rate = parse_rate(rate);
+	s.algo = algo;
+	return s;
+}
+
+void expect_rejected(RuleSpec s, const char *why)
+{
+	try {
+		validate_rule(s);
+		ADD_FAILURE() << "accepted; expected: " << why;
+	} catch (const Error &e) {
+		EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+	}
+}
+
+} // namespace
+
+TEST(RuleValidation, AlgorithmsTakeTheOptionsThatMeanSomethingToThem)
+{
+	EXPECT_EQ(parse_algo("sliding-window"), Algo::sliding_window);
+	EXPECT_THROW(parse_algo("leaky"), Error);
+
+	RuleSpec burst = limit("100/10s", Algo::fixed_window);
+	burst.burst = 50;
+	expect_rejected(burst, "--burst does not apply to fixed-window");
+	expect_rejected(limit("1MB/s", Algo::sliding_log), "remembers packets, not bytes");
+	expect_rejected(limit("65/s", Algo::sliding_log), "at most 64");
+	RuleSpec log64 = limit("64/min", Algo::sliding_log);
+	EXPECT_NO_THROW(validate_rule(log64));
+	expect_rejected(limit("10mbit/s", Algo::sliding_window), "packets or bytes");
+	expect_rejected(limit("100/0.5ms", Algo::fixed_window), "out of range");
+	expect_rejected(limit("100/2day", Algo::fixed_window), "out of range");
+	expect_rejected(limit("1000B/s", Algo::sliding_window), "at least 1500");
+
+	RuleSpec warm = limit("100/s", Algo::gcra);
+	warm.warmup_ns = 1000000000ULL;
+	expect_rejected(warm, "--warmup applies to the token bucket");
+	warm.algo = Algo::token_bucket;
+	warm.burst = 2;
+	expect_rejected(warm, "at least 3 packets");
+	warm.burst = 30;
+	EXPECT_NO_THROW(validate_rule(warm));
+
+	RuleSpec deny;
+	deny.cidr = parse_cidr("10.0.0.0/8");
+	deny.action = Action::deny;
+	deny.algo = Algo::gcra;
+	expect_rejected(deny, "apply to --rate rules");
+	deny.algo = Algo::token_bucket;
+	deny.shadow = true;
+	EXPECT_NO_THROW(validate_rule(deny)) << "a deny rule may be tried in shadow";
+}
+
+TEST(RuleMaps, AlgorithmsWarmupAndShadowRoundTrip)
+{
+	InstalledRule r;
+	r.id = 3;
+	r.spec = limit("100/10s", Algo::sliding_window);
+	r.spec.shadow = true;
+	validate_rule(r.spec);
+	RuleSpec back = from_maps(to_datapath(r), to_info(r.spec));
+	EXPECT_EQ(back.algo, Algo::sliding_window);
+	EXPECT_TRUE(back.shadow);
+	EXPECT_EQ(to_datapath(r).window.limit, 100u);
+	EXPECT_EQ(to_datapath(r).window.window_ns, 10000000000ULL);
+
+	r.spec = limit("100/s", Algo::token_bucket);
+	r.spec.burst = 30;
+	r.spec.warmup_ns = 30000000000ULL;
+	validate_rule(r.spec);
+	back = from_maps(to_datapath(r), to_info(r.spec));
+	EXPECT_EQ(back.warmup_ns, 30000000000ULL);
+	EXPECT_EQ(format_duration(back.warmup_ns), "30s");
+	EXPECT_EQ(format_duration(1000000000ULL), "1s");
+}

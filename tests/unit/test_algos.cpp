@@ -137,3 +137,78 @@ TEST(Gcra, NeverMoreThanBurstPlusRateTimesTimeUnderRandomArrivals)
 		}
 	}
 }
+
+// ---- The other algorithms of include/sluice_algos.h, clock steps included.
+
+TEST(TokenBucket, WarmupChargesThreeTimesWhenColdAndOnceWhenWarm)
+{
+	const uint64_t inc = sluice_ns_to_ticks(10 * MS), warmup = sluice_ns_to_ticks(SEC);
+	EXPECT_NEAR(double(sluice_warm_cost(inc, warmup, warmup)), 3.0 * inc, 3.0 * inc * 1e-4) << "fully cold";
+	EXPECT_EQ(sluice_warm_cost(inc, 0, warmup), inc) << "warm";
+	EXPECT_NEAR(double(sluice_warm_cost(inc, warmup / 2, warmup)), 2.0 * inc, 2.0 * inc * 1e-4);
+}
+
+TEST(TokenBucket, ClockSteppingBackwardsRefillsNothing)
+{
+	__u64 tokens, last, cold;
+	sluice_tb_init(&tokens, &last, &cold, 1000000, 3000, 0);
+	ASSERT_TRUE(sluice_tb_admit(&tokens, &last, &cold, 1000000, 1000, 3000, 0));
+	ASSERT_TRUE(sluice_tb_admit(&tokens, &last, &cold, 1000000, 1000, 3000, 0));
+	ASSERT_TRUE(sluice_tb_admit(&tokens, &last, &cold, 1000000, 1000, 3000, 0));
+	EXPECT_FALSE(sluice_tb_admit(&tokens, &last, &cold, 500000, 1000, 3000, 0)) << "earlier clock";
+	EXPECT_EQ(last, 1000000u) << "the later time is kept";
+	EXPECT_FALSE(sluice_tb_admit(&tokens, &last, &cold, 1000999, 1000, 3000, 0));
+	EXPECT_TRUE(sluice_tb_admit(&tokens, &last, &cold, 1001000, 1000, 3000, 0));
+}
+
+TEST(FixedWindow, CountsPerAlignedWindowAndStaysPutWhenTheClockStepsBack)
+{
+	__u64 window = 0, count = 0;
+	const uint64_t W = 10 * SEC;
+	for (int i = 0; i < 3; i++)
+		ASSERT_TRUE(sluice_fixed_admit(&window, &count, 25 * SEC, W, 3, 1));
+	EXPECT_FALSE(sluice_fixed_admit(&window, &count, 29 * SEC, W, 3, 1));
+	EXPECT_FALSE(sluice_fixed_admit(&window, &count, 15 * SEC, W, 3, 1)) << "no reset from the past";
+	EXPECT_TRUE(sluice_fixed_admit(&window, &count, 30 * SEC, W, 3, 1)) << "a new window at 30 s";
+}
+
+TEST(SlidingWindow, WeighsThePreviousWindowByItsOverlap)
+{
+	__u64 window = 0, cur = 0, prev = 0;
+	const uint64_t W = 10 * SEC;
+	for (int i = 0; i < 10; i++)
+		ASSERT_TRUE(sluice_sliding_admit(&window, &cur, &prev, 15 * SEC, W, 10, 1));
+	// At 22.5 s a quarter of the sliding window lies in [20, 30): the previous
+	// window's 10 weigh 7.5, so 2 more fit (7.5 rounded up to 8, + 2 = 10).
+	EXPECT_TRUE(sluice_sliding_admit(&window, &cur, &prev, 22500 * MS, W, 10, 1));
+	EXPECT_TRUE(sluice_sliding_admit(&window, &cur, &prev, 22500 * MS, W, 10, 1));
+	EXPECT_FALSE(sluice_sliding_admit(&window, &cur, &prev, 22500 * MS, W, 10, 1));
+	EXPECT_FALSE(sluice_sliding_admit(&window, &cur, &prev, 19 * SEC, W, 10, 1))
+		<< "a clock behind the window weighs the previous window fully";
+	EXPECT_TRUE(sluice_sliding_admit(&window, &cur, &prev, 45 * SEC, W, 10, 1)) << "two windows on: all clear";
+	EXPECT_EQ(prev, 0u);
+}
+
+TEST(SlidingLog, NeverMoreThanNInAnyWindow)
+{
+	__u64 ring[SLUICE_MAX_LOG] = {};
+	__u32 head = 0;
+	const uint64_t W = SEC;
+	for (int i = 0; i < 4; i++)
+		ASSERT_TRUE(sluice_log_admit(ring, &head, 10 * SEC + i * 100 * MS, W, 4));
+	EXPECT_FALSE(sluice_log_admit(ring, &head, 10 * SEC + 999 * MS, W, 4));
+	EXPECT_TRUE(sluice_log_admit(ring, &head, 11 * SEC, W, 4)) << "the first pass is a window old";
+	EXPECT_FALSE(sluice_log_admit(ring, &head, 11 * SEC + 50 * MS, W, 4));
+	EXPECT_TRUE(sluice_log_admit(ring, &head, 11 * SEC + 100 * MS, W, 4));
+}
+
+TEST(SlidingLog, AClockBehindTheNewestPassGainsNothing)
+{
+	__u64 ring[SLUICE_MAX_LOG] = {};
+	__u32 head = 0;
+	ASSERT_TRUE(sluice_log_admit(ring, &head, 20 * SEC, SEC, 2));
+	ASSERT_TRUE(sluice_log_admit(ring, &head, 5 * SEC, SEC, 2)) << "not full yet";
+	EXPECT_EQ(ring[1], 20 * SEC) << "logged as the newest time, not the earlier one";
+	EXPECT_FALSE(sluice_log_admit(ring, &head, 20 * SEC + 999 * MS, SEC, 2));
+	EXPECT_TRUE(sluice_log_admit(ring, &head, 21 * SEC, SEC, 2));
+}
