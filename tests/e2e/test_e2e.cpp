@@ -334,6 +334,15 @@ TEST_F(EndToEnd, BadInputPrintsOneLineExitsNonZeroAndChangesNothing)
 		{{"attach", "nosuchif0"}, "cannot attach to nosuchif0: no such interface"},
 		{{"detach", "nosuchif0"}, "no such interface"},
 		{{"attach", "lo", "--mode", "turbo"}, "unknown XDP mode"},
+		{{"rule", "add", "10.1.0.0/16", "--rate", "10/s", "--algo", "leaky"}, "unknown algorithm"},
+		{{"rule", "add", "10.1.0.0/16", "--rate", "100/s", "--algo", "sliding-log"}, "at most 64"},
+		{{"rule", "add", "10.1.0.0/16", "--rate", "1MB/s", "--algo", "sliding-log"}, "not bytes"},
+		{{"rule", "add", "10.1.0.0/16", "--rate", "10/s", "--algo", "fixed-window", "--burst", "5"},
+		 "--burst does not apply"},
+		{{"rule", "add", "10.1.0.0/16", "--rate", "10/s", "--algo", "gcra", "--warmup", "10s"},
+		 "--warmup applies to the token bucket"},
+		{{"rule", "add", "10.1.0.0/16", "--rate", "10/s", "--warmup", "soon"}, "invalid --warmup"},
+		{{"rule", "add", "10.1.0.0/16", "--deny", "--algo", "gcra"}, "apply to --rate rules"},
 		{{"bogus"}, ""},
 	};
 	for (const auto &[args, message] : bad) {
@@ -419,4 +428,69 @@ TEST_F(EndToEnd, DetachingTheLastInterfaceRemovesAllStateAndTrafficFlows)
 	c2.start();
 	send_udp(V4_SOURCES[0], 5);
 	EXPECT_EQ(c2.finish()[V4_SOURCES[0]], 5);
+}
+
+TEST_F(EndToEnd, EveryAlgorithmWarmupAndShadowThroughTheCli)
+{
+	attach();
+	// One rule per source; UDP only, so neighbour discovery never touches a bucket.
+	struct Case {
+		std::string source;
+		std::vector<std::string> options;
+		int expect_passed;
+	};
+	const std::vector<Case> cases = {
+		{V4_SOURCES[0], {"--algo", "gcra", "--rate", "1/h", "--burst", "4"}, 4},
+		{V4_SOURCES[1], {"--algo", "fixed-window", "--rate", "4/h"}, 4},
+		{V4_SOURCES[2], {"--algo", "sliding-log", "--rate", "4/h"}, 4},
+		{V4_SOURCES[3], {"--algo", "sliding-window", "--rate", "4/h"}, 4},
+		// A new source is cold: each packet costs three intervals (and warms the
+		// bucket by as much, a small part of 10 s), so a burst of 6 passes 2.
+		{V6_SOURCES[0], {"--rate", "10/s", "--burst", "6", "--warmup", "10s"}, 2},
+		{V6_SOURCES[1], {"--algo", "fixed-window", "--rate", "3/h", "--shadow"}, 20},
+	};
+	auto name_of = [&](size_t i) { return "algo" + std::to_string(i); };
+	for (size_t i = 0; i < cases.size(); i++) {
+		const Case &c = cases[i];
+		std::vector<std::string> args = {"rule", "add", c.source, "--proto", "udp", "--name", name_of(i)};
+		args.insert(args.end(), c.options.begin(), c.options.end());
+		expect_ok(cli(args));
+	}
+
+	UdpCounter counter;
+	counter.start();
+	for (const auto &c : cases)
+		ASSERT_EQ(send_udp(c.source, 20), 20);
+	auto received = counter.finish();
+
+	json stats = cli_json({"stats", "--json"});
+	std::map<std::string, json> by_source;
+	for (const auto &s : stats["sources"])
+		by_source[s["source"].get<std::string>()] = s;
+	for (const auto &c : cases) {
+		SCOPED_TRACE(c.source);
+		EXPECT_EQ(received[c.source], c.expect_passed) << "what arrived";
+		ASSERT_TRUE(by_source.count(c.source));
+		EXPECT_EQ(by_source[c.source]["passed_packets"].get<int>(), c.expect_passed);
+		EXPECT_EQ(by_source[c.source]["dropped_packets"].get<int>(), 20 - c.expect_passed);
+	}
+	EXPECT_EQ(by_source[V4_SOURCES[2]]["algo"], "sliding-log");
+	EXPECT_EQ(by_source[V6_SOURCES[1]]["would_drop_packets"].get<int>(), 17) << "shadow: 3 of 20 fit";
+	EXPECT_EQ(stats["global"]["pass_shadow"]["packets"].get<int>(), 17);
+
+	json rules = cli_json({"rule", "list", "--json"});
+	std::map<std::string, json> by_name;
+	for (const auto &r : rules)
+		by_name[r["name"].get<std::string>()] = r;
+	EXPECT_EQ(by_name[name_of(3)]["algo"], "sliding-window");
+	EXPECT_EQ(by_name[name_of(3)]["window"], "1h");
+	EXPECT_EQ(by_name[name_of(4)]["algo"], "token-bucket");
+	EXPECT_EQ(by_name[name_of(4)]["warmup"], "10s");
+	EXPECT_TRUE(by_name[name_of(5)]["shadow"].get<bool>());
+
+	std::string table = cli({"stats"}).out;
+	EXPECT_NE(table.find("(shadow)"), std::string::npos) << table;
+	EXPECT_NE(table.find("would have been dropped"), std::string::npos) << table;
+	std::string list = cli({"rule", "list"}).out;
+	EXPECT_NE(list.find("token-bucket (warm-up 10s)"), std::string::npos) << list;
 }
