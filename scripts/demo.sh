@@ -51,7 +51,7 @@ echo "== rules"
 run "$SLUICE" rule add 10.250.0.0/24 --rate 100/s --burst 50 --proto udp --name per-host
 run "$SLUICE" rule add 10.250.0.13 --deny --name blocked
 run "$SLUICE" rule add 10.250.0.14 --allow --name trusted
-run "$SLUICE" rule add fd00:250::/64 --rate 200/s --burst 100 --proto udp --name per-host-v6
+run "$SLUICE" rule add fd00:250::/64 --rate 200/s --burst 100 --algo gcra --proto udp --name per-host-v6
 run "$SLUICE" rule list
 
 echo
@@ -69,7 +69,7 @@ for p in "${pids[@]}"; do wait "$p"; done
 echo
 echo "== what sluice saw"
 echo "   per-host: 50 burst + 100/s x 2 s = about 250 of 2000 pass per source"
-echo "   per-host-v6: 100 burst + 200/s x 2 s = about 500 of 2000 pass per source"
+echo "   per-host-v6 (gcra): 100 burst + 200/s x 2 s = about 500 of 2000 pass per source"
 echo "   blocked: all 2000 dropped; trusted: all 2000 pass (per-rule counters)"
 run "$SLUICE" stats --top 10
 
