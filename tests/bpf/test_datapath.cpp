@@ -385,3 +385,66 @@ TEST_F(Datapath, TwoCpusDrivingOneSourceStayWithinTheBound)
 	std::printf("two CPUs, one source: %llu of %u passed in %.3f s; bound %.0f\n",
 		    (unsigned long long)s.passed_packets, 2 * per_thread, seconds, bound);
 }
+
+TEST_F(Datapath, TwoCpusDrivingOneSourceKeepEveryLockedAlgorithmWithinItsLimit)
+{
+	ASSERT_GE(sysconf(_SC_NPROCESSORS_ONLN), 2) << "this test needs two CPUs";
+	struct Case {
+		const char *name;
+		Algo algo;
+		const char *rate;
+		uint64_t limit, window_ns; // at most `limit` per aligned window of window_ns
+		uint64_t warmup_ns;
+	} cases[] = {
+		{"fixed-window", Algo::fixed_window, "2000/10ms", 2000, 10000000, 0},
+		{"sliding-window", Algo::sliding_window, "2000/10ms", 2000, 10000000, 0},
+		{"sliding-log", Algo::sliding_log, "64/1ms", 64, 1000000, 0},
+		{"token-bucket warm-up", Algo::token_bucket, "200000/s", 0, 0, 50000000},
+	};
+	const uint32_t per_thread = 1000000;
+	std::vector<uint8_t> frame = test::build_packet({});
+	for (const auto &c : cases) {
+		SCOPED_TRACE(c.name);
+		SetUp(); // a fresh program for each algorithm
+		RuleSpec r;
+		r.name = "locked";
+		r.cidr = parse_cidr("192.0.2.0/24");
+		r.rate = parse_rate(c.rate);
+		r.algo = c.algo;
+		r.warmup_ns = c.warmup_ns;
+		if (c.warmup_ns)
+			r.burst = 1000;
+		table_->add(r);
+
+		std::atomic<int> ready{0};
+		auto worker = [&](int cpu) {
+			cpu_set_t set;
+			CPU_ZERO(&set);
+			CPU_SET(cpu, &set);
+			pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+			ready++;
+			while (ready < 2) {
+			}
+			run_frame(frame, per_thread);
+		};
+		auto start = std::chrono::steady_clock::now();
+		std::thread a(worker, 0), b(worker, 1);
+		a.join();
+		b.join();
+		double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+		SourceStats src = source("192.0.2.10", "locked");
+		Stats st = stats();
+		uint64_t contended = st.global[SLUICE_CNT_DROP_CONTENTION].packets;
+		EXPECT_EQ(src.passed_packets + src.dropped_packets, 2ull * per_thread) << "no counter update lost";
+		EXPECT_EQ(st.global[SLUICE_CNT_FAILOPEN_TABLE].packets, 0u);
+		double bound = c.limit ? double(c.limit) * (seconds * 1e9 / double(c.window_ns) + 1)
+				       : 1000 + 200000 * seconds + 2; // burst + rate x T
+		EXPECT_LE(double(src.passed_packets), bound) << "over " << seconds << " s";
+		EXPECT_GT(src.passed_packets, 0u);
+		EXPECT_LT(double(contended), 0.05 * 2 * per_thread) << "contention stays the exception";
+		std::printf("%s, two CPUs: %llu of %u passed in %.3f s (bound %.0f); %llu dropped for contention\n",
+			    c.name, (unsigned long long)src.passed_packets, 2 * per_thread, seconds, bound,
+			    (unsigned long long)contended);
+	}
+}
