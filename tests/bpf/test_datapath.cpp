@@ -84,6 +84,27 @@ protected:
 		return {};
 	}
 
+	/// Runs `frame` `per_thread` times on CPU 0 and CPU 1 at once; returns the seconds taken.
+	double flood_from_two_cpus(const std::vector<uint8_t> &frame, uint32_t per_thread)
+	{
+		std::atomic<int> ready{0};
+		auto worker = [&](int cpu) {
+			cpu_set_t set;
+			CPU_ZERO(&set);
+			CPU_SET(cpu, &set);
+			pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+			ready++;
+			while (ready < 2) {
+			}
+			run_frame(frame, per_thread);
+		};
+		auto start = std::chrono::steady_clock::now();
+		std::thread a(worker, 0), b(worker, 1);
+		a.join();
+		b.join();
+		return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+	}
+
 	std::unique_ptr<LoadedProgram> prog_;
 	MapSet maps_;
 	std::unique_ptr<RuleTable> table_;
@@ -358,22 +379,7 @@ TEST_F(Datapath, TwoCpusDrivingOneSourceStayWithinTheBound)
 	const uint32_t per_thread = 4000000;
 	std::vector<uint8_t> frame = test::build_packet({});
 
-	std::atomic<int> ready{0};
-	auto worker = [&](int cpu) {
-		cpu_set_t set;
-		CPU_ZERO(&set);
-		CPU_SET(cpu, &set);
-		pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-		ready++;
-		while (ready < 2) {
-		}
-		run_frame(frame, per_thread);
-	};
-	auto start = std::chrono::steady_clock::now();
-	std::thread a(worker, 0), b(worker, 1);
-	a.join();
-	b.join();
-	double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+	double seconds = flood_from_two_cpus(frame, per_thread);
 
 	SourceStats s = source("192.0.2.10", "hot");
 	Stats st = stats();
@@ -416,22 +422,7 @@ TEST_F(Datapath, TwoCpusDrivingOneSourceKeepEveryLockedAlgorithmWithinItsLimit)
 			r.burst = 1000;
 		table_->add(r);
 
-		std::atomic<int> ready{0};
-		auto worker = [&](int cpu) {
-			cpu_set_t set;
-			CPU_ZERO(&set);
-			CPU_SET(cpu, &set);
-			pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-			ready++;
-			while (ready < 2) {
-			}
-			run_frame(frame, per_thread);
-		};
-		auto start = std::chrono::steady_clock::now();
-		std::thread a(worker, 0), b(worker, 1);
-		a.join();
-		b.join();
-		double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+		double seconds = flood_from_two_cpus(frame, per_thread);
 
 		SourceStats src = source("192.0.2.10", "locked");
 		Stats st = stats();
