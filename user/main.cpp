@@ -2,7 +2,11 @@
 // and prints; every error becomes one line on stderr and a non-zero exit.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -84,6 +88,100 @@ std::vector<std::string> rule_cells(const InstalledRule &r)
 
 const std::vector<std::string> RULE_HEADER = {"ID",     "NAME", "CIDR", "PROTO", "DPORT",
 					      "ACTION", "ALGO", "RATE", "BURST", "PER"};
+
+/// What `rule add` takes, as typed; shared by `rule add` and `rule import`.
+struct RuleArgs {
+	std::string cidr, rate, burst, proto, dport, name, algo, warmup;
+	bool allow = false, deny = false, shadow = false;
+	int per = -1;
+};
+
+void add_rule_options(CLI::App *cmd, RuleArgs &a)
+{
+	cmd->add_option("CIDR", a.cidr, "Source prefix (IPv4 or IPv6)")->required();
+	auto *rate = cmd->add_option("--rate", a.rate, "Limit: 100/s, 6000/min, 10kbit/s, 1MB/s, 100/10s");
+	cmd->add_option("--burst", a.burst, "Bucket size in packets (or bytes for byte rates)");
+	auto *allow = cmd->add_flag("--allow", a.allow, "Never limit this traffic");
+	auto *deny = cmd->add_flag("--deny", a.deny, "Always drop this traffic");
+	rate->excludes(allow)->excludes(deny);
+	allow->excludes(deny);
+	cmd->add_option("--proto", a.proto, "tcp, udp or icmp");
+	cmd->add_option("--dport", a.dport, "Destination port or range P-Q (needs --proto tcp|udp)");
+	cmd->add_option("--per", a.per, "Bucket per prefix of this length (default: per address)");
+	cmd->add_option("--name", a.name, "Rule name (default rule<ID>)");
+	cmd->add_option("--algo", a.algo,
+			"token-bucket (default), gcra, fixed-window, sliding-log or sliding-window");
+	cmd->add_option("--warmup", a.warmup, "Token bucket: ramp from a third of the rate over this long");
+	cmd->add_flag("--shadow", a.shadow, "Count what the rule would drop, but pass it");
+}
+
+RuleSpec to_spec(const RuleArgs &a, bool per_given)
+{
+	RuleSpec spec;
+	spec.cidr = parse_cidr(a.cidr);
+	spec.name = a.name;
+	if (a.allow)
+		spec.action = Action::allow;
+	else if (a.deny)
+		spec.action = Action::deny;
+	else if (!a.rate.empty())
+		spec.rate = parse_rate(a.rate);
+	else
+		throw Error("rule add needs one of --rate RATE, --allow or --deny");
+	if (!a.burst.empty())
+		spec.burst = parse_count(a.burst, spec.rate.counts_bytes(), "burst");
+	if (!a.proto.empty())
+		spec.proto = parse_proto(a.proto);
+	if (!a.dport.empty())
+		spec.dport = parse_port_range(a.dport);
+	if (!a.algo.empty())
+		spec.algo = parse_algo(a.algo);
+	if (!a.warmup.empty())
+		spec.warmup_ns = parse_duration_ns(a.warmup, "--warmup");
+	if (per_given && a.per < 0)
+		throw Error("--per must be a prefix length of 0 or more");
+	spec.per_prefix = a.per;
+	spec.shadow = a.shadow;
+	return spec;
+}
+
+/// Reads rules for `rule import`: one `rule add` argument list per line;
+/// blank lines and lines starting with # are skipped.
+std::vector<RuleSpec> read_rule_file(const std::string &path)
+{
+	std::ifstream file;
+	if (path != "-") {
+		file.open(path);
+		if (!file)
+			throw Error("cannot read " + path + ": " + std::strerror(errno));
+	}
+	std::istream &in = path == "-" ? std::cin : file;
+	std::vector<RuleSpec> specs;
+	std::string line;
+	for (int n = 1; std::getline(in, line); n++) {
+		std::istringstream words(line);
+		std::vector<std::string> args;
+		for (std::string w; words >> w;)
+			args.push_back(w);
+		if (args.empty() || args[0][0] == '#')
+			continue;
+		std::reverse(args.begin(), args.end()); // CLI11 takes them last first
+		CLI::App parser{"rule"};
+		RuleArgs a;
+		add_rule_options(&parser, a);
+		try {
+			parser.parse(args);
+			specs.push_back(to_spec(a, parser.count("--per") > 0));
+		} catch (const CLI::ParseError &e) {
+			throw Error(path + " line " + std::to_string(n) + ": " + e.what());
+		} catch (const Error &e) {
+			throw Error(path + " line " + std::to_string(n) + ": " + e.what());
+		}
+	}
+	if (specs.empty())
+		throw Error(path + " holds no rules");
+	return specs;
+}
 
 void cmd_status(const Instance &inst, bool json)
 {
@@ -235,25 +333,13 @@ int main(int argc, char **argv)
 
 	auto *rule = app.add_subcommand("rule", "Manage rules");
 	rule->require_subcommand(1);
-	std::string cidr_text, rate_text, burst_text, proto_text, dport_text, name, key, algo_text, warmup_text;
-	bool allow = false, deny = false, shadow = false;
-	int per = -1;
+	RuleArgs rule_args;
+	std::string key, import_path;
 	auto *add = rule->add_subcommand("add", "Add a rule; it applies at once");
-	add->add_option("CIDR", cidr_text, "Source prefix (IPv4 or IPv6)")->required();
-	auto *rate_opt = add->add_option("--rate", rate_text, "Limit: 100/s, 6000/min, 10kbit/s, 1MB/s");
-	add->add_option("--burst", burst_text, "Bucket size in packets (or bytes for byte rates)");
-	auto *allow_opt = add->add_flag("--allow", allow, "Never limit this traffic");
-	auto *deny_opt = add->add_flag("--deny", deny, "Always drop this traffic");
-	rate_opt->excludes(allow_opt)->excludes(deny_opt);
-	allow_opt->excludes(deny_opt);
-	add->add_option("--proto", proto_text, "tcp, udp or icmp");
-	add->add_option("--dport", dport_text, "Destination port or range P-Q (needs --proto tcp|udp)");
-	add->add_option("--per", per, "Bucket per prefix of this length (default: per address)");
-	add->add_option("--name", name, "Rule name (default rule<ID>)");
-	add->add_option("--algo", algo_text,
-			"token-bucket (default), gcra, fixed-window, sliding-log or sliding-window");
-	add->add_option("--warmup", warmup_text, "Token bucket: ramp from a third of the rate over this long");
-	add->add_flag("--shadow", shadow, "Count what the rule would drop, but pass it");
+	add_rule_options(add, rule_args);
+	auto *import = rule->add_subcommand("import", "Add many rules at once, all or none");
+	import->add_option("FILE", import_path, "One `rule add` argument list per line; - for stdin")
+		->required();
 	auto *del = rule->add_subcommand("del", "Delete a rule with its buckets");
 	del->add_option("NAME|ID", key, "Rule name or id")->required();
 	auto *list = rule->add_subcommand("list", "List rules");
@@ -302,35 +388,18 @@ int main(int argc, char **argv)
 		} else if (*status) {
 			cmd_status(inst, json);
 		} else if (*add) {
-			RuleSpec spec;
-			spec.cidr = parse_cidr(cidr_text);
-			spec.name = name;
-			if (allow)
-				spec.action = Action::allow;
-			else if (deny)
-				spec.action = Action::deny;
-			else if (!rate_text.empty())
-				spec.rate = parse_rate(rate_text);
-			else
-				throw Error("rule add needs one of --rate RATE, --allow or --deny");
-			if (!burst_text.empty())
-				spec.burst = parse_count(burst_text, spec.rate.counts_bytes(), "burst");
-			if (!proto_text.empty())
-				spec.proto = parse_proto(proto_text);
-			if (!dport_text.empty())
-				spec.dport = parse_port_range(dport_text);
-			if (!algo_text.empty())
-				spec.algo = parse_algo(algo_text);
-			if (!warmup_text.empty())
-				spec.warmup_ns = parse_duration_ns(warmup_text, "--warmup");
-			spec.shadow = shadow;
-			if (add->count("--per") && per < 0)
-				throw Error("--per must be a prefix length of 0 or more");
-			spec.per_prefix = per;
+			RuleSpec spec = to_spec(rule_args, add->count("--per") > 0);
 			auto lock = inst.lock(true);
 			MapSet maps = inst.maps();
 			InstalledRule r = RuleTable(maps).add(spec);
 			print_table(RULE_HEADER, {rule_cells(r)});
+		} else if (*import) {
+			std::vector<RuleSpec> specs = read_rule_file(import_path);
+			auto lock = inst.lock(true);
+			MapSet maps = inst.maps();
+			auto added = RuleTable(maps).add_many(std::move(specs));
+			std::cout << "imported " << added.size() << " rules (ids " << added.front().id << "-"
+				  << added.back().id << ")\n";
 		} else if (*del) {
 			auto lock = inst.lock(true);
 			MapSet maps = inst.maps();

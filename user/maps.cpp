@@ -89,11 +89,15 @@ void map_update(int fd, const void *key, const void *value, const char *what)
 		throw_errno(std::string("cannot update ") + what, errno);
 }
 
-void zero_percpu(int fd, uint32_t key, size_t value_size)
+void map_update_batch(int fd, const void *keys, const void *values, size_t count, const char *what)
 {
-	size_t stride = (value_size + 7) / 8 * 8;
-	std::vector<uint8_t> zeros(stride * possible_cpus());
-	map_update(fd, &key, zeros.data(), "per-CPU counters");
+	if (count == 0)
+		return;
+	__u32 n = static_cast<__u32>(count);
+	LIBBPF_OPTS(bpf_map_batch_opts, opts);
+	if (bpf_map_update_batch(fd, keys, values, &n, &opts))
+		throw_errno(std::string("cannot update ") + what, errno);
 }
+
 
 } // namespace sluice

@@ -39,6 +39,9 @@ uint32_t map_max_entries(int fd);
 
 void map_update(int fd, const void *key, const void *value, const char *what);
 
+/// Updates `count` entries with one BPF_MAP_UPDATE_BATCH call.
+void map_update_batch(int fd, const void *keys, const void *values, size_t count, const char *what);
+
 /// Reads one per-CPU slot and returns the per-CPU values.
 template <class V> std::vector<V> lookup_percpu(int fd, uint32_t key)
 {
@@ -48,9 +51,6 @@ template <class V> std::vector<V> lookup_percpu(int fd, uint32_t key)
 		throw_errno("cannot read per-CPU map entry " + std::to_string(key), errno);
 	return values;
 }
-
-/// Sets every CPU's copy of one per-CPU slot to zero.
-void zero_percpu(int fd, uint32_t key, size_t value_size);
 
 /// Calls f(key, value) for every entry of a hash map, reading it in batches.
 template <class K, class V>

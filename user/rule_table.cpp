@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstring>
 #include <ctime>
+#include <map>
+#include <set>
+#include <tuple>
 
 namespace sluice {
 
@@ -44,52 +47,84 @@ InstalledRule RuleTable::find(std::string_view key) const
 
 InstalledRule RuleTable::add(RuleSpec spec)
 {
-	validate_rule(spec);
-	std::vector<InstalledRule> before = list();
+	return add_many({std::move(spec)}).front();
+}
 
-	// Choose the id and slot, and check the rule against the others.
+std::vector<InstalledRule> RuleTable::add_many(std::vector<RuleSpec> specs)
+{
+	// Everything is checked before anything is written: one bad rule, no change.
+	std::vector<InstalledRule> before = list();
 	uint32_t zero = 0;
 	struct sluice_meta meta = {};
 	if (bpf_map_lookup_elem(maps_.meta.get(), &zero, &meta))
 		throw_errno("cannot read sluice metadata", errno);
-	uint32_t id = std::max<uint32_t>(meta.next_rule_id, 1);
+	uint32_t next_id = std::max<uint32_t>(meta.next_rule_id, 1);
 
+	using Selector = std::tuple<Cidr, Proto, uint16_t, uint16_t>;
+	auto selector = [](const RuleSpec &r) { return Selector{r.cidr, r.proto, r.dport.lo, r.dport.hi}; };
+	std::map<Selector, std::string> selectors;
+	std::set<std::string> names;
 	std::vector<bool> used(maps_.max_rules());
 	for (const auto &r : before) {
 		used[r.slot] = true;
-		if (!spec.name.empty() && r.spec.name == spec.name)
-			throw Error("a rule named '" + spec.name + "' exists already");
-		if (same_selector(r.spec, spec))
-			throw Error("rule '" + r.spec.name + "' already selects the same traffic; delete it first");
+		names.insert(r.spec.name);
+		selectors[selector(r.spec)] = r.spec.name;
 	}
-	if (spec.name.empty()) {
-		spec.name = "rule" + std::to_string(id);
-		for (int n = 2; std::any_of(before.begin(), before.end(),
-					    [&](const auto &r) { return r.spec.name == spec.name; });
-		     n++)
-			spec.name = "rule" + std::to_string(id) + "-" + std::to_string(n);
-	}
-	auto free_slot = std::find(used.begin(), used.end(), false);
-	if (free_slot == used.end())
-		throw Error("the rule table is full (" + std::to_string(used.size()) +
-			    " rules); delete rules or attach again with a larger --max-rules");
 
-	InstalledRule added{id, static_cast<uint32_t>(free_slot - used.begin()), spec};
+	std::vector<InstalledRule> added;
+	uint32_t slot = 0;
+	for (size_t i = 0; i < specs.size(); i++) {
+		RuleSpec &spec = specs[i];
+		std::string where = specs.size() > 1 ? "rule " + std::to_string(i + 1) + ": " : "";
+		try {
+			validate_rule(spec);
+		} catch (const Error &e) {
+			throw Error(where + e.what());
+		}
+		uint32_t id = next_id++;
+		if (spec.name.empty()) {
+			spec.name = "rule" + std::to_string(id);
+			for (int n = 2; names.count(spec.name); n++)
+				spec.name = "rule" + std::to_string(id) + "-" + std::to_string(n);
+		} else if (names.count(spec.name)) {
+			throw Error(where + "a rule named '" + spec.name + "' exists already");
+		}
+		auto [it, fresh] = selectors.emplace(selector(spec), spec.name);
+		if (!fresh)
+			throw Error(where + "rule '" + it->second + "' already selects the same traffic; delete it first");
+		names.insert(spec.name);
+		while (slot < used.size() && used[slot])
+			slot++;
+		if (slot == used.size())
+			throw Error("the rule table is full (" + std::to_string(used.size()) +
+				    " rules); delete rules or attach again with a larger --max-rules");
+		used[slot] = true;
+		added.push_back({id, slot, spec});
+	}
 	std::vector<InstalledRule> after = before;
-	after.push_back(added);
+	after.insert(after.end(), added.begin(), added.end());
 	build_match_lists(after); // throws if too many rules would cover one address
-	struct sluice_rule dp = to_datapath(added);
-	struct sluice_rule_info info = to_info(spec);
+
 	struct timespec now;
 	clock_gettime(CLOCK_REALTIME, &now);
-	info.created_ns = static_cast<__u64>(now.tv_sec) * 1000000000ULL + now.tv_nsec;
+	std::vector<uint32_t> slots;
+	std::vector<struct sluice_rule> dps;
+	std::vector<struct sluice_rule_info> infos;
+	for (const auto &r : added) {
+		slots.push_back(r.slot);
+		dps.push_back(to_datapath(r));
+		infos.push_back(to_info(r.spec));
+		infos.back().created_ns = static_cast<__u64>(now.tv_sec) * 1000000000ULL + now.tv_nsec;
+	}
+	std::vector<uint8_t> zero_counters(sizeof(struct sluice_rule_counters) * possible_cpus() * added.size());
 
-	// Write the rule before anything points at it, the match lists last.
-	meta.next_rule_id = id + 1;
+	// Write the rules before anything points at them, the match lists last.
+	meta.next_rule_id = next_id;
 	map_update(maps_.meta.get(), &zero, &meta, "sluice metadata");
-	map_update(maps_.rule_info.get(), &added.slot, &info, "rule info");
-	zero_percpu(maps_.rule_counters.get(), added.slot, sizeof(struct sluice_rule_counters));
-	map_update(maps_.rules.get(), &added.slot, &dp, "rule");
+	map_update_batch(maps_.rule_info.get(), slots.data(), infos.data(), slots.size(), "rule info");
+	map_update_batch(maps_.rule_counters.get(), slots.data(), zero_counters.data(), slots.size(),
+			 "rule counters");
+	map_update_batch(maps_.rules.get(), slots.data(), dps.data(), slots.size(), "rules");
 	write_match_lists(before, after);
 	return added;
 }
@@ -136,6 +171,23 @@ template <class Key> Key lpm_key(const Cidr &c)
 	return k;
 }
 
+/// Match-list entries of one family, written with one batch call where the
+/// kernel supports batches on LPM tries, one by one where it does not.
+template <class Key> struct LpmWrites {
+	std::vector<Key> keys;
+	std::vector<struct sluice_match_list> lists;
+
+	void flush(int fd, const char *what)
+	{
+		__u32 n = static_cast<__u32>(keys.size());
+		LIBBPF_OPTS(bpf_map_batch_opts, opts);
+		if (n == 0 || bpf_map_update_batch(fd, keys.data(), lists.data(), &n, &opts) == 0)
+			return;
+		for (size_t i = 0; i < keys.size(); i++)
+			map_update(fd, &keys[i], &lists[i], what);
+	}
+};
+
 } // namespace
 
 void RuleTable::write_match_lists(const std::vector<InstalledRule> &before,
@@ -144,6 +196,8 @@ void RuleTable::write_match_lists(const std::vector<InstalledRule> &before,
 	auto old_lists = build_match_lists(before);
 	auto new_lists = build_match_lists(after);
 
+	LpmWrites<struct sluice_lpm_v4> v4;
+	LpmWrites<struct sluice_lpm_v6> v6;
 	for (const auto &[prefix, slots] : new_lists) {
 		auto old = old_lists.find(prefix);
 		if (old != old_lists.end() && old->second == slots)
@@ -152,13 +206,15 @@ void RuleTable::write_match_lists(const std::vector<InstalledRule> &before,
 		list.count = static_cast<__u32>(slots.size());
 		std::copy(slots.begin(), slots.end(), list.slots);
 		if (prefix.family == 4) {
-			auto key = lpm_key<struct sluice_lpm_v4>(prefix);
-			map_update(maps_.match4.get(), &key, &list, "IPv4 match list");
+			v4.keys.push_back(lpm_key<struct sluice_lpm_v4>(prefix));
+			v4.lists.push_back(list);
 		} else {
-			auto key = lpm_key<struct sluice_lpm_v6>(prefix);
-			map_update(maps_.match6.get(), &key, &list, "IPv6 match list");
+			v6.keys.push_back(lpm_key<struct sluice_lpm_v6>(prefix));
+			v6.lists.push_back(list);
 		}
 	}
+	v4.flush(maps_.match4.get(), "IPv4 match list");
+	v6.flush(maps_.match6.get(), "IPv6 match list");
 	for (const auto &[prefix, slots] : old_lists) {
 		if (new_lists.count(prefix))
 			continue;

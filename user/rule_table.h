@@ -22,6 +22,10 @@ public:
 	/// Validates and installs a rule; it takes effect for the next packet.
 	InstalledRule add(RuleSpec spec);
 
+	/// Installs many rules at once (all or none), with one compilation of the
+	/// match lists: the way to load thousands of rules.
+	std::vector<InstalledRule> add_many(std::vector<RuleSpec> specs);
+
 	/// Removes a rule by name or id, with its buckets and counters.
 	InstalledRule remove(std::string_view name_or_id);
 

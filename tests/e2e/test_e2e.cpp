@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -343,6 +344,7 @@ TEST_F(EndToEnd, BadInputPrintsOneLineExitsNonZeroAndChangesNothing)
 		 "--warmup applies to the token bucket"},
 		{{"rule", "add", "10.1.0.0/16", "--rate", "10/s", "--warmup", "soon"}, "invalid --warmup"},
 		{{"rule", "add", "10.1.0.0/16", "--deny", "--algo", "gcra"}, "apply to --rate rules"},
+		{{"rule", "import", "/nonexistent/rules"}, "cannot read /nonexistent/rules"},
 		{{"bogus"}, ""},
 	};
 	for (const auto &[args, message] : bad) {
@@ -493,4 +495,39 @@ TEST_F(EndToEnd, EveryAlgorithmWarmupAndShadowThroughTheCli)
 	EXPECT_NE(table.find("would have been dropped"), std::string::npos) << table;
 	std::string list = cli({"rule", "list"}).out;
 	EXPECT_NE(list.find("token-bucket (warm-up 10s)"), std::string::npos) << list;
+}
+
+TEST_F(EndToEnd, ImportLoadsManyRulesAtOnceOrNone)
+{
+	attach();
+	std::string path = "/tmp/sluice-e2e-rules-" + std::to_string(getpid());
+	{
+		std::ofstream f(path);
+		f << "# 1000 prefixes, and a deny for one of our sources\n";
+		for (int i = 0; i < 1000; i++)
+			f << "172." << 16 + i / 256 << "." << i % 256 << ".0/24 --rate 100/s --name bulk" << i << "\n";
+		f << "\n" << V4_SOURCES[0] << " --deny --name bulk-deny\n";
+	}
+	CommandResult r = cli({"rule", "import", path});
+	EXPECT_EQ(r.exit_code, 0) << r.err;
+	EXPECT_NE(r.out.find("imported 1001 rules"), std::string::npos) << r.out;
+	EXPECT_EQ(cli_json({"rule", "list", "--json"}).size(), 1001u);
+
+	UdpCounter c;
+	c.start();
+	send_udp(V4_SOURCES[0], 5);
+	send_udp(V4_SOURCES[1], 5);
+	auto got = c.finish();
+	EXPECT_EQ(got[V4_SOURCES[0]], 0) << "the imported deny applies";
+	EXPECT_EQ(got[V4_SOURCES[1]], 5);
+
+	{
+		std::ofstream f(path);
+		f << "192.0.2.0/24 --rate 5/s --name fine\n198.51.100.0/24 --rate 5/s --burst 0\n";
+	}
+	r = cli({"rule", "import", path});
+	EXPECT_NE(r.exit_code, 0);
+	EXPECT_NE(r.err.find("line 2: burst must be greater than zero"), std::string::npos) << r.err;
+	EXPECT_EQ(cli_json({"rule", "list", "--json"}).size(), 1001u) << "the good first line was not applied";
+	unlink(path.c_str());
 }
