@@ -8,6 +8,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "parse.h"
+#include "bench_sources.h"
 
 SEC("xdp")
 int bench_xdp_drop(struct xdp_md *ctx)
@@ -27,6 +28,22 @@ int bench_parse_only(struct xdp_md *ctx)
 	if (parse_packet(data, data_end, &pkt, &payload) < 0)
 		return XDP_PASS;
 	return pkt.saddr[0] == 0xff && pkt.dport == 0xffff ? XDP_PASS : XDP_DROP;
+}
+
+/* For many-source scenarios: the source generator, then drop... */
+SEC("xdp")
+int bench_gen_drop(struct xdp_md *ctx)
+{
+	bench_rewrite_source(ctx);
+	return XDP_DROP;
+}
+
+/* ...or pass to the kernel stack, where nftables or hashlimit decide. */
+SEC("xdp")
+int bench_gen_pass(struct xdp_md *ctx)
+{
+	bench_rewrite_source(ctx);
+	return XDP_PASS;
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

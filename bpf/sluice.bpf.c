@@ -16,6 +16,9 @@
 #include "sluice_abi.h"
 #include "sluice_algos.h"
 #include "parse.h"
+#ifdef SLUICE_BENCH_SOURCES
+#include "bench_sources.h"
+#endif
 
 #define EEXIST 17
 
@@ -449,6 +452,11 @@ int SLUICE_PROG_NAME(struct xdp_md *ctx)
 	int vanished = 0;
 	int parsed;
 
+#ifdef SLUICE_BENCH_SOURCES
+	bench_rewrite_source(ctx);
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+#endif
 	parsed = parse_packet(data, data_end, &pkt, &payload);
 	if (parsed <= 0) {
 		count_global(parsed == 0 ? SLUICE_CNT_PASS_NOT_IP : SLUICE_CNT_FAILOPEN_PARSE,

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The benchmark: Sluice's per-packet cost against XDP_DROP and parse-only
+# baselines, Sluice against nftables and iptables hashlimit on the same frames,
+# kernel memory per tracked source, and control-plane times. Prints Markdown.
+# Run as root; installs and builds what is missing. --quick for a smoke run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh >&2
+# The peers: nftables, and iptables for its legacy hashlimit.
+for p in nftables iptables; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="${missing:-} $p"
+done
+if [ -n "${missing:-}" ]; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+exec ./build/tests/sluice-bench "$@"

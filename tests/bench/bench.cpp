@@ -1,0 +1,584 @@
+// sluice-bench: the figures behind Sluice's performance claims, measured in
+// one run on one machine, every headline a ratio against a baseline taken in
+// the same run. Prints Markdown tables.
+//   1. per-packet cost of the real program (BPF_PROG_TEST_RUN, one pinned CPU,
+//      median of 5 interleaved runs) next to XDP_DROP and parse-only baselines;
+//   2. the peers: frames injected with BPF_F_TEST_XDP_LIVE_FRAMES into a veth in
+//      a namespace, through Sluice, an nftables dynamic-set meter and iptables
+//      hashlimit, with the share each one dropped read from its own counters;
+//   3. kernel memory per tracked source (slab, vmalloc and per-CPU growth);
+//   4. control plane: importing 10,000 rules, reading 1,000,000 sources' stats.
+#include <CLI/CLI.hpp>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <linux/bpf.h>
+#include <sched.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <random>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "baselines_bpf.skel.h"
+#include "datapath.h"
+#include "packet.h"
+#include "process.h"
+#include "rule_table.h"
+#include "sluice_bench_bpf.skel.h"
+#include "stats.h"
+
+using namespace sluice;
+using namespace sluice::test;
+
+namespace {
+
+constexpr int BENCH_CPU = 1;
+const std::string NETNS = "sluice-bench", DEV = "bench0", PEER = "bench1";
+const std::string PIN_DIR = "/sys/fs/bpf/sluice-bench";
+
+struct Options {
+	uint32_t repeat = 10000000; // per test run, section 1
+	uint32_t live_repeat = 2000000; // per test run, section 2
+	int rounds = 5;
+	bool quick = false;
+};
+
+std::string fixed(double v, int digits)
+{
+	char buf[64];
+	std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+	return buf;
+}
+
+double median(std::vector<double> v)
+{
+	std::sort(v.begin(), v.end());
+	return v.empty() ? 0 : v[v.size() / 2];
+}
+
+void pin_to(int cpu)
+{
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	if (sched_setaffinity(0, sizeof(set), &set))
+		throw Error("cannot pin to CPU " + std::to_string(cpu));
+}
+
+/// Average ns per run of `repeat` runs of `frame`, as the kernel times it.
+double test_run_ns(int prog_fd, const std::vector<uint8_t> &frame, uint32_t repeat)
+{
+	LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = frame.data(),
+		    .data_size_in = static_cast<__u32>(frame.size()), .repeat = static_cast<int>(repeat));
+	if (bpf_prog_test_run_opts(prog_fd, &opts))
+		throw_errno("BPF_PROG_TEST_RUN", errno);
+	return opts.duration;
+}
+
+/// Points an object's source generator at `count` sources (0: leave frames alone).
+void set_generator(struct bpf_object *obj, uint32_t count, bool sequential = false)
+{
+	struct bpf_map *m = bpf_object__find_map_by_name(obj, "bench_gen");
+	if (!m)
+		throw Error("no source generator in this object");
+	struct Gen {
+		__u64 state;
+		__u32 count, sequential;
+	};
+	std::vector<Gen> per_cpu(possible_cpus());
+	for (size_t i = 0; i < per_cpu.size(); i++)
+		per_cpu[i] = {sequential ? 0 : 0x9e3779b97f4a7c15ULL * (i + 1), count, sequential};
+	uint32_t zero = 0;
+	map_update(bpf_map__fd(m), &zero, per_cpu.data(), "source generator");
+}
+
+/// A program under measurement, and what to do before each of its runs.
+struct Subject {
+	std::string name;
+	int fd;
+	std::vector<uint8_t> frame;
+	std::function<void()> before = [] {};
+	std::vector<double> samples;
+};
+
+/// Runs every subject `rounds` times, interleaved, and keeps the medians.
+void measure(std::vector<Subject> &subjects, const Options &o)
+{
+	for (int r = 0; r < o.rounds; r++)
+		for (auto &s : subjects) {
+			s.before();
+			s.samples.push_back(test_run_ns(s.fd, s.frame, o.repeat));
+		}
+}
+
+double med(const std::vector<Subject> &subjects, const std::string &name)
+{
+	for (const auto &s : subjects)
+		if (s.name == name)
+			return median(s.samples);
+	throw Error("no subject " + name);
+}
+
+/// The production or bench program with one limit rule, tables sized for the run.
+struct Loaded {
+	std::unique_ptr<LoadedProgram> prog;
+	MapSet maps;
+
+	Loaded(ObjectImage image, uint32_t max_sources, uint32_t max_rules = 1024)
+	{
+		prog = std::make_unique<LoadedProgram>(TableSizes{max_sources, max_rules, 1024}, image);
+		maps = prog->maps();
+	}
+	void add(const char *cidr, const char *rate, uint64_t burst = 0, Action action = Action::limit)
+	{
+		RuleSpec r;
+		r.cidr = parse_cidr(cidr);
+		r.action = action;
+		if (action == Action::limit) {
+			r.rate = parse_rate(rate);
+			r.burst = burst;
+		}
+		RuleTable(maps).add(r);
+	}
+};
+
+ObjectImage bench_image()
+{
+	ObjectImage img;
+	img.data = sluice_bench_bpf__elf_bytes(&img.size);
+	return img;
+}
+
+void section_per_packet(const Options &o, struct baselines_bpf *base)
+{
+	std::cout << "\n## 1. Per-packet cost through BPF_PROG_TEST_RUN\n\n"
+		  << o.repeat << " repeats per run, median of " << o.rounds
+		  << " interleaved runs, pinned to CPU " << BENCH_CPU << ". Rules: one limit rule of 1000/s "
+		  << "(so a flooding source is mostly dropped). Many-source scenarios rewrite each frame's "
+		  << "source first; their baseline is that generator followed by XDP_DROP.\n\n";
+	std::cout << "| scenario | baseline | baseline ns | Sluice ns | Sluice − baseline | Sluice / baseline |\n"
+		  << "| --- | --- | ---: | ---: | ---: | ---: |\n";
+	int drop = bpf_program__fd(base->progs.bench_xdp_drop);
+	int parse = bpf_program__fd(base->progs.bench_parse_only);
+	int gen_drop = bpf_program__fd(base->progs.bench_gen_drop);
+	auto row = [](const std::string &scenario, const std::string &base_name, double b, double s) {
+		std::cout << "| " << scenario << " | " << base_name << " | " << fixed(b, 1) << " | " << fixed(s, 1)
+			  << " | " << fixed(s - b, 1) << " | " << fixed(s / b, 2) << "x |\n";
+	};
+
+	// Hot source, IPv4 and IPv6.
+	for (int family : {4, 6}) {
+		Loaded sl(production_object(), 65536);
+		sl.add(family == 4 ? "192.0.2.0/24" : "2001:db8::/32", "1000/s");
+		auto frame = build_packet({.src = family == 4 ? "192.0.2.10" : "2001:db8::10"});
+		std::vector<Subject> s = {{"drop", drop, frame}, {"parse", parse, frame}, {"sluice", sl.prog->prog_fd(), frame}};
+		set_generator(base->obj, 0);
+		measure(s, o);
+		std::string sc = std::string("one hot source, IPv") + (family == 4 ? "4" : "6");
+		row(sc, "XDP_DROP", med(s, "drop"), med(s, "sluice"));
+		row(sc, "parse-only", med(s, "parse"), med(s, "sluice"));
+	}
+
+	// Many sources: a table of 1M with all present, and one 4x oversubscribed.
+	struct Many {
+		const char *name;
+		int family;
+		uint32_t sources;
+	} many[] = {{"random of 1M present sources, IPv4", 4, 1000000},
+		    {"random of 1M present sources, IPv6", 6, 1000000},
+		    {"random of 4M sources, table of 1M (insert + evict), IPv4", 4, 4000000}};
+	for (const auto &m : many) {
+		Loaded sl(bench_image(), 1000000);
+		sl.add(m.family == 4 ? "10.0.0.0/8" : "2001:db8::/32", "1000/s");
+		auto frame = build_packet({.src = m.family == 4 ? "10.0.0.1" : "2001:db8::1"});
+		set_generator(sl.prog->object(), m.sources);
+		set_generator(base->obj, m.sources);
+		test_run_ns(sl.prog->prog_fd(), frame, 3 * m.sources); // fill the table first
+		std::vector<Subject> s = {{"gen_drop", gen_drop, frame}, {"sluice", sl.prog->prog_fd(), frame}};
+		measure(s, o);
+		Stats st = collect_stats(sl.maps, {1, ""});
+		row(m.name, "generator + XDP_DROP", med(s, "gen_drop"), med(s, "sluice"));
+		std::cout << "|  | (" << st.tracked_sources << " buckets tracked; "
+			  << st.global[SLUICE_CNT_INFO_NEW_BUCKET].packets << " created) | | | | |\n";
+	}
+
+	// Rule lookup: random sources over 10.0.0.0/8 against 1, 1,000 and 100,000
+	// allow rules of random lengths /16-/28 inside it (no buckets: the lookup alone).
+	std::map<uint32_t, double> by_rules;
+	for (uint32_t n : {1u, 1000u, 100000u}) {
+		if (o.quick && n > 1000)
+			continue;
+		Loaded sl(bench_image(), 65536, 131072);
+		std::mt19937 rng(n);
+		std::vector<RuleSpec> rules;
+		std::set<std::string> seen;
+		while (rules.size() < n) {
+			int len = 16 + static_cast<int>(rng() % 13);
+			uint32_t addr = (0x0a000000 | (rng() & 0x00ffffff)) & (~0u << (32 - len));
+			std::string cidr = std::to_string(addr >> 24) + "." + std::to_string((addr >> 16) & 255) + "." +
+					   std::to_string((addr >> 8) & 255) + "." + std::to_string(addr & 255) + "/" +
+					   std::to_string(len);
+			if (!seen.insert(cidr).second)
+				continue;
+			RuleSpec r;
+			r.cidr = parse_cidr(cidr);
+			r.action = Action::allow;
+			rules.push_back(r);
+		}
+		if (n == 1)
+			rules[0].cidr = parse_cidr("10.0.0.0/8");
+		RuleTable(sl.maps).add_many(rules);
+		auto frame = build_packet({.src = "10.0.0.1"});
+		set_generator(sl.prog->object(), 1u << 24);
+		set_generator(base->obj, 1u << 24);
+		std::vector<Subject> s = {{"gen_drop", gen_drop, frame}, {"sluice", sl.prog->prog_fd(), frame}};
+		measure(s, o);
+		by_rules[n] = med(s, "sluice");
+		row(std::to_string(n) + " CIDR rule" + (n > 1 ? "s" : "") + ", random sources across them",
+		    "generator + XDP_DROP", med(s, "gen_drop"), med(s, "sluice"));
+	}
+	if (by_rules.count(100000))
+		std::cout << "\n100,000 rules cost " << fixed(by_rules[100000] / by_rules[1], 2)
+			  << "x what one rule costs per packet (target: at most 1.5x).\n";
+}
+
+// ---- Section 2: the peers, through the kernel stack.
+
+std::string sh(const std::string &cmd)
+{
+	CommandResult r = run_command({"sh", "-c", cmd});
+	if (r.exit_code != 0)
+		throw Error("`" + cmd + "` failed: " + r.err);
+	return r.out;
+}
+
+std::string in_ns(const std::string &cmd) { return sh("ip netns exec " + NETNS + " " + cmd); }
+
+uint64_t first_number_after(const std::string &text, const std::string &re)
+{
+	std::smatch m;
+	if (!std::regex_search(text, m, std::regex(re)))
+		throw Error("cannot find /" + re + "/ in: " + text.substr(0, 300));
+	return std::stoull(m[1]);
+}
+
+struct LiveResult {
+	double ns = 0;
+	double dropped_share = 0;
+};
+
+/// Injects `repeat` frames as if received on DEV, through `prog_fd`; wall time per frame.
+double live_run_ns(int prog_fd, const std::vector<uint8_t> &frame, uint32_t repeat, int ifindex)
+{
+	struct xdp_md ctx = {};
+	ctx.data_end = static_cast<__u32>(frame.size());
+	ctx.ingress_ifindex = static_cast<__u32>(ifindex);
+	LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = frame.data(),
+		    .data_size_in = static_cast<__u32>(frame.size()), .ctx_in = &ctx, .ctx_size_in = sizeof(ctx));
+	opts.repeat = static_cast<int>(repeat);
+	opts.flags = BPF_F_TEST_XDP_LIVE_FRAMES;
+	auto t0 = std::chrono::steady_clock::now();
+	if (bpf_prog_test_run_opts(prog_fd, &opts))
+		throw_errno("BPF_PROG_TEST_RUN with live frames", errno);
+	return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / repeat;
+}
+
+const char *NFT_RULESET = R"(table netdev sluicebench {
+  set srcs {
+    type ipv4_addr; size 1048576; flags dynamic,timeout; timeout 60s;
+  }
+  chain limiter {
+    type filter hook ingress device bench0 priority 0;
+    update @srcs { ip saddr limit rate over 1000/second burst 5 packets } counter drop
+  }
+})";
+
+void clear_peers()
+{
+	run_command({"ip", "netns", "exec", NETNS, "nft", "flush", "ruleset"});
+	run_command({"ip", "netns", "exec", NETNS, "iptables-legacy", "-t", "raw", "-F"});
+}
+
+void setup_netns()
+{
+	run_command({"ip", "netns", "del", NETNS});
+	sh("ip netns add " + NETNS);
+	sh("ip -n " + NETNS + " link add " + DEV + " address 02:00:00:00:00:02 type veth peer name " + PEER);
+	sh("ip -n " + NETNS + " link set " + DEV + " up");
+	sh("ip -n " + NETNS + " link set " + PEER + " up");
+	// No address and no forwarding: a passed frame goes through ingress and
+	// PREROUTING, finds no route and is dropped. That path is common to all.
+	in_ns("sysctl -qw net.ipv4.ip_forward=0");
+}
+
+void section_peers(const Options &o, struct baselines_bpf *base, int ifindex)
+{
+	std::cout << "\n## 2. Sluice, nftables and iptables hashlimit on the same frames\n\n"
+		  << o.live_repeat << " IPv4 UDP frames per run injected with BPF_F_TEST_XDP_LIVE_FRAMES as if "
+		  << "received on a veth in a namespace, one CPU, median of 3 runs. Limit: 1000/s, burst 5, per "
+		  << "source address, in each system. Sluice drops in XDP; the others see frames an XDP "
+		  << "program passed (the same source generator) in the kernel stack: nftables in a netdev "
+		  << "ingress chain (`update @srcs { ip saddr limit rate over 1000/second burst 5 packets } "
+		  << "drop`), hashlimit in raw PREROUTING (`iptables-legacy -m hashlimit --hashlimit-mode srcip "
+		  << "--hashlimit-above 1000/sec --hashlimit-burst 5`). A frame any of them passes finds no "
+		  << "route and is dropped by the stack. Each system's drop share is read from its own "
+		  << "counters.\n\n";
+	std::cout << "| sources | system | ns per frame | Mpps | dropped (own counters) | cost vs Sluice |\n"
+		  << "| ---: | --- | ---: | ---: | ---: | ---: |\n";
+	auto frame = build_packet({.src = "10.0.0.1"});
+	int gen_pass = bpf_program__fd(base->progs.bench_gen_pass);
+	for (uint32_t sources : {1u, 256u, 1000000u}) {
+		std::map<std::string, std::vector<LiveResult>> results;
+		for (int round = 0; round < 3; round++) {
+			// Sluice: a fresh program each run, so every system starts empty.
+			{
+				clear_peers();
+				Loaded sl(bench_image(), 1000000);
+				sl.add("10.0.0.0/8", "1000/s", 5);
+				set_generator(sl.prog->object(), sources);
+				double ns = live_run_ns(sl.prog->prog_fd(), frame, o.live_repeat, ifindex);
+				Stats st = collect_stats(sl.maps, {1, ""});
+				double dropped = double(st.global[SLUICE_CNT_DROP_RATE].packets) / o.live_repeat;
+				results["Sluice (XDP)"].push_back({ns, dropped});
+			}
+			set_generator(base->obj, sources);
+			{
+				clear_peers();
+				std::ofstream("/tmp/sluice-bench.nft") << NFT_RULESET;
+				in_ns("nft -f /tmp/sluice-bench.nft");
+				double ns = live_run_ns(gen_pass, frame, o.live_repeat, ifindex);
+				uint64_t drops = first_number_after(in_ns("nft list chain netdev sluicebench limiter"),
+								    "counter packets ([0-9]+)");
+				results["nftables meter"].push_back({ns, double(drops) / o.live_repeat});
+			}
+			{
+				clear_peers();
+				in_ns("iptables-legacy -t raw -A PREROUTING -i " + DEV +
+				      " -m hashlimit --hashlimit-mode srcip --hashlimit-above 1000/sec "
+				      "--hashlimit-burst 5 --hashlimit-name sluicebench --hashlimit-htable-size 1048576 "
+				      "--hashlimit-htable-max 1048576 --hashlimit-htable-expire 60000 -j DROP");
+				double ns = live_run_ns(gen_pass, frame, o.live_repeat, ifindex);
+				uint64_t drops = first_number_after(in_ns("iptables-legacy -t raw -L PREROUTING -v -x -n"),
+								    "\\n\\s*([0-9]+)\\s+[0-9]+\\s+DROP");
+				results["iptables hashlimit"].push_back({ns, double(drops) / o.live_repeat});
+			}
+			{
+				clear_peers();
+				double ns = live_run_ns(gen_pass, frame, o.live_repeat, ifindex);
+				results["(stack alone, no limiter)"].push_back({ns, 0});
+			}
+		}
+		clear_peers();
+		auto mid = [](std::vector<LiveResult> v) {
+			std::sort(v.begin(), v.end(), [](auto &a, auto &b) { return a.ns < b.ns; });
+			return v[v.size() / 2];
+		};
+		double sluice_ns = mid(results["Sluice (XDP)"]).ns;
+		for (const char *name : {"Sluice (XDP)", "nftables meter", "iptables hashlimit", "(stack alone, no limiter)"}) {
+			LiveResult r = mid(results[name]);
+			std::cout << "| " << sources << " | " << name << " | " << fixed(r.ns, 1) << " | "
+				  << fixed(1000.0 / r.ns, 2) << " | "
+				  << (std::string(name)[0] == '(' ? "-" : fixed(100 * r.dropped_share, 2) + " %") << " | "
+				  << fixed(r.ns / sluice_ns, 2) << "x |\n";
+		}
+	}
+}
+
+// ---- Section 3: memory per tracked source.
+
+/// Slab + VmallocUsed + Percpu, in bytes: what the kernel holds for data
+/// structures like these.
+int64_t kernel_memory()
+{
+	std::ifstream in("/proc/meminfo");
+	std::string key;
+	int64_t value, total = 0;
+	std::string unit;
+	while (in >> key >> value) {
+		if (key == "Slab:" || key == "VmallocUsed:" || key == "Percpu:")
+			total += value * 1024;
+		std::getline(in, unit);
+	}
+	return total;
+}
+
+void settle()
+{
+	std::ofstream("/proc/sys/vm/drop_caches") << "3";
+	usleep(300000);
+}
+
+void section_memory(const Options &o, struct baselines_bpf *base, int ifindex)
+{
+	const uint32_t n = o.quick ? 100000 : 1000000;
+	std::cout << "\n## 3. Kernel memory per tracked source\n\n"
+		  << "Growth of Slab + VmallocUsed + Percpu in /proc/meminfo while " << n
+		  << " distinct sources are tracked, divided by " << n << ". Sluice preallocates its table "
+		  << "when it loads (the growth is measured across creating it); nftables and hashlimit "
+		  << "allocate per source as frames arrive.\n\n"
+		  << "| system | bytes per IPv4 source | bytes per IPv6 source |\n| --- | ---: | ---: |\n";
+	auto lru = [&](uint32_t key_size) {
+		settle();
+		int64_t before = kernel_memory();
+		LIBBPF_OPTS(bpf_map_create_opts, opts);
+		int fd = bpf_map_create(BPF_MAP_TYPE_LRU_HASH, "memprobe", key_size,
+					sizeof(struct sluice_source_state), n, &opts);
+		if (fd < 0)
+			throw_errno("cannot create a probe table", errno);
+		int64_t grown = kernel_memory() - before;
+		close(fd);
+		return double(grown) / n;
+	};
+	std::cout << "| Sluice (LRU table, " << sizeof(struct sluice_source_state) << "-byte buckets) | "
+		  << fixed(lru(sizeof(struct sluice_src_v4)), 1) << " | " << fixed(lru(sizeof(struct sluice_src_v6)), 1)
+		  << " |\n";
+
+	auto frame = build_packet({.src = "10.0.0.1"});
+	int gen_pass = bpf_program__fd(base->progs.bench_gen_pass);
+	auto peer = [&](const std::function<void()> &install) {
+		clear_peers();
+		settle();
+		install();
+		int64_t before = kernel_memory();
+		set_generator(base->obj, n, true);
+		live_run_ns(gen_pass, frame, n, ifindex);
+		int64_t grown = kernel_memory() - before;
+		return double(grown) / n;
+	};
+	double nft = peer([] {
+		std::ofstream("/tmp/sluice-bench.nft") << NFT_RULESET;
+		in_ns("nft -f /tmp/sluice-bench.nft");
+	});
+	std::cout << "| nftables dynamic set with limit | " << fixed(nft, 1) << " | |\n";
+	double hl = peer([] {
+		in_ns("iptables-legacy -t raw -A PREROUTING -i " + DEV +
+		      " -m hashlimit --hashlimit-mode srcip --hashlimit-above 1000/sec --hashlimit-burst 5 "
+		      "--hashlimit-name sluicebench --hashlimit-htable-size 1048576 --hashlimit-htable-max 1048576 "
+		      "--hashlimit-htable-expire 60000 -j DROP");
+	});
+	std::cout << "| iptables hashlimit | " << fixed(hl, 1) << " | |\n";
+	clear_peers();
+}
+
+// ---- Section 4: control plane, through the sluice command.
+
+double timed(const std::vector<std::string> &argv)
+{
+	auto t0 = std::chrono::steady_clock::now();
+	CommandResult r = run_command(argv);
+	double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+	if (r.exit_code != 0)
+		throw Error(argv[1] + " failed: " + r.err);
+	return s;
+}
+
+void section_control(const Options &o)
+{
+	std::cout << "\n## 4. Control plane, through the sluice command\n\n| operation | seconds |\n| --- | ---: |\n";
+	setenv("SLUICE_PIN_DIR", PIN_DIR.c_str(), 1);
+	run_command({SLUICE_BIN, "detach", "--all"});
+	const uint32_t n = o.quick ? 100000 : 1000000;
+	CommandResult a = run_command({"nsenter", "--net=/run/netns/" + NETNS, SLUICE_BIN, "attach", DEV,
+				       "--max-sources", std::to_string(n), "--max-rules", "16384"});
+	if (a.exit_code != 0)
+		throw Error("attach failed: " + a.err);
+
+	std::ofstream rules("/tmp/sluice-bench-rules");
+	for (int i = 0; i < 10000; i++)
+		rules << "172." << 16 + i / 256 << "." << i % 256 << ".0/24 --rate 100/s --name bulk" << i << "\n";
+	rules.close();
+	std::cout << "| `sluice rule import` of 10,000 rules (process start to exit) | "
+		  << fixed(timed({SLUICE_BIN, "rule", "import", "/tmp/sluice-bench-rules"}), 3) << " |\n";
+
+	// Fill the source table with n buckets of one rule, as a flood would.
+	MapSet maps = MapSet::open_pinned(PIN_DIR);
+	uint32_t rule_id = RuleTable(maps).find("bulk0").id;
+	std::vector<struct sluice_src_v4> keys(n);
+	std::vector<struct sluice_source_state> values(n);
+	for (uint32_t i = 0; i < n; i++) {
+		keys[i].rule_id = rule_id;
+		uint32_t addr = htonl(0xac100000 + i);
+		std::memcpy(keys[i].addr, &addr, 4);
+		values[i].cnt.passed_packets = i % 7;
+		values[i].cnt.dropped_packets = i % 13;
+	}
+	map_update_batch(maps.src4.get(), keys.data(), values.data(), n, "source table");
+	std::cout << "| `sluice stats --top 20` over " << n << " sources | "
+		  << fixed(timed({SLUICE_BIN, "stats", "--top", "20"}), 3) << " |\n";
+	std::cout << "| `sluice stats --json` of all " << n << " sources (to /dev/null) | "
+		  << fixed(timed({"sh", "-c", std::string(SLUICE_BIN) + " stats --json > /dev/null"}), 3) << " |\n";
+	run_command({SLUICE_BIN, "detach", "--all"});
+	rmdir(PIN_DIR.c_str());
+	unlink("/tmp/sluice-bench-rules");
+}
+
+std::string cpu_model()
+{
+	std::ifstream in("/proc/cpuinfo");
+	for (std::string line; std::getline(in, line);)
+		if (line.rfind("model name", 0) == 0)
+			return line.substr(line.find(':') + 2);
+	return "unknown";
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+	CLI::App app{"sluice-bench: Sluice's per-packet cost, peers, memory and control plane"};
+	Options o;
+	app.add_flag("--quick", o.quick, "Fewer repeats and smaller tables, for a smoke run");
+	CLI11_PARSE(app, argc, argv);
+	if (o.quick) {
+		o.repeat = 1000000;
+		o.live_repeat = 200000;
+		o.rounds = 3;
+	}
+
+	try {
+		if (geteuid() != 0)
+			throw Error("run as root: the benchmark loads XDP programs and builds a namespace");
+		set_libbpf_verbose(false);
+		struct utsname u;
+		uname(&u);
+		std::cout << "# Sluice benchmark\n\nMachine: " << cpu_model() << ", " << sysconf(_SC_NPROCESSORS_ONLN)
+			  << " CPUs, kernel " << u.release << ". Every figure below was measured in this run.\n";
+		pin_to(BENCH_CPU);
+		struct baselines_bpf *base = baselines_bpf__open_and_load();
+		if (!base)
+			throw_errno("cannot load the baseline programs", errno);
+
+		section_per_packet(o, base);
+
+		setup_netns();
+		int self = open("/proc/self/ns/net", O_RDONLY);
+		int ns = open(("/run/netns/" + NETNS).c_str(), O_RDONLY);
+		if (self < 0 || ns < 0 || setns(ns, CLONE_NEWNET))
+			throw Error("cannot enter namespace " + NETNS);
+		int ifindex = static_cast<int>(if_nametoindex(DEV.c_str()));
+		section_peers(o, base, ifindex);
+		section_memory(o, base, ifindex);
+		setns(self, CLONE_NEWNET);
+
+		section_control(o);
+		run_command({"ip", "netns", "del", NETNS});
+		baselines_bpf__destroy(base);
+		return 0;
+	} catch (const std::exception &e) {
+		run_command({"ip", "netns", "del", NETNS});
+		std::cerr << "sluice-bench: " << e.what() << "\n";
+		return 1;
+	}
+}
