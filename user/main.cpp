@@ -262,7 +262,7 @@ void cmd_stats(const Instance &inst, const StatsQuery &q, bool json)
 	MapSet maps = inst.maps();
 	Stats s = collect_stats(maps, q);
 	if (json) {
-		std::cout << stats_json(s).dump(2) << "\n";
+		write_stats_json(std::cout, s);
 		return;
 	}
 	// A shadow rule's "drops" were passed: the table says "would drop" for them.

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
+#include <ostream>
 #include <unordered_map>
 
 #include "rule_table.h"
@@ -18,26 +20,32 @@ const char *const COUNTER_NAMES[] = {
 };
 static_assert(std::size(COUNTER_NAMES) == SLUICE_CNT_MAX, "a name for every counter");
 
+/// A bucket as read, before anything is formatted: a million of these sort
+/// fast, and only the ones shown become strings.
+struct RawSource {
+	const RuleStats *rule;
+	std::array<uint8_t, 16> addr;
+	uint8_t family;
+	struct sluice_source_counters cnt;
+};
+
 template <class Key, class Value>
 void collect_family(int fd, int family, const std::unordered_map<uint32_t, RuleStats *> &by_id,
-		    const StatsQuery &query, std::vector<SourceStats> &out, uint64_t &tracked)
+		    const StatsQuery &query, std::vector<RawSource> &out, uint64_t &tracked)
 {
-	for_each_entry<Key, Value>(
-		fd, [&](const Key &k, const Value &v) {
-			auto it = by_id.find(k.rule_id);
-			if (it == by_id.end())
-				return; // a bucket of a rule deleted a moment ago
-			RuleStats &rs = *it->second;
-			rs.sources++;
-			tracked++;
-			if (!query.rule.empty() && !rule_is(rs.rule, query.rule))
-				return;
-			Cidr c{family, {}, rs.rule.spec.bucket_prefix()};
-			std::memcpy(c.addr.data(), k.addr, sizeof(k.addr));
-			out.push_back({format_cidr(c), rs.rule.spec.name, k.rule_id, rs.rule.spec.shadow,
-				       v.cnt.passed_packets, v.cnt.passed_bytes, v.cnt.dropped_packets,
-				       v.cnt.dropped_bytes, rs.rule.spec.algo});
-		});
+	for_each_entry<Key, Value>(fd, [&](const Key &k, const Value &v) {
+		auto it = by_id.find(k.rule_id);
+		if (it == by_id.end())
+			return; // a bucket of a rule deleted a moment ago
+		RuleStats &rs = *it->second;
+		rs.sources++;
+		tracked++;
+		if (!query.rule.empty() && !rule_is(rs.rule, query.rule))
+			return;
+		RawSource raw{&rs, {}, static_cast<uint8_t>(family), v.cnt};
+		std::memcpy(raw.addr.data(), k.addr, sizeof(k.addr));
+		out.push_back(raw);
+	});
 }
 
 } // namespace
@@ -69,27 +77,36 @@ Stats collect_stats(const MapSet &maps, const StatsQuery &query)
 	for (auto &rs : s.rules)
 		by_id[rs.rule.id] = &rs;
 
-	collect_family<struct sluice_src_v4, struct sluice_source_state>(maps.src4.get(), 4, by_id, query,
-									s.sources, s.tracked_sources);
-	collect_family<struct sluice_src_v6, struct sluice_source_state>(maps.src6.get(), 6, by_id, query,
-									s.sources, s.tracked_sources);
-	collect_family<struct sluice_src_v4, struct sluice_log_state>(maps.logs4.get(), 4, by_id, query,
-								     s.sources, s.tracked_sources);
-	collect_family<struct sluice_src_v6, struct sluice_log_state>(maps.logs6.get(), 6, by_id, query,
-								     s.sources, s.tracked_sources);
+	std::vector<RawSource> raw;
+	collect_family<struct sluice_src_v4, struct sluice_source_state>(maps.src4.get(), 4, by_id, query, raw,
+									s.tracked_sources);
+	collect_family<struct sluice_src_v6, struct sluice_source_state>(maps.src6.get(), 6, by_id, query, raw,
+									s.tracked_sources);
+	collect_family<struct sluice_src_v4, struct sluice_log_state>(maps.logs4.get(), 4, by_id, query, raw,
+								     s.tracked_sources);
+	collect_family<struct sluice_src_v6, struct sluice_log_state>(maps.logs6.get(), 6, by_id, query, raw,
+								     s.tracked_sources);
 
-	auto order = [](const SourceStats &a, const SourceStats &b) {
-		if (a.dropped_packets != b.dropped_packets)
-			return a.dropped_packets > b.dropped_packets;
-		if (a.passed_packets != b.passed_packets)
-			return a.passed_packets > b.passed_packets;
-		return a.source < b.source;
+	// Most dropped first, then most passed, then by address.
+	auto order = [](const RawSource &a, const RawSource &b) {
+		if (a.cnt.dropped_packets != b.cnt.dropped_packets)
+			return a.cnt.dropped_packets > b.cnt.dropped_packets;
+		if (a.cnt.passed_packets != b.cnt.passed_packets)
+			return a.cnt.passed_packets > b.cnt.passed_packets;
+		return std::tie(a.family, a.addr) < std::tie(b.family, b.addr);
 	};
-	if (query.top && query.top < s.sources.size()) {
-		std::partial_sort(s.sources.begin(), s.sources.begin() + query.top, s.sources.end(), order);
-		s.sources.resize(query.top);
+	if (query.top && query.top < raw.size()) {
+		std::partial_sort(raw.begin(), raw.begin() + query.top, raw.end(), order);
+		raw.resize(query.top);
 	} else {
-		std::sort(s.sources.begin(), s.sources.end(), order);
+		std::sort(raw.begin(), raw.end(), order);
+	}
+	s.sources.reserve(raw.size());
+	for (const RawSource &r : raw) {
+		const RuleSpec &spec = r.rule->rule.spec;
+		Cidr c{r.family, r.addr, spec.bucket_prefix()};
+		s.sources.push_back({format_cidr(c), spec.name, r.rule->rule.id, spec.shadow, r.cnt.passed_packets,
+				     r.cnt.passed_bytes, r.cnt.dropped_packets, r.cnt.dropped_bytes, spec.algo});
 	}
 
 	for (int i = 0; i < SLUICE_CNT_MAX; i++) {
@@ -128,48 +145,81 @@ nlohmann::ordered_json rule_json(const InstalledRule &r)
 	return j;
 }
 
-nlohmann::ordered_json stats_json(const Stats &s)
+namespace {
+
+/// Counters as reported: a shadow rule drops nothing, so its would-be drops
+/// count as passed and are reported apart.
+void put_counters(nlohmann::ordered_json &j, bool shadow, uint64_t passed_packets, uint64_t passed_bytes,
+		  uint64_t dropped_packets, uint64_t dropped_bytes)
 {
-	nlohmann::ordered_json sources = nlohmann::ordered_json::array();
-	for (const auto &src : s.sources) {
-		// A shadow rule drops nothing: what it would have dropped is reported apart.
-		nlohmann::ordered_json j = {{"source", src.source},
-					    {"rule", src.rule},
-					    {"rule_id", src.rule_id},
-					    {"algo", algo_name(src.algo)},
-					    {"passed_packets", src.passed_packets + (src.shadow ? src.dropped_packets : 0)},
-					    {"passed_bytes", src.passed_bytes + (src.shadow ? src.dropped_bytes : 0)},
-					    {"dropped_packets", src.shadow ? 0 : src.dropped_packets},
-					    {"dropped_bytes", src.shadow ? 0 : src.dropped_bytes}};
-		if (src.shadow) {
-			j["would_drop_packets"] = src.dropped_packets;
-			j["would_drop_bytes"] = src.dropped_bytes;
-		}
-		sources.push_back(j);
+	j["passed_packets"] = passed_packets + (shadow ? dropped_packets : 0);
+	j["passed_bytes"] = passed_bytes + (shadow ? dropped_bytes : 0);
+	j["dropped_packets"] = shadow ? 0 : dropped_packets;
+	j["dropped_bytes"] = shadow ? 0 : dropped_bytes;
+	if (shadow) {
+		j["would_drop_packets"] = dropped_packets;
+		j["would_drop_bytes"] = dropped_bytes;
 	}
+}
+
+/// Indents every line after the first, to nest a dumped object.
+std::string nested(const nlohmann::ordered_json &j)
+{
+	std::string text = j.dump(2), out;
+	for (char c : text) {
+		out += c;
+		if (c == '\n')
+			out += "  ";
+	}
+	return out;
+}
+
+} // namespace
+
+void write_stats_json(std::ostream &out, const Stats &s)
+{
+	// A million sources would make a million-node tree: each is written as it
+	// comes, one object per line.
+	out << "{\n  \"sources\": [";
+	// Written by hand: addresses, rule names (letters, digits, '.', '_', '-')
+	// and algorithm names need no escaping, and a million objects built and
+	// dumped one by one would take seconds.
+	std::string line;
+	for (size_t i = 0; i < s.sources.size(); i++) {
+		const SourceStats &src = s.sources[i];
+		bool sh = src.shadow;
+		line.assign(i ? ",\n    " : "\n    ");
+		line += "{\"source\": \"" + src.source + "\", \"rule\": \"" + src.rule +
+			"\", \"rule_id\": " + std::to_string(src.rule_id) + ", \"algo\": \"" +
+			std::string(algo_name(src.algo)) + "\", \"passed_packets\": " +
+			std::to_string(src.passed_packets + (sh ? src.dropped_packets : 0)) +
+			", \"passed_bytes\": " + std::to_string(src.passed_bytes + (sh ? src.dropped_bytes : 0)) +
+			", \"dropped_packets\": " + std::to_string(sh ? 0 : src.dropped_packets) +
+			", \"dropped_bytes\": " + std::to_string(sh ? 0 : src.dropped_bytes);
+		if (sh)
+			line += ", \"would_drop_packets\": " + std::to_string(src.dropped_packets) +
+				", \"would_drop_bytes\": " + std::to_string(src.dropped_bytes);
+		line += "}";
+		out << line;
+	}
+	out << (s.sources.empty() ? "],\n" : "\n  ],\n");
+	out << "  \"tracked_sources\": " << s.tracked_sources << ",\n";
+
 	nlohmann::ordered_json rules = nlohmann::ordered_json::array();
 	for (const auto &rs : s.rules) {
 		nlohmann::ordered_json j = rule_json(rs.rule);
-		j["sources"] = rs.sources;
 		const auto &c = rs.counters;
-		bool shadow = rs.rule.spec.shadow;
-		j["passed_packets"] = c.passed_packets + (shadow ? c.dropped_packets : 0);
-		j["passed_bytes"] = c.passed_bytes + (shadow ? c.dropped_bytes : 0);
-		j["dropped_packets"] = shadow ? 0 : c.dropped_packets;
-		j["dropped_bytes"] = shadow ? 0 : c.dropped_bytes;
-		if (shadow) {
-			j["would_drop_packets"] = c.dropped_packets;
-			j["would_drop_bytes"] = c.dropped_bytes;
-		}
-		j["failopen_table"] = rs.counters.failopen_table;
-		j["dropped_contention"] = rs.counters.dropped_contention;
+		j["sources"] = rs.sources;
+		put_counters(j, rs.rule.spec.shadow, c.passed_packets, c.passed_bytes, c.dropped_packets,
+			     c.dropped_bytes);
+		j["failopen_table"] = c.failopen_table;
+		j["dropped_contention"] = c.dropped_contention;
 		rules.push_back(j);
 	}
 	nlohmann::ordered_json global = nlohmann::ordered_json::object();
 	for (int i = 0; i < SLUICE_CNT_MAX; i++)
 		global[counter_name(i)] = {{"packets", s.global[i].packets}, {"bytes", s.global[i].bytes}};
-	return {{"sources", sources}, {"tracked_sources", s.tracked_sources}, {"rules", rules},
-		{"global", global}};
+	out << "  \"rules\": " << nested(rules) << ",\n  \"global\": " << nested(global) << "\n}\n";
 }
 
 } // namespace sluice

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <array>
+#include <iosfwd>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -57,6 +58,8 @@ const char *counter_name(int index);
 
 /// JSON with keys in a reading order (sources first), not sorted.
 nlohmann::ordered_json rule_json(const InstalledRule &r);
-nlohmann::ordered_json stats_json(const Stats &s);
+/// Writes `sluice stats --json`: {"sources": [...], "tracked_sources": N,
+/// "rules": [...], "global": {...}}, streaming the sources (there may be millions).
+void write_stats_json(std::ostream &out, const Stats &s);
 
 } // namespace sluice

@@ -53,6 +53,7 @@ struct Options {
 	uint32_t live_repeat = 2000000; // per test run, section 2
 	int rounds = 5;
 	bool quick = false;
+	std::set<int> sections = {1, 2, 3, 4};
 };
 
 std::string fixed(double v, int digits)
@@ -540,7 +541,13 @@ int main(int argc, char **argv)
 	CLI::App app{"sluice-bench: Sluice's per-packet cost, peers, memory and control plane"};
 	Options o;
 	app.add_flag("--quick", o.quick, "Fewer repeats and smaller tables, for a smoke run");
+	std::vector<int> sections;
+	app.add_option("--sections", sections, "Only these sections (1 per-packet, 2 peers, 3 memory, 4 control)")
+		->delimiter(',')
+		->check(CLI::Range(1, 4));
 	CLI11_PARSE(app, argc, argv);
+	if (!sections.empty())
+		o.sections = std::set<int>(sections.begin(), sections.end());
 	if (o.quick) {
 		o.repeat = 1000000;
 		o.live_repeat = 200000;
@@ -560,7 +567,8 @@ int main(int argc, char **argv)
 		if (!base)
 			throw_errno("cannot load the baseline programs", errno);
 
-		section_per_packet(o, base);
+		if (o.sections.count(1))
+			section_per_packet(o, base);
 
 		setup_netns();
 		int self = open("/proc/self/ns/net", O_RDONLY);
@@ -568,11 +576,14 @@ int main(int argc, char **argv)
 		if (self < 0 || ns < 0 || setns(ns, CLONE_NEWNET))
 			throw Error("cannot enter namespace " + NETNS);
 		int ifindex = static_cast<int>(if_nametoindex(DEV.c_str()));
-		section_peers(o, base, ifindex);
-		section_memory(o, base, ifindex);
+		if (o.sections.count(2))
+			section_peers(o, base, ifindex);
+		if (o.sections.count(3))
+			section_memory(o, base, ifindex);
 		setns(self, CLONE_NEWNET);
 
-		section_control(o);
+		if (o.sections.count(4))
+			section_control(o);
 		run_command({"ip", "netns", "del", NETNS});
 		baselines_bpf__destroy(base);
 		return 0;
