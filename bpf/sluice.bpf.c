@@ -44,13 +44,34 @@ struct {
 	__type(value, struct sluice_rule_counters);
 } SLUICE_MAP_RULE_COUNTERS SEC(".maps");
 
+/* IPv4 rule lookup: two sets of a 16-8-8 table (see sluice_abi.h). */
 struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, SLUICE_DEFAULT_MAX_RULES);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct sluice_lpm_v4);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sluice_dir_sel);
+} SLUICE_MAP_DIR4_SEL SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * SLUICE_DIR_TOP_SIZE);
+	__type(key, __u32);
+	__type(value, __u32);
+} SLUICE_MAP_DIR4_TOP SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * SLUICE_DEFAULT_MAX_RULES); /* two sets */
+	__type(key, __u32);
+	__type(value, struct sluice_dir_block);
+} SLUICE_MAP_DIR4_BLOCKS SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * (SLUICE_DEFAULT_MAX_RULES + 1)); /* two sets; index 0 unused */
+	__type(key, __u32);
 	__type(value, struct sluice_match_list);
-} SLUICE_MAP_MATCH_V4 SEC(".maps");
+} SLUICE_MAP_LISTS_V4 SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
@@ -160,6 +181,42 @@ static __always_inline int rule_matches(const struct sluice_rule *r, const struc
 	return 1;
 }
 
+/* The match list for an IPv4 source: at most three array lookups. */
+static __always_inline const struct sluice_match_list *lookup_v4(const __u8 *saddr)
+{
+	const struct sluice_dir_block *blk;
+	const struct sluice_dir_sel *sel;
+	__u32 zero = 0, addr, idx, *top, e;
+
+	sel = bpf_map_lookup_elem(&SLUICE_MAP_DIR4_SEL, &zero);
+	if (!sel)
+		return NULL;
+	__builtin_memcpy(&addr, saddr, 4);
+	addr = bpf_ntohl(addr);
+	idx = (sel->set & 1) * SLUICE_DIR_TOP_SIZE + (addr >> (32 - SLUICE_DIR_TOP_BITS));
+	top = bpf_map_lookup_elem(&SLUICE_MAP_DIR4_TOP, &idx);
+	if (!top)
+		return NULL;
+	e = *top;
+	if (e & SLUICE_DIR_CHILD) {
+		idx = e & ~SLUICE_DIR_CHILD;
+		blk = bpf_map_lookup_elem(&SLUICE_MAP_DIR4_BLOCKS, &idx);
+		if (!blk)
+			return NULL;
+		e = blk->entry[(addr >> 8) & 0xff];
+		if (e & SLUICE_DIR_CHILD) {
+			idx = e & ~SLUICE_DIR_CHILD;
+			blk = bpf_map_lookup_elem(&SLUICE_MAP_DIR4_BLOCKS, &idx);
+			if (!blk)
+				return NULL;
+			e = blk->entry[addr & 0xff];
+		}
+	}
+	if (!e)
+		return NULL;
+	return bpf_map_lookup_elem(&SLUICE_MAP_LISTS_V4, &e);
+}
+
 /* The first candidate rule that matches, or NULL. *slot_out gets its slot;
  * *vanished is set if a listed slot was emptied by a concurrent update. */
 static __always_inline const struct sluice_rule *
@@ -169,10 +226,7 @@ match_rule(const struct packet_info *pkt, __u32 *slot_out, int *vanished)
 	__u32 i, n;
 
 	if (pkt->family == 4) {
-		struct sluice_lpm_v4 key = { .prefixlen = 32 };
-
-		__builtin_memcpy(key.addr, pkt->saddr, 4);
-		list = bpf_map_lookup_elem(&SLUICE_MAP_MATCH_V4, &key);
+		list = lookup_v4(pkt->saddr);
 	} else {
 		struct sluice_lpm_v6 key = { .prefixlen = 128 };
 

@@ -24,7 +24,10 @@
 #define SLUICE_MAP_RULES         sluice_rules
 #define SLUICE_MAP_RULE_INFO     sluice_rinfo
 #define SLUICE_MAP_RULE_COUNTERS sluice_rcnt
-#define SLUICE_MAP_MATCH_V4      sluice_match4
+#define SLUICE_MAP_DIR4_SEL      sluice_d4sel
+#define SLUICE_MAP_DIR4_TOP      sluice_d4top
+#define SLUICE_MAP_DIR4_BLOCKS   sluice_d4blk
+#define SLUICE_MAP_LISTS_V4      sluice_lists4
 #define SLUICE_MAP_MATCH_V6      sluice_match6
 #define SLUICE_MAP_SOURCES_V4    sluice_src4
 #define SLUICE_MAP_SOURCES_V6    sluice_src6
@@ -178,23 +181,41 @@ struct sluice_rule_info {
 };
 SLUICE_ASSERT_SIZE(struct sluice_rule_info, 88);
 
-/* LPM trie keys (prefixlen first, as the kernel requires). */
-struct sluice_lpm_v4 {
-	__u32 prefixlen;
-	__u8  addr[4];
-};
-SLUICE_ASSERT_SIZE(struct sluice_lpm_v4, 8);
+/*
+ * IPv4 rule lookup: a 16-8-8 multibit table built by the controller (prefix
+ * expansion), at most three array lookups per packet whatever the rule count.
+ * An entry is 0 (no rule), a match-list index into SLUICE_MAP_LISTS_V4, or
+ * SLUICE_DIR_CHILD | the index of the block holding the next 8 bits. There are
+ * two complete table sets; the selector names the live one, and the controller
+ * writes the other in full before it flips the selector. Entries and block
+ * indices are absolute (they include their set's offset).
+ */
+#define SLUICE_DIR_CHILD     0x80000000u
+#define SLUICE_DIR_TOP_BITS  16
+#define SLUICE_DIR_TOP_SIZE  (1u << SLUICE_DIR_TOP_BITS) /* per set */
 
+struct sluice_dir_block {
+	__u32 entry[256];
+};
+SLUICE_ASSERT_SIZE(struct sluice_dir_block, 1024);
+
+struct sluice_dir_sel {
+	__u32 set; /* 0 or 1: the live table set */
+	__u32 pad;
+};
+SLUICE_ASSERT_SIZE(struct sluice_dir_sel, 8);
+
+/* IPv6 LPM trie key (prefixlen first, as the kernel requires). */
 struct sluice_lpm_v6 {
 	__u32 prefixlen;
 	__u8  addr[16];
 };
 SLUICE_ASSERT_SIZE(struct sluice_lpm_v6, 20);
-
 /*
  * The rules that may apply to an address under a prefix, most specific first:
  * the prefix's own rules and those inherited from covering prefixes. The
  * controller compiles these lists; the data plane takes the first that matches.
+ * IPv4 lists live in SLUICE_MAP_LISTS_V4, IPv6 lists are the LPM trie's values.
  */
 struct sluice_match_list {
 	__u32 count;

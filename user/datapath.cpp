@@ -164,10 +164,13 @@ LoadedProgram::LoadedProgram(const TableSizes &sizes, ObjectImage image)
 				throw Error(std::string("cannot size map ") + name);
 		}
 	};
+	uint32_t rules = sizes.max_rules ? sizes.max_rules : SLUICE_DEFAULT_MAX_RULES;
 	size_maps({SLUICE_STR(SLUICE_MAP_RULES), SLUICE_STR(SLUICE_MAP_RULE_INFO),
-		   SLUICE_STR(SLUICE_MAP_RULE_COUNTERS), SLUICE_STR(SLUICE_MAP_MATCH_V4),
-		   SLUICE_STR(SLUICE_MAP_MATCH_V6)},
-		  sizes.max_rules ? sizes.max_rules : SLUICE_DEFAULT_MAX_RULES);
+		   SLUICE_STR(SLUICE_MAP_RULE_COUNTERS), SLUICE_STR(SLUICE_MAP_MATCH_V6)},
+		  rules);
+	// Two IPv4 table sets: a block per rule each, a list per rule each (+ index 0).
+	size_maps({SLUICE_STR(SLUICE_MAP_DIR4_BLOCKS)}, 2 * rules);
+	size_maps({SLUICE_STR(SLUICE_MAP_LISTS_V4)}, 2 * (rules + 1));
 	size_maps({SLUICE_STR(SLUICE_MAP_SOURCES_V4), SLUICE_STR(SLUICE_MAP_SOURCES_V6)},
 		  sizes.max_sources ? sizes.max_sources : SLUICE_DEFAULT_MAX_SOURCES);
 	size_maps({SLUICE_STR(SLUICE_MAP_LOGS_V4), SLUICE_STR(SLUICE_MAP_LOGS_V6)},

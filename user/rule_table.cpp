@@ -1,5 +1,7 @@
 #include "rule_table.h"
 
+#include "dir4.h"
+
 #include <algorithm>
 #include <cstring>
 #include <ctime>
@@ -171,6 +173,14 @@ template <class Key> Key lpm_key(const Cidr &c)
 	return k;
 }
 
+struct sluice_match_list match_list(const std::vector<uint32_t> &slots)
+{
+	struct sluice_match_list list = {};
+	list.count = static_cast<__u32>(slots.size());
+	std::copy(slots.begin(), slots.end(), list.slots);
+	return list;
+}
+
 /// Match-list entries of one family, written with one batch call where the
 /// kernel supports batches on LPM tries, one by one where it does not.
 template <class Key> struct LpmWrites {
@@ -195,40 +205,65 @@ void RuleTable::write_match_lists(const std::vector<InstalledRule> &before,
 {
 	auto old_lists = build_match_lists(before);
 	auto new_lists = build_match_lists(after);
+	write_v4_tables(new_lists);
 
-	LpmWrites<struct sluice_lpm_v4> v4;
+	// IPv6: the LPM trie, entry by entry where a list changed.
 	LpmWrites<struct sluice_lpm_v6> v6;
 	for (const auto &[prefix, slots] : new_lists) {
+		if (prefix.family != 6)
+			continue;
 		auto old = old_lists.find(prefix);
 		if (old != old_lists.end() && old->second == slots)
 			continue;
-		struct sluice_match_list list = {};
-		list.count = static_cast<__u32>(slots.size());
-		std::copy(slots.begin(), slots.end(), list.slots);
-		if (prefix.family == 4) {
-			v4.keys.push_back(lpm_key<struct sluice_lpm_v4>(prefix));
-			v4.lists.push_back(list);
-		} else {
-			v6.keys.push_back(lpm_key<struct sluice_lpm_v6>(prefix));
-			v6.lists.push_back(list);
-		}
+		v6.keys.push_back(lpm_key<struct sluice_lpm_v6>(prefix));
+		v6.lists.push_back(match_list(slots));
 	}
-	v4.flush(maps_.match4.get(), "IPv4 match list");
 	v6.flush(maps_.match6.get(), "IPv6 match list");
 	for (const auto &[prefix, slots] : old_lists) {
-		if (new_lists.count(prefix))
+		if (prefix.family != 6 || new_lists.count(prefix))
 			continue;
-		int err;
-		if (prefix.family == 4) {
-			auto key = lpm_key<struct sluice_lpm_v4>(prefix);
-			err = bpf_map_delete_elem(maps_.match4.get(), &key);
-		} else {
-			auto key = lpm_key<struct sluice_lpm_v6>(prefix);
-			err = bpf_map_delete_elem(maps_.match6.get(), &key);
-		}
-		if (err && errno != ENOENT)
+		auto key = lpm_key<struct sluice_lpm_v6>(prefix);
+		if (bpf_map_delete_elem(maps_.match6.get(), &key) && errno != ENOENT)
 			throw_errno("cannot remove match list for " + format_cidr(prefix), errno);
 	}
+}
+
+void RuleTable::write_v4_tables(const std::map<Cidr, std::vector<uint32_t>> &lists)
+{
+	// Build the set not in use, write all of it, then make it the live one: a
+	// packet sees either the old tables or the new, never a mixture.
+	uint32_t zero = 0;
+	struct sluice_dir_sel sel = {};
+	if (bpf_map_lookup_elem(maps_.dir4_sel.get(), &zero, &sel))
+		throw_errno("cannot read the IPv4 table selector", errno);
+	uint32_t set = sel.set ^ 1, rules = maps_.max_rules();
+	uint32_t list_base = set * (rules + 1), block_base = set * rules;
+
+	std::vector<std::pair<Cidr, uint32_t>> prefixes;
+	std::vector<uint32_t> list_keys;
+	std::vector<struct sluice_match_list> list_values;
+	for (const auto &[prefix, slots] : lists) {
+		if (prefix.family != 4)
+			continue;
+		uint32_t index = list_base + 1 + static_cast<uint32_t>(list_values.size());
+		prefixes.push_back({prefix, index});
+		list_keys.push_back(index);
+		list_values.push_back(match_list(slots));
+	}
+	Dir4Tables t = build_dir4(prefixes, block_base, rules);
+
+	std::vector<uint32_t> block_keys(t.blocks.size()), top_keys(SLUICE_DIR_TOP_SIZE);
+	for (size_t i = 0; i < block_keys.size(); i++)
+		block_keys[i] = block_base + static_cast<uint32_t>(i);
+	for (uint32_t i = 0; i < SLUICE_DIR_TOP_SIZE; i++)
+		top_keys[i] = set * SLUICE_DIR_TOP_SIZE + i;
+	map_update_batch(maps_.lists4.get(), list_keys.data(), list_values.data(), list_keys.size(),
+			 "IPv4 match lists");
+	map_update_batch(maps_.dir4_blocks.get(), block_keys.data(), t.blocks.data(), block_keys.size(),
+			 "IPv4 rule table blocks");
+	map_update_batch(maps_.dir4_top.get(), top_keys.data(), t.top.data(), top_keys.size(), "IPv4 rule table");
+	sel.set = set;
+	map_update(maps_.dir4_sel.get(), &zero, &sel, "IPv4 table selector");
 }
 
 void RuleTable::purge_buckets(uint32_t rule_id)

@@ -2,6 +2,7 @@
 // keeping every other rule's buckets and counters as they are.
 #pragma once
 
+#include <map>
 #include <string_view>
 #include <vector>
 
@@ -38,6 +39,7 @@ public:
 private:
 	void write_match_lists(const std::vector<InstalledRule> &before,
 			       const std::vector<InstalledRule> &after);
+	void write_v4_tables(const std::map<Cidr, std::vector<uint32_t>> &lists);
 	void purge_buckets(uint32_t rule_id);
 
 	const MapSet &maps_;

@@ -1,0 +1,96 @@
+#include "dir4.h"
+
+#include <algorithm>
+#include <map>
+
+#include "error.h"
+
+namespace sluice {
+
+namespace {
+
+uint32_t host_order(const Cidr &c)
+{
+	return uint32_t(c.addr[0]) << 24 | uint32_t(c.addr[1]) << 16 | uint32_t(c.addr[2]) << 8 | c.addr[3];
+}
+
+// Writes `value` over the `1 << (bits - len)` entries a prefix covers at one
+// level, where `bits` is the level's depth (16, 24 or 32) and `index` the
+// prefix's first entry there.
+template <class Entries> void paint(Entries &entries, uint32_t index, int len, int bits, uint32_t value)
+{
+	uint32_t span = 1u << (bits - len);
+	for (uint32_t i = 0; i < span; i++)
+		entries[index + i] = value;
+}
+
+} // namespace
+
+Dir4Tables build_dir4(const std::vector<std::pair<Cidr, uint32_t>> &prefixes, uint32_t block_base,
+		      uint32_t max_blocks)
+{
+	// Shorter prefixes first, so that longer ones paint over them.
+	std::vector<std::pair<Cidr, uint32_t>> sorted = prefixes;
+	std::stable_sort(sorted.begin(), sorted.end(),
+			 [](const auto &a, const auto &b) { return a.first.prefix_len < b.first.prefix_len; });
+
+	Dir4Tables t;
+	t.top.assign(SLUICE_DIR_TOP_SIZE, 0);
+	std::map<uint32_t, uint32_t> level2; // top index -> block number (relative)
+	std::map<uint32_t, uint32_t> level3; // top index << 8 | second byte -> block number
+	auto new_block = [&](uint32_t fill) {
+		if (t.blocks.size() >= max_blocks)
+			throw Error("the IPv4 rule table needs more than " + std::to_string(max_blocks) +
+				    " blocks; attach again with a larger --max-rules");
+		struct sluice_dir_block b;
+		std::fill(std::begin(b.entry), std::end(b.entry), fill);
+		t.blocks.push_back(b);
+		return static_cast<uint32_t>(t.blocks.size() - 1);
+	};
+
+	for (const auto &[cidr, entry] : sorted) {
+		uint32_t a = host_order(cidr);
+		int len = cidr.prefix_len;
+		if (len <= 16) {
+			paint(t.top, a >> 16, len, 16, entry);
+			continue;
+		}
+		uint32_t hi16 = a >> 16;
+		auto l2 = level2.find(hi16);
+		if (l2 == level2.end())
+			l2 = level2.emplace(hi16, new_block(t.top[hi16])).first;
+		if (len <= 24) {
+			paint(t.blocks[l2->second].entry, (a >> 8) & 0xff, len, 24, entry);
+			continue;
+		}
+		uint32_t hi24 = a >> 8;
+		auto l3 = level3.find(hi24);
+		if (l3 == level3.end()) {
+			uint32_t fill = t.blocks[l2->second].entry[hi24 & 0xff];
+			l3 = level3.emplace(hi24, new_block(fill)).first;
+		}
+		paint(t.blocks[l3->second].entry, a & 0xff, len, 32, entry);
+	}
+
+	// Each block was filled from the entry above it when it was made, after
+	// every shorter prefix had been painted (they are sorted): only the links
+	// from the entries above to the blocks remain to be written.
+	for (const auto &[hi24, block] : level3)
+		t.blocks[level2.at(hi24 >> 8)].entry[hi24 & 0xff] = SLUICE_DIR_CHILD | (block_base + block);
+	for (const auto &[hi16, block] : level2)
+		t.top[hi16] = SLUICE_DIR_CHILD | (block_base + block);
+	return t;
+}
+
+uint32_t dir4_lookup(const Dir4Tables &t, uint32_t block_base, uint32_t addr)
+{
+	uint32_t e = t.top[addr >> 16];
+	if (e & SLUICE_DIR_CHILD) {
+		e = t.blocks[(e & ~SLUICE_DIR_CHILD) - block_base].entry[(addr >> 8) & 0xff];
+		if (e & SLUICE_DIR_CHILD)
+			e = t.blocks[(e & ~SLUICE_DIR_CHILD) - block_base].entry[addr & 0xff];
+	}
+	return e;
+}
+
+} // namespace sluice
