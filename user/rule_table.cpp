@@ -1,13 +1,13 @@
 #include "rule_table.h"
 
-#include "dir4.h"
-
 #include <algorithm>
 #include <cstring>
 #include <ctime>
 #include <map>
 #include <set>
 #include <tuple>
+
+#include "dir4.h"
 
 namespace sluice {
 
