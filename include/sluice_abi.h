@@ -177,9 +177,8 @@ struct sluice_rule_info {
 	__u64 rate_amount;  /* rate = rate_amount units per rate_period_ns */
 	__u64 rate_period_ns;
 	__u64 burst;        /* packets or bytes */
-	__u64 created_ns;   /* CLOCK_REALTIME at creation */
 };
-SLUICE_ASSERT_SIZE(struct sluice_rule_info, 88);
+SLUICE_ASSERT_SIZE(struct sluice_rule_info, 80);
 
 /*
  * IPv4 rule lookup: a 16-8-8 multibit table built by the controller (prefix

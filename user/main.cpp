@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -197,6 +198,7 @@ void cmd_status(const Instance &inst, bool json)
 					 {"link_id", l.link_id}});
 		nlohmann::ordered_json j = {{"loaded", s.loaded}, {"pin_dir", inst.pin_dir()}, {"links", links}};
 		if (s.loaded) {
+			j["loaded_at"] = s.loaded_ns / 1000000000ULL; // Unix time
 			j["prog_id"] = s.prog_id;
 			j["max_sources"] = s.max_sources;
 			j["max_log_sources"] = s.max_log_sources;
@@ -212,7 +214,11 @@ void cmd_status(const Instance &inst, bool json)
 		return;
 	}
 	MapSet maps = inst.maps();
-	std::cout << "sluice: XDP program id " << s.prog_id << ", state pinned in " << inst.pin_dir() << "\n";
+	std::time_t loaded = static_cast<std::time_t>(s.loaded_ns / 1000000000ULL);
+	char when[64];
+	std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S %Z", std::localtime(&loaded));
+	std::cout << "sluice: XDP program id " << s.prog_id << ", loaded " << when << ", state pinned in "
+		  << inst.pin_dir() << "\n";
 	std::cout << "interfaces:\n";
 	for (const auto &l : s.links) {
 		std::cout << "  ";

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <ctime>
 #include <map>
 #include <set>
 #include <tuple>
@@ -107,8 +106,6 @@ std::vector<InstalledRule> RuleTable::add_many(std::vector<RuleSpec> specs)
 	after.insert(after.end(), added.begin(), added.end());
 	build_match_lists(after); // throws if too many rules would cover one address
 
-	struct timespec now;
-	clock_gettime(CLOCK_REALTIME, &now);
 	std::vector<uint32_t> slots;
 	std::vector<struct sluice_rule> dps;
 	std::vector<struct sluice_rule_info> infos;
@@ -116,7 +113,6 @@ std::vector<InstalledRule> RuleTable::add_many(std::vector<RuleSpec> specs)
 		slots.push_back(r.slot);
 		dps.push_back(to_datapath(r));
 		infos.push_back(to_info(r.spec));
-		infos.back().created_ns = static_cast<__u64>(now.tv_sec) * 1000000000ULL + now.tv_nsec;
 	}
 	std::vector<uint8_t> zero_counters(sizeof(struct sluice_rule_counters) * possible_cpus() * added.size());
 
