@@ -104,7 +104,7 @@ std::vector<InstalledRule> RuleTable::add_many(std::vector<RuleSpec> specs)
 	}
 	std::vector<InstalledRule> after = before;
 	after.insert(after.end(), added.begin(), added.end());
-	build_match_lists(after); // throws if too many rules would cover one address
+	auto new_lists = build_match_lists(after); // throws if too many rules would cover one address
 
 	std::vector<uint32_t> slots;
 	std::vector<struct sluice_rule> dps;
@@ -123,7 +123,7 @@ std::vector<InstalledRule> RuleTable::add_many(std::vector<RuleSpec> specs)
 	map_update_batch(maps_.rule_counters.get(), slots.data(), zero_counters.data(), slots.size(),
 			 "rule counters");
 	map_update_batch(maps_.rules.get(), slots.data(), dps.data(), slots.size(), "rules");
-	write_match_lists(before, after);
+	write_match_lists(before, new_lists);
 	return added;
 }
 
@@ -136,7 +136,7 @@ InstalledRule RuleTable::remove(std::string_view name_or_id)
 			after.push_back(r);
 
 	// Unlink first so no new packet reaches the rule, then empty its slot.
-	write_match_lists(before, after);
+	write_match_lists(before, build_match_lists(after));
 	struct sluice_rule empty_rule = {};
 	struct sluice_rule_info empty_info = {};
 	map_update(maps_.rules.get(), &gone.slot, &empty_rule, "rule");
@@ -197,10 +197,9 @@ template <class Key> struct LpmWrites {
 } // namespace
 
 void RuleTable::write_match_lists(const std::vector<InstalledRule> &before,
-				  const std::vector<InstalledRule> &after)
+				  const std::map<Cidr, std::vector<uint32_t>> &new_lists)
 {
 	auto old_lists = build_match_lists(before);
-	auto new_lists = build_match_lists(after);
 	write_v4_tables(new_lists);
 
 	// IPv6: the LPM trie, entry by entry where a list changed.

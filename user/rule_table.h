@@ -37,8 +37,10 @@ public:
 	struct sluice_rule_counters counters(uint32_t slot) const;
 
 private:
+	/// Writes the compiled lists of the new rule set; `before` gives the old
+	/// ones, so that only changed IPv6 trie entries are written.
 	void write_match_lists(const std::vector<InstalledRule> &before,
-			       const std::vector<InstalledRule> &after);
+			       const std::map<Cidr, std::vector<uint32_t>> &new_lists);
 	void write_v4_tables(const std::map<Cidr, std::vector<uint32_t>> &lists);
 	void purge_buckets(uint32_t rule_id);
 
