@@ -81,12 +81,22 @@ struct {
 	__type(value, struct sluice_match_list);
 } SLUICE_MAP_MATCH_V6 SEC(".maps");
 
+/* IPv4 buckets: sets of four ways (see sluice_abi.h); the controller maps it
+ * to read statistics and to purge a deleted rule's buckets. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, SLUICE_DEFAULT_MAX_SOURCES);
-	__type(key, struct sluice_src_v4);
-	__type(value, struct sluice_source_state);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SLUICE_DEFAULT_MAX_SOURCES / SLUICE_SET_WAYS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct sluice_set_v4);
 } SLUICE_MAP_SOURCES_V4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sluice_config);
+} SLUICE_MAP_CONFIG SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -157,7 +167,7 @@ struct {
 	__type(value, __u64);
 } sluice_clock SEC(".maps");
 
-static __always_inline __u64 now_ns(void)
+static __always_inline __u64 now_ns(const struct sluice_rule *rule)
 {
 	__u32 zero = 0;
 	__u64 *t = bpf_map_lookup_elem(&sluice_clock, &zero);
@@ -165,8 +175,10 @@ static __always_inline __u64 now_ns(void)
 	return t ? *t : 0;
 }
 #else
-static __always_inline __u64 now_ns(void)
+static __always_inline __u64 now_ns(const struct sluice_rule *rule)
 {
+	if (rule->flags & SLUICE_RULE_COARSE_CLOCK)
+		return bpf_ktime_get_coarse_ns();
 	return bpf_ktime_get_ns();
 }
 #endif
@@ -289,6 +301,7 @@ enum bucket_result {
 	BUCKET_DROP,
 	BUCKET_CONTENDED,
 	BUCKET_FAIL_TABLE,
+	BUCKET_RETRY, /* insert_v4 only: lost a race for a way, look again */
 };
 
 /* The lock of the multi-word states: test-and-test-and-set, bounded. */
@@ -384,6 +397,41 @@ static __always_inline void count_source(struct sluice_source_counters *c, enum 
  * compare-and-swap on its one word, the others under the bucket's try-lock.
  * No per-CPU copy multiplies the rate.
  */
+/* A new bucket, already holding the decision on its first packet. */
+static __always_inline enum bucket_result init_state(struct sluice_source_state *init,
+						      const struct sluice_rule *rule, __u64 now,
+						      __u64 cost, __u64 l3_len)
+{
+	enum bucket_result res;
+
+	if (!gcra_form(rule) && rule->algo == SLUICE_ALGO_TOKEN_BUCKET)
+		sluice_tb_init(&init->algo.tb.tokens, &init->algo.tb.last, &init->algo.tb.cold,
+			       sluice_ns_to_ticks(now), rule->bucket.capacity, rule->bucket.warmup);
+	res = decide(&init->algo, rule, now, cost) ? BUCKET_PASS : BUCKET_DROP;
+	count_source(&init->cnt, res, l3_len);
+	return res;
+}
+
+/* Charges an existing bucket. */
+static __always_inline enum bucket_result charge_state(struct sluice_source_state *st,
+							const struct sluice_rule *rule, __u64 now,
+							__u64 cost, __u64 l3_len)
+{
+	enum bucket_result res;
+
+	if (gcra_form(rule)) {
+		res = gcra_cas(&st->algo.gcra.tat, rule, now, cost);
+	} else if (bucket_trylock(&st->lock)) {
+		res = decide(&st->algo, rule, now, cost) ? BUCKET_PASS : BUCKET_DROP;
+		bucket_unlock(&st->lock);
+	} else {
+		res = BUCKET_CONTENDED;
+	}
+	count_source(&st->cnt, res, l3_len);
+	return res;
+}
+
+/* IPv6: charges `cost` units to the bucket at `key` in the LRU table. */
 static __always_inline enum bucket_result charge_bucket(void *sources, void *key,
 							 const struct sluice_rule *rule, __u64 now,
 							 __u64 cost, __u64 l3_len)
@@ -396,11 +444,7 @@ static __always_inline enum bucket_result charge_bucket(void *sources, void *key
 	if (!st) {
 		struct sluice_source_state init = {};
 
-		if (!gcra_form(rule) && rule->algo == SLUICE_ALGO_TOKEN_BUCKET)
-			sluice_tb_init(&init.algo.tb.tokens, &init.algo.tb.last, &init.algo.tb.cold,
-				       sluice_ns_to_ticks(now), rule->bucket.capacity, rule->bucket.warmup);
-		res = decide(&init.algo, rule, now, cost) ? BUCKET_PASS : BUCKET_DROP;
-		count_source(&init.cnt, res, l3_len);
+		res = init_state(&init, rule, now, cost, l3_len);
 		err = bpf_map_update_elem(sources, key, &init, BPF_NOEXIST);
 		if (err == 0) {
 			count_global(SLUICE_CNT_INFO_NEW_BUCKET, 0);
@@ -413,17 +457,142 @@ static __always_inline enum bucket_result charge_bucket(void *sources, void *key
 		if (!st)
 			return BUCKET_FAIL_TABLE;
 	}
+	return charge_state(st, rule, now, cost, l3_len);
+}
 
-	if (gcra_form(rule)) {
-		res = gcra_cas(&st->algo.gcra.tat, rule, now, cost);
-	} else if (bucket_trylock(&st->lock)) {
-		res = decide(&st->algo, rule, now, cost) ? BUCKET_PASS : BUCKET_DROP;
-		bucket_unlock(&st->lock);
-	} else {
-		res = BUCKET_CONTENDED;
+/* The way of `set` holding `key`, or -1; *busy is set if a way is being written. */
+static __always_inline int scan_set(const struct sluice_set_v4 *set, __u64 key, int *busy)
+{
+	int w;
+
+#pragma unroll
+	for (w = 0; w < SLUICE_SET_WAYS; w++) {
+		__u64 k = *(volatile const __u64 *)&set->key[w];
+
+		if (k == key)
+			return w;
+		if (k == SLUICE_KEY_BUSY)
+			*busy = 1;
 	}
-	count_source(&st->cnt, res, l3_len);
+	return -1;
+}
+
+struct victim {
+	struct sluice_set_v4 *set;
+	__u64 key;  /* what the way held */
+	__u32 age;  /* stamps since it was seen */
+	int way;
+};
+
+/* Keeps in *v the better way to evict: empty, else seen longest ago. */
+static __always_inline void consider_set(struct sluice_set_v4 *set, __u32 stamp, struct victim *v)
+{
+	int w;
+
+#pragma unroll
+	for (w = 0; w < SLUICE_SET_WAYS; w++) {
+		__u64 k = *(volatile __u64 *)&set->key[w];
+		__u32 age = stamp - set->seen[w];
+
+		if (k == SLUICE_KEY_BUSY || (v->set && v->key == SLUICE_KEY_EMPTY))
+			continue;
+		if (k == SLUICE_KEY_EMPTY || !v->set || age > v->age) {
+			v->set = set;
+			v->key = k;
+			v->age = age;
+			v->way = w;
+		}
+	}
+}
+
+/*
+ * Creates the bucket of `key` in one of its two sets. The way is claimed by
+ * compare-and-swap to SLUICE_KEY_BUSY, written, then published with its key,
+ * so no CPU charges a half-written bucket and two CPUs cannot take one way.
+ * Two CPUs creating the same new source at the same instant may each make
+ * one; the copy found second is never charged again and ages out.
+ */
+static __always_inline int insert_v4(struct sluice_set_v4 *a, struct sluice_set_v4 *b, __u64 key,
+				     const struct sluice_rule *rule, __u64 now, __u64 cost,
+				     __u64 l3_len)
+{
+	struct sluice_source_state init = {};
+	struct victim v = {};
+	__u32 stamp = (__u32)(now >> SLUICE_STAMP_SHIFT);
+	enum bucket_result res;
+	struct sluice_source_state *st;
+	int w;
+
+	consider_set(a, stamp, &v);
+	if (b != a)
+		consider_set(b, stamp, &v);
+	if (!v.set)
+		return BUCKET_RETRY; /* every way being written */
+	w = v.way & (SLUICE_SET_WAYS - 1);
+	if (__sync_val_compare_and_swap(&v.set->key[w], v.key, SLUICE_KEY_BUSY) != v.key)
+		return BUCKET_RETRY;
+
+	res = init_state(&init, rule, now, cost, l3_len);
+	st = &v.set->way[w];
+	/* The lock word is left alone: a CPU still holding it on the evicted
+	 * bucket releases it. */
+	__builtin_memcpy(&st->algo, &init.algo, sizeof(init.algo));
+	__builtin_memcpy(&st->cnt, &init.cnt, sizeof(init.cnt));
+	v.set->seen[w] = stamp - SLUICE_PROBATION_STAMPS;
+	__sync_lock_test_and_set(&v.set->key[w], key); /* publish: a full barrier */
+
+	count_global(SLUICE_CNT_INFO_NEW_BUCKET, 0);
+	if (v.key != SLUICE_KEY_EMPTY) {
+		count_global(SLUICE_CNT_INFO_EVICTED, 0);
+		if (v.age < SLUICE_PROBATION_STAMPS)
+			count_global(SLUICE_CNT_INFO_EVICTED_ACTIVE, 0);
+	}
 	return res;
+}
+
+/* IPv4: finds or creates the bucket of `key` in the set-associative table. */
+static __always_inline enum bucket_result charge_v4(__u64 key, const struct sluice_rule *rule,
+						     __u64 now, __u64 cost, __u64 l3_len)
+{
+	const struct sluice_config *cfg;
+	struct sluice_set_v4 *a, *b, *set;
+	__u32 zero = 0, i1, i2, stamp;
+	int attempt, w, res;
+
+	cfg = bpf_map_lookup_elem(&SLUICE_MAP_CONFIG, &zero);
+	if (!cfg || !cfg->src4_sets)
+		return BUCKET_FAIL_TABLE;
+	sluice_src4_sets(key, cfg->hash_seed, cfg->src4_sets, &i1, &i2);
+	a = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V4, &i1);
+	b = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V4, &i2);
+	if (!a || !b)
+		return BUCKET_FAIL_TABLE;
+
+	for (attempt = 0; attempt < 4; attempt++) {
+		int busy = 0;
+
+		set = a;
+		w = scan_set(a, key, &busy);
+		if (w < 0) {
+			set = b;
+			w = scan_set(b, key, &busy);
+		}
+		if (w >= 0)
+			goto found;
+		if (busy)
+			continue; /* perhaps this very bucket, being created */
+		res = insert_v4(a, b, key, rule, now, cost, l3_len);
+		if (res != BUCKET_RETRY)
+			return res;
+	}
+	return BUCKET_FAIL_TABLE;
+
+found:
+	w &= SLUICE_SET_WAYS - 1;
+	stamp = (__u32)(now >> SLUICE_STAMP_SHIFT);
+	if (set->seen[w] != stamp)
+		set->seen[w] = stamp; /* written once per stamp: the tag line stays shared */
+	return charge_state(&set->way[w], rule, now, cost, l3_len);
 }
 
 /* A sliding-log bucket: created empty from the zero template, then decided
@@ -467,7 +636,7 @@ static __always_inline enum bucket_result apply_limit(const struct packet_info *
 						       const struct sluice_rule *rule)
 {
 	int log = rule->algo == SLUICE_ALGO_SLIDING_LOG;
-	__u64 now = now_ns();
+	__u64 now = now_ns(rule);
 	__u64 cost = 1;
 
 	if (rule->unit == SLUICE_UNIT_BYTES)
@@ -475,12 +644,14 @@ static __always_inline enum bucket_result apply_limit(const struct packet_info *
 
 	if (pkt->family == 4) {
 		struct sluice_src_v4 key = { .rule_id = rule->id };
+		__u32 addr;
 
 		__builtin_memcpy(key.addr, pkt->saddr, 4);
 		mask_addr(key.addr, 1, rule->per_prefix);
 		if (log)
 			return charge_log(&SLUICE_MAP_LOGS_V4, &key, rule, now, pkt->l3_len);
-		return charge_bucket(&SLUICE_MAP_SOURCES_V4, &key, rule, now, cost, pkt->l3_len);
+		__builtin_memcpy(&addr, key.addr, 4);
+		return charge_v4(sluice_src4_key(rule->id, addr), rule, now, cost, pkt->l3_len);
 	} else {
 		struct sluice_src_v6 key = { .rule_id = rule->id };
 
@@ -562,6 +733,7 @@ int SLUICE_PROG_NAME(struct xdp_md *ctx)
 			rc->dropped_bytes += pkt.l3_len;
 			break;
 		case BUCKET_FAIL_TABLE:
+		case BUCKET_RETRY: /* never returned here */
 			rc->failopen_table++;
 			break;
 		}

@@ -35,6 +35,7 @@
 #define SLUICE_MAP_LOGS_V6       sluice_log6
 #define SLUICE_MAP_COUNTERS      sluice_cnt
 #define SLUICE_MAP_META          sluice_meta
+#define SLUICE_MAP_CONFIG        sluice_cfg
 #define SLUICE_PROG_NAME         sluice_xdp
 
 #define SLUICE_STR_(x) #x
@@ -72,6 +73,12 @@ enum sluice_algo {
 };
 
 #define SLUICE_RULE_SHADOW 0x1 /* count would-be drops, pass them */
+/* Read the kernel's coarse clock (CLOCK_MONOTONIC_COARSE, one scheduler tick
+ * of resolution, a few ns to read) instead of the precise one (tens of ns).
+ * The controller sets it only where a tick is small beside the rule: a bucket
+ * whose burst takes at least two ticks to refill, a window of at least 100
+ * ticks. The sliding log always reads the precise clock. */
+#define SLUICE_RULE_COARSE_CLOCK 0x2
 
 enum sluice_unit {
 	SLUICE_UNIT_PACKETS = 0,
@@ -107,6 +114,8 @@ enum sluice_counter_index {
 	SLUICE_CNT_INFO_FRAGMENT = SLUICE_CNT_VERDICT_END, /* non-first fragments */
 	SLUICE_CNT_INFO_L4_UNKNOWN,    /* ports/protocol unreadable: matched conservatively */
 	SLUICE_CNT_INFO_NEW_BUCKET,    /* buckets created (evicting when the table is full) */
+	SLUICE_CNT_INFO_EVICTED,       /* IPv4: a bucket evicted to make room for a new one */
+	SLUICE_CNT_INFO_EVICTED_ACTIVE,/* IPv4: ...of a source seen in the last second: table too small */
 	SLUICE_CNT_MAX,
 };
 
@@ -235,6 +244,58 @@ struct sluice_src_v6 {
 };
 SLUICE_ASSERT_SIZE(struct sluice_src_v6, 20);
 
+/*
+ * The IPv4 source table: an array of 4-way sets in which a bucket may sit in
+ * either of two sets chosen by a keyed hash of (rule id, address). A lookup
+ * reads at most two 64-byte tag lines and the bucket's own line; memory is
+ * fixed when the program loads. A new bucket takes an empty way of its two
+ * sets, else the way seen longest ago. It starts "on probation", stamped as if
+ * last seen SLUICE_PROBATION_STAMPS ago, and is stamped with the real time
+ * when its source returns: so a flood of one-packet (spoofed) sources evicts
+ * its own buckets, not those of sources that keep sending.
+ *
+ * A key is (rule_id << 32) | the address's four bytes read as a host-order
+ * word (sluice_src4_key). 0 is an empty way; SLUICE_KEY_BUSY a way whose
+ * bucket is being written. Rule ids never reach 0xffffffff.
+ */
+#define SLUICE_SET_WAYS          4
+#define SLUICE_KEY_EMPTY         0ULL
+#define SLUICE_KEY_BUSY          (~0ULL)
+#define SLUICE_STAMP_SHIFT       20   /* stamps count units of 2^20 ns (1.05 ms) */
+#define SLUICE_PROBATION_STAMPS  1024 /* about 1.07 s */
+
+/* The keyed hash both sides use to place a key: its two candidate sets. */
+static inline __u64 sluice_mix64(__u64 x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdULL;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ULL;
+	x ^= x >> 33;
+	return x;
+}
+
+static inline void sluice_src4_sets(__u64 key, __u64 seed, __u32 nsets, __u32 *first, __u32 *second)
+{
+	__u64 h = sluice_mix64(key ^ seed);
+
+	*first = (__u32)(((h & 0xffffffffULL) * nsets) >> 32);
+	*second = (__u32)(((h >> 32) * nsets) >> 32);
+}
+
+static inline __u64 sluice_src4_key(__u32 rule_id, __u32 addr_word)
+{
+	return ((__u64)rule_id << 32) | addr_word;
+}
+
+/* Written once by the controller when it loads the program, read per packet. */
+struct sluice_config {
+	__u64 hash_seed;  /* random: sources cannot be chosen to collide */
+	__u32 src4_sets;  /* sets in SLUICE_MAP_SOURCES_V4 */
+	__u32 pad;
+};
+SLUICE_ASSERT_SIZE(struct sluice_config, 16);
+
 /* Counters kept with every bucket. */
 struct sluice_source_counters {
 	__u64 passed_packets;
@@ -275,6 +336,15 @@ struct sluice_source_state {
 	struct sluice_source_counters cnt;
 };
 SLUICE_ASSERT_SIZE(struct sluice_source_state, 64);
+
+/* One set of the IPv4 source table: the tag line, then the four buckets. */
+struct sluice_set_v4 {
+	__u64 key[SLUICE_SET_WAYS];
+	__u32 seen[SLUICE_SET_WAYS]; /* stamp of the last packet charged */
+	__u32 pad[SLUICE_SET_WAYS];
+	struct sluice_source_state way[SLUICE_SET_WAYS];
+};
+SLUICE_ASSERT_SIZE(struct sluice_set_v4, 320);
 
 /* A sliding-log bucket: the times of the last `limit` passes as a ring. */
 struct sluice_log_state {

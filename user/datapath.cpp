@@ -7,6 +7,7 @@
 #include <net/if.h>
 #include <sys/file.h>
 #include <sys/mount.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 
@@ -171,8 +172,10 @@ LoadedProgram::LoadedProgram(const TableSizes &sizes, ObjectImage image)
 	// Two IPv4 table sets: a block per rule each, a list per rule each (+ index 0).
 	size_maps({SLUICE_STR(SLUICE_MAP_DIR4_BLOCKS)}, 2 * rules);
 	size_maps({SLUICE_STR(SLUICE_MAP_LISTS_V4)}, 2 * (rules + 1));
-	size_maps({SLUICE_STR(SLUICE_MAP_SOURCES_V4), SLUICE_STR(SLUICE_MAP_SOURCES_V6)},
-		  sizes.max_sources ? sizes.max_sources : SLUICE_DEFAULT_MAX_SOURCES);
+	uint32_t sources = sizes.max_sources ? sizes.max_sources : SLUICE_DEFAULT_MAX_SOURCES;
+	uint32_t sets4 = (sources + SLUICE_SET_WAYS - 1) / SLUICE_SET_WAYS;
+	size_maps({SLUICE_STR(SLUICE_MAP_SOURCES_V6)}, sources);
+	size_maps({SLUICE_STR(SLUICE_MAP_SOURCES_V4)}, sets4);
 	size_maps({SLUICE_STR(SLUICE_MAP_LOGS_V4), SLUICE_STR(SLUICE_MAP_LOGS_V6)},
 		  sizes.max_log_sources ? sizes.max_log_sources : SLUICE_DEFAULT_MAX_LOG_SOURCES);
 
@@ -182,6 +185,17 @@ LoadedProgram::LoadedProgram(const TableSizes &sizes, ObjectImage image)
 	int err = bpf_object__load(obj_);
 	if (err)
 		throw_errno("cannot load the XDP program (run with -v for the verifier log)", err);
+
+	// Until this is written the program finds no IPv4 table and fails open.
+	struct sluice_config cfg = {};
+	if (getrandom(&cfg.hash_seed, sizeof(cfg.hash_seed), 0) != sizeof(cfg.hash_seed))
+		throw_errno("cannot draw a hash seed", errno);
+	cfg.src4_sets = sets4;
+	uint32_t zero = 0;
+	struct bpf_map *cfg_map = bpf_object__find_map_by_name(obj_, SLUICE_STR(SLUICE_MAP_CONFIG));
+	if (!cfg_map)
+		throw Error("BPF object has no map " SLUICE_STR(SLUICE_MAP_CONFIG));
+	map_update(bpf_map__fd(cfg_map), &zero, &cfg, "sluice configuration");
 	close_obj.dismiss();
 }
 

@@ -27,6 +27,7 @@ const MapRef MAP_REFS[] = {
 	{SLUICE_STR(SLUICE_MAP_LOGS_V6), &MapSet::logs6},
 	{SLUICE_STR(SLUICE_MAP_COUNTERS), &MapSet::counters},
 	{SLUICE_STR(SLUICE_MAP_META), &MapSet::meta},
+	{SLUICE_STR(SLUICE_MAP_CONFIG), &MapSet::config},
 };
 
 } // namespace
@@ -66,7 +67,7 @@ void MapSet::for_each(const std::function<void(const char *, int)> &f) const
 }
 
 uint32_t MapSet::max_rules() const { return map_max_entries(rules.get()); }
-uint32_t MapSet::max_sources() const { return map_max_entries(src4.get()); }
+uint32_t MapSet::max_sources() const { return map_max_entries(src6.get()); }
 uint32_t MapSet::max_log_sources() const { return map_max_entries(logs4.get()); }
 
 int possible_cpus()

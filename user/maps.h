@@ -18,7 +18,7 @@ namespace sluice {
 /// Descriptors of every map the program uses, in one place.
 struct MapSet {
 	UniqueFd rules, rule_info, rule_counters, dir4_sel, dir4_top, dir4_blocks, lists4, match6, src4, src6,
-		logs4, logs6, counters, meta;
+		logs4, logs6, counters, meta, config;
 
 	/// Opens the maps pinned under dir (by their ABI names).
 	static MapSet open_pinned(const std::string &dir);
@@ -29,7 +29,7 @@ struct MapSet {
 	void for_each(const std::function<void(const char *, int)> &f) const;
 
 	uint32_t max_rules() const;
-	uint32_t max_sources() const;
+	uint32_t max_sources() const; ///< per family, as configured (IPv4 rounds up to whole sets)
 	uint32_t max_log_sources() const;
 };
 

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 #include <cstring>
+#include <ctime>
 #include <set>
 
 #include "error.h"
@@ -202,7 +203,37 @@ struct sluice_rule to_datapath(const InstalledRule &r)
 		dp.window.limit = w.limit;
 		dp.window.window_ns = w.window_ns;
 	}
+	if (coarse_clock_suits(dp, coarse_clock_tick_ns()))
+		dp.flags |= SLUICE_RULE_COARSE_CLOCK;
 	return dp;
+}
+
+uint64_t coarse_clock_tick_ns()
+{
+	static const uint64_t tick = []() -> uint64_t {
+		struct timespec res = {};
+		if (clock_getres(CLOCK_MONOTONIC_COARSE, &res))
+			return uint64_t(0);
+		return uint64_t(res.tv_sec) * 1000000000ULL + uint64_t(res.tv_nsec);
+	}();
+	return tick;
+}
+
+bool coarse_clock_suits(const struct sluice_rule &dp, uint64_t tick_ns)
+{
+	if (tick_ns == 0 || dp.action != SLUICE_ACTION_LIMIT)
+		return false;
+	switch (dp.algo) {
+	case SLUICE_ALGO_TOKEN_BUCKET:
+	case SLUICE_ALGO_GCRA:
+		// Credit arrives a tick at a time: the burst must hold two ticks of it.
+		return dp.bucket.capacity >= 2 * sluice_ns_to_ticks(tick_ns);
+	case SLUICE_ALGO_FIXED_WINDOW:
+	case SLUICE_ALGO_SLIDING_WINDOW:
+		return dp.window.window_ns >= 100 * tick_ns; // a boundary moves by at most 1 %
+	default:
+		return false; // the sliding log promises exact times
+	}
 }
 
 struct sluice_rule_info to_info(const RuleSpec &s)

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "dir4.h"
+#include "sources4.h"
 
 namespace sluice {
 
@@ -273,7 +274,7 @@ void RuleTable::purge_buckets(uint32_t rule_id)
 		for (const auto &k : doomed)
 			bpf_map_delete_elem(fd, &k); // ENOENT: evicted meanwhile, fine
 	};
-	purge.template operator()<struct sluice_src_v4, struct sluice_source_state>(maps_.src4.get());
+	SourceTable4(maps_.src4.get()).purge(rule_id);
 	purge.template operator()<struct sluice_src_v6, struct sluice_source_state>(maps_.src6.get());
 	purge.template operator()<struct sluice_src_v4, struct sluice_log_state>(maps_.logs4.get());
 	purge.template operator()<struct sluice_src_v6, struct sluice_log_state>(maps_.logs6.get());

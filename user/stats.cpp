@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "rule_table.h"
+#include "sources4.h"
 
 namespace sluice {
 
@@ -16,7 +17,7 @@ const char *const COUNTER_NAMES[] = {
 	"pass_not_ip",     "pass_no_match",  "pass_allow",    "pass_limit",
 	"pass_shadow",     "drop_rate",      "drop_deny",     "drop_contention",
 	"failopen_parse",  "failopen_rule",  "failopen_table", "fragments",
-	"l4_unknown",      "new_buckets",
+	"l4_unknown",      "new_buckets",   "evicted",       "evicted_active",
 };
 static_assert(std::size(COUNTER_NAMES) == SLUICE_CNT_MAX, "a name for every counter");
 
@@ -29,22 +30,30 @@ struct RawSource {
 	struct sluice_source_counters cnt;
 };
 
+/// Counts a bucket against its rule and keeps it if the query wants it.
+void collect_one(uint32_t rule_id, const uint8_t *addr, size_t addr_len, int family,
+		 const struct sluice_source_counters &cnt, const std::unordered_map<uint32_t, RuleStats *> &by_id,
+		 const StatsQuery &query, std::vector<RawSource> &out, uint64_t &tracked)
+{
+	auto it = by_id.find(rule_id);
+	if (it == by_id.end())
+		return; // a bucket of a rule deleted a moment ago
+	RuleStats &rs = *it->second;
+	rs.sources++;
+	tracked++;
+	if (!query.rule.empty() && !rule_is(rs.rule, query.rule))
+		return;
+	RawSource raw{&rs, {}, static_cast<uint8_t>(family), cnt};
+	std::memcpy(raw.addr.data(), addr, addr_len);
+	out.push_back(raw);
+}
+
 template <class Key, class Value>
 void collect_family(int fd, int family, const std::unordered_map<uint32_t, RuleStats *> &by_id,
 		    const StatsQuery &query, std::vector<RawSource> &out, uint64_t &tracked)
 {
 	for_each_entry<Key, Value>(fd, [&](const Key &k, const Value &v) {
-		auto it = by_id.find(k.rule_id);
-		if (it == by_id.end())
-			return; // a bucket of a rule deleted a moment ago
-		RuleStats &rs = *it->second;
-		rs.sources++;
-		tracked++;
-		if (!query.rule.empty() && !rule_is(rs.rule, query.rule))
-			return;
-		RawSource raw{&rs, {}, static_cast<uint8_t>(family), v.cnt};
-		std::memcpy(raw.addr.data(), k.addr, sizeof(k.addr));
-		out.push_back(raw);
+		collect_one(k.rule_id, k.addr, sizeof(k.addr), family, v.cnt, by_id, query, out, tracked);
 	});
 }
 
@@ -78,8 +87,10 @@ Stats collect_stats(const MapSet &maps, const StatsQuery &query)
 		by_id[rs.rule.id] = &rs;
 
 	std::vector<RawSource> raw;
-	collect_family<struct sluice_src_v4, struct sluice_source_state>(maps.src4.get(), 4, by_id, query, raw,
-									s.tracked_sources);
+	SourceTable4(maps.src4.get()).for_each([&](uint32_t rule_id, const uint8_t *addr,
+						   const struct sluice_source_state &st) {
+		collect_one(rule_id, addr, 4, 4, st.cnt, by_id, query, raw, s.tracked_sources);
+	});
 	collect_family<struct sluice_src_v6, struct sluice_source_state>(maps.src6.get(), 6, by_id, query, raw,
 									s.tracked_sources);
 	collect_family<struct sluice_src_v4, struct sluice_log_state>(maps.logs4.get(), 4, by_id, query, raw,

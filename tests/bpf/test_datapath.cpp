@@ -392,6 +392,55 @@ TEST_F(Datapath, TwoCpusDrivingOneSourceStayWithinTheBound)
 		    (unsigned long long)s.passed_packets, 2 * per_thread, seconds, bound);
 }
 
+TEST_F(Datapath, ACoarseClockRuleHoldsItsRateFromTwoCpus)
+{
+	ASSERT_GE(sysconf(_SC_NPROCESSORS_ONLN), 2) << "this test needs two CPUs";
+	uint64_t tick = coarse_clock_tick_ns();
+	ASSERT_GT(tick, 0u) << "no CLOCK_MONOTONIC_COARSE resolution";
+	// A burst of 100 ms of the rate: many ticks, so the rule reads the coarse clock.
+	const uint64_t rate = 100000, burst = 10000;
+	InstalledRule r = add("192.0.2.0/24", "100000/s", burst, "coarse");
+	struct sluice_rule dp = {};
+	ASSERT_EQ(bpf_map_lookup_elem(maps_.rules.get(), &r.slot, &dp), 0);
+	ASSERT_TRUE(dp.flags & SLUICE_RULE_COARSE_CLOCK);
+
+	double seconds = flood_from_two_cpus(test::build_packet({}), 3000000);
+
+	SourceStats s = source("192.0.2.10", "coarse");
+	double t = double(tick) / 1e9;
+	// Time read a tick late at either end: at most one tick of rate more or less.
+	double upper = double(burst) + double(rate) * (seconds + t) + 2;
+	double lower = double(rate) * (seconds - t) - double(rate) * 0.01 * seconds;
+	EXPECT_LE(double(s.passed_packets), upper) << "over " << seconds << " s";
+	EXPECT_GE(double(s.passed_packets), lower) << "over " << seconds << " s";
+	std::printf("coarse clock (tick %.1f ms), two CPUs: %llu passed in %.3f s; bounds %.0f-%.0f\n",
+		    double(tick) / 1e6, (unsigned long long)s.passed_packets, seconds, lower, upper);
+}
+
+TEST_F(Datapath, SourcesThatKeepSendingSurviveAFloodOfOnePacketSources)
+{
+	add("10.0.0.0/8", "1/h", 1, "strict");
+	// 500 sources use their one packet and are limited; the table holds 4096.
+	auto legit = [](int i) { return "10.1." + std::to_string(i / 250) + "." + std::to_string(i % 250 + 1); };
+	for (int i = 0; i < 500; i++) {
+		ASSERT_EQ(run({.src = legit(i)}), XDP_PASS);
+		ASSERT_EQ(run({.src = legit(i)}), XDP_DROP);
+	}
+	// 20,000 one-packet sources, five times the table.
+	for (int i = 0; i < 20000; i++)
+		ASSERT_EQ(run({.src = "10.2." + std::to_string(i / 250) + "." + std::to_string(i % 250 + 1)}),
+			  XDP_PASS);
+	Stats s = stats();
+	EXPECT_LE(s.tracked_sources, 4096u);
+	EXPECT_GT(s.global[SLUICE_CNT_INFO_EVICTED].packets, 15000u) << "the flood evicted its own buckets";
+	EXPECT_EQ(s.global[SLUICE_CNT_INFO_EVICTED_ACTIVE].packets, 0u);
+	EXPECT_EQ(s.global[SLUICE_CNT_FAILOPEN_TABLE].packets, 0u);
+	int still_limited = 0;
+	for (int i = 0; i < 500; i++)
+		still_limited += run({.src = legit(i)}) == XDP_DROP;
+	EXPECT_EQ(still_limited, 500) << "a returning source was not given a fresh burst";
+}
+
 TEST_F(Datapath, TwoCpusDrivingOneSourceKeepEveryLockedAlgorithmWithinItsLimit)
 {
 	ASSERT_GE(sysconf(_SC_NPROCESSORS_ONLN), 2) << "this test needs two CPUs";

@@ -213,3 +213,33 @@ TEST(RuleMaps, AlgorithmsWarmupAndShadowRoundTrip)
 	EXPECT_EQ(format_duration(back.warmup_ns), "30s");
 	EXPECT_EQ(format_duration(1000000000ULL), "1s");
 }
+
+TEST(RuleMaps, TheCoarseClockOnlyWhereATickIsSmallBesideTheRule)
+{
+	const uint64_t tick = 4000000; // HZ=250
+	auto compiled = [](const char *rate, uint64_t burst, Algo algo) {
+		InstalledRule r;
+		r.id = 1;
+		r.spec.cidr = parse_cidr("192.0.2.0/24");
+		r.spec.rate = parse_rate(rate);
+		r.spec.burst = burst;
+		r.spec.algo = algo;
+		validate_rule(r.spec);
+		return to_datapath(r);
+	};
+	// A burst worth 10 ms of the rate refills over 2.5 ticks; 5 ms over 1.25.
+	EXPECT_TRUE(coarse_clock_suits(compiled("1000/s", 10, Algo::gcra), tick));
+	EXPECT_TRUE(coarse_clock_suits(compiled("1000/s", 8, Algo::token_bucket), tick));
+	EXPECT_FALSE(coarse_clock_suits(compiled("1000/s", 7, Algo::token_bucket), tick));
+	EXPECT_FALSE(coarse_clock_suits(compiled("200000/s", 1000, Algo::gcra), tick));
+	// Windows: at least 100 ticks.
+	EXPECT_TRUE(coarse_clock_suits(compiled("50/400ms", 0, Algo::fixed_window), tick));
+	EXPECT_FALSE(coarse_clock_suits(compiled("50/399ms", 0, Algo::sliding_window), tick));
+	EXPECT_FALSE(coarse_clock_suits(compiled("50/10s", 0, Algo::sliding_log), tick)) << "exact times";
+	EXPECT_FALSE(coarse_clock_suits(compiled("1000/s", 1000, Algo::gcra), 0)) << "unknown resolution";
+
+	InstalledRule deny;
+	deny.spec.cidr = parse_cidr("192.0.2.0/24");
+	deny.spec.action = Action::deny;
+	EXPECT_FALSE(coarse_clock_suits(to_datapath(deny), tick));
+}

@@ -1,0 +1,84 @@
+#include "sources4.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "error.h"
+#include "maps.h"
+
+namespace sluice {
+
+SourceTable4::SourceTable4(int fd) : sets_(map_max_entries(fd))
+{
+	long page = sysconf(_SC_PAGESIZE);
+	length_ = (size_t(sets_) * sizeof(struct sluice_set_v4) + page - 1) / page * page;
+	void *p = mmap(nullptr, length_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		throw_errno("cannot map the IPv4 source table", errno);
+	sets_ptr_ = static_cast<struct sluice_set_v4 *>(p);
+}
+
+SourceTable4::~SourceTable4() { munmap(sets_ptr_, length_); }
+
+void SourceTable4::for_each(
+	const std::function<void(uint32_t, const uint8_t *, const struct sluice_source_state &)> &f) const
+{
+	for (uint32_t i = 0; i < sets_; i++) {
+		const struct sluice_set_v4 &set = sets_ptr_[i];
+		for (int w = 0; w < SLUICE_SET_WAYS; w++) {
+			uint64_t key = __atomic_load_n(&set.key[w], __ATOMIC_ACQUIRE);
+			if (key == SLUICE_KEY_EMPTY || key == SLUICE_KEY_BUSY)
+				continue;
+			uint32_t addr = static_cast<uint32_t>(key);
+			uint8_t bytes[4];
+			std::memcpy(bytes, &addr, 4);
+			f(static_cast<uint32_t>(key >> 32), bytes, set.way[w]);
+		}
+	}
+}
+
+uint64_t SourceTable4::purge(uint32_t rule_id)
+{
+	uint64_t purged = 0;
+	for (uint32_t i = 0; i < sets_; i++) {
+		struct sluice_set_v4 &set = sets_ptr_[i];
+		for (int w = 0; w < SLUICE_SET_WAYS; w++) {
+			uint64_t key = __atomic_load_n(&set.key[w], __ATOMIC_ACQUIRE);
+			if (key == SLUICE_KEY_EMPTY || key == SLUICE_KEY_BUSY || (key >> 32) != rule_id)
+				continue;
+			// Lost only to the program evicting it for a new bucket: gone either way.
+			purged += __atomic_compare_exchange_n(&set.key[w], &key, SLUICE_KEY_EMPTY, false,
+							      __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
+		}
+	}
+	return purged;
+}
+
+bool SourceTable4::insert(uint32_t rule_id, const uint8_t addr[4], const struct sluice_source_state &state,
+			  uint64_t seed)
+{
+	uint32_t word;
+	std::memcpy(&word, addr, 4);
+	uint64_t key = sluice_src4_key(rule_id, word);
+	uint32_t first, second;
+	sluice_src4_sets(key, seed, sets_, &first, &second);
+	for (uint32_t idx : {first, second}) {
+		struct sluice_set_v4 &set = sets_ptr_[idx];
+		for (int w = 0; w < SLUICE_SET_WAYS; w++) {
+			uint64_t expected = SLUICE_KEY_EMPTY;
+			if (!__atomic_compare_exchange_n(&set.key[w], &expected, SLUICE_KEY_BUSY, false,
+							 __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+				continue;
+			set.way[w].algo = state.algo;
+			set.way[w].cnt = state.cnt;
+			__atomic_store_n(&set.key[w], key, __ATOMIC_SEQ_CST);
+			return true;
+		}
+	}
+	return false;
+}
+
+} // namespace sluice
