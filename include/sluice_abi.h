@@ -76,8 +76,9 @@ enum sluice_algo {
 /* Read the kernel's coarse clock (CLOCK_MONOTONIC_COARSE, one scheduler tick
  * of resolution, a few ns to read) instead of the precise one (tens of ns).
  * The controller sets it only where a tick is small beside the rule: a bucket
- * whose burst takes at least two ticks to refill, a window of at least 100
- * ticks. The sliding log always reads the precise clock. */
+ * whose burst holds at least a tick's worth of rate, so what a tick adds never
+ * overflows it, or a window of at least 100 ticks. The sliding log always
+ * reads the precise clock. */
 #define SLUICE_RULE_COARSE_CLOCK 0x2
 
 enum sluice_unit {

@@ -226,8 +226,8 @@ bool coarse_clock_suits(const struct sluice_rule &dp, uint64_t tick_ns)
 	switch (dp.algo) {
 	case SLUICE_ALGO_TOKEN_BUCKET:
 	case SLUICE_ALGO_GCRA:
-		// Credit arrives a tick at a time: the burst must hold two ticks of it.
-		return dp.bucket.capacity >= 2 * sluice_ns_to_ticks(tick_ns);
+		// Credit arrives a tick at a time: the burst must hold a tick of it.
+		return dp.bucket.capacity >= sluice_ns_to_ticks(tick_ns);
 	case SLUICE_ALGO_FIXED_WINDOW:
 	case SLUICE_ALGO_SLIDING_WINDOW:
 		return dp.window.window_ns >= 100 * tick_ns; // a boundary moves by at most 1 %

@@ -87,8 +87,8 @@ struct sluice_rule to_datapath(const InstalledRule &r);
 /// The kernel's coarse clock resolution (one scheduler tick), 0 if unknown.
 uint64_t coarse_clock_tick_ns();
 /// Whether a compiled rule may read the coarse clock (SLUICE_RULE_COARSE_CLOCK)
-/// without losing accuracy: its burst refills over at least two ticks, or its
-/// window spans at least 100.
+/// without losing accuracy: its burst holds at least a tick's worth of rate
+/// (what a tick adds never overflows it), or its window spans 100 ticks.
 bool coarse_clock_suits(const struct sluice_rule &dp, uint64_t tick_ns);
 struct sluice_rule_info to_info(const RuleSpec &spec);
 /// Rebuilds the operator's view from the maps.

@@ -227,11 +227,12 @@ TEST(RuleMaps, TheCoarseClockOnlyWhereATickIsSmallBesideTheRule)
 		validate_rule(r.spec);
 		return to_datapath(r);
 	};
-	// A burst worth 10 ms of the rate refills over 2.5 ticks; 5 ms over 1.25.
+	// The burst must hold what one tick adds: 4 packets of 1000/s, 800 of 200000/s.
 	EXPECT_TRUE(coarse_clock_suits(compiled("1000/s", 10, Algo::gcra), tick));
-	EXPECT_TRUE(coarse_clock_suits(compiled("1000/s", 8, Algo::token_bucket), tick));
-	EXPECT_FALSE(coarse_clock_suits(compiled("1000/s", 7, Algo::token_bucket), tick));
-	EXPECT_FALSE(coarse_clock_suits(compiled("200000/s", 1000, Algo::gcra), tick));
+	EXPECT_TRUE(coarse_clock_suits(compiled("1000/s", 4, Algo::token_bucket), tick));
+	EXPECT_FALSE(coarse_clock_suits(compiled("1000/s", 3, Algo::token_bucket), tick));
+	EXPECT_FALSE(coarse_clock_suits(compiled("200000/s", 799, Algo::gcra), tick));
+	EXPECT_TRUE(coarse_clock_suits(compiled("200000/s", 800, Algo::gcra), tick));
 	// Windows: at least 100 ticks.
 	EXPECT_TRUE(coarse_clock_suits(compiled("50/400ms", 0, Algo::fixed_window), tick));
 	EXPECT_FALSE(coarse_clock_suits(compiled("50/399ms", 0, Algo::sliding_window), tick));
