@@ -38,6 +38,13 @@ int bench_clock_drop(struct xdp_md *ctx)
 	return bpf_ktime_get_ns() == 1 ? XDP_PASS : XDP_DROP;
 }
 
+/* ...and the coarse clock, which rules with a burst of a tick or more read. */
+SEC("xdp")
+int bench_coarse_clock_drop(struct xdp_md *ctx)
+{
+	return bpf_ktime_get_coarse_ns() == 1 ? XDP_PASS : XDP_DROP;
+}
+
 /* For many-source scenarios: the source generator, then drop... */
 SEC("xdp")
 int bench_gen_drop(struct xdp_md *ctx)
