@@ -364,7 +364,7 @@ void section_peers(const Options &o, struct baselines_bpf *base, int ifindex)
 {
 	std::cout << "\n## 2. Sluice, nftables and iptables hashlimit on the same frames\n\n"
 		  << o.live_repeat << " IPv4 UDP frames per run injected with BPF_F_TEST_XDP_LIVE_FRAMES as if "
-		  << "received on a veth in a namespace, one CPU, median of 3 runs. Limit: 1000/s, burst 5, per "
+		  << "received on a veth in a namespace, one CPU, median of " << o.rounds << " interleaved runs. Limit: 1000/s, burst 5, per "
 		  << "source address, in each system. Sluice drops in XDP; the others see frames an XDP "
 		  << "program passed (the same source generator) in the kernel stack: nftables in a netdev "
 		  << "ingress chain (`update @srcs { ip saddr limit rate over 1000/second burst 5 packets } "
@@ -385,7 +385,7 @@ void section_peers(const Options &o, struct baselines_bpf *base, int ifindex)
 	bool coarse = false;
 	for (uint32_t sources : {1u, 256u, 1000000u}) {
 		std::map<std::string, std::vector<LiveResult>> results;
-		for (int round = 0; round < 3; round++) {
+		for (int round = 0; round < o.rounds; round++) {
 			// Sluice: a fresh program each run, so every system starts empty.
 			{
 				clear_peers();
