@@ -3,9 +3,11 @@
  * Sluice XDP program: per-source rate limiting at layer 3/4.
  *
  * For each frame: parse (parse.h), find the rules covering the source address
- * with one LPM lookup (the controller compiles each prefix's candidate list,
- * most specific first), take the first rule whose protocol and port match,
- * then allow, deny, or charge the source's bucket (sluice_algos.h).
+ * with one lookup (a multibit table for IPv4, an LPM trie for IPv6; the
+ * controller compiles each prefix's candidate list, most specific first), take
+ * the first rule whose protocol and port match, then allow, deny, or charge the
+ * source's bucket (sluice_algos.h): IPv4 buckets in a set table of our own,
+ * IPv6 buckets in an LRU hash.
  *
  * Fail-open: whenever the program cannot decide, the frame passes and a global
  * counter says why.
@@ -391,12 +393,12 @@ static __always_inline void count_source(struct sluice_source_counters *c, enum 
 }
 
 /*
- * Charges `cost` units to the bucket at `key` in `sources`. A new bucket is
- * created already holding this packet's decision, so a flood of new sources
- * costs one insert each. Concurrent CPUs never lose an update: GCRA by
- * compare-and-swap on its one word, the others under the bucket's try-lock.
- * No per-CPU copy multiplies the rate.
+ * Buckets. A new bucket is created already holding its first packet's
+ * decision, so a new source costs one insert. Concurrent CPUs never lose an
+ * update: GCRA by compare-and-swap on its one word, the others under the
+ * bucket's try-lock. No per-CPU copy multiplies the rate.
  */
+
 /* A new bucket, already holding the decision on its first packet. */
 static __always_inline enum bucket_result init_state(struct sluice_source_state *init,
 						      const struct sluice_rule *rule, __u64 now,
