@@ -462,7 +462,7 @@ static __always_inline enum bucket_result charge_bucket(void *sources, void *key
 	return charge_state(st, rule, now, cost, l3_len);
 }
 
-/* The way of `set` holding `key`, or -1; *busy is set if a way is being written. */
+/* The way of `set` holding `key`, or -1; *busy is set to 1 + a way being written. */
 static __always_inline int scan_set(const struct sluice_set_v4 *set, __u64 key, int *busy)
 {
 	int w;
@@ -474,9 +474,21 @@ static __always_inline int scan_set(const struct sluice_set_v4 *set, __u64 key, 
 		if (k == key)
 			return w;
 		if (k == SLUICE_KEY_BUSY)
-			*busy = 1;
+			*busy = w + 1;
 	}
 	return -1;
+}
+
+/* Waits, boundedly, for another CPU to publish the bucket it is writing. */
+static __always_inline void wait_published(const struct sluice_set_v4 *set, int w)
+{
+	int i;
+
+	w &= SLUICE_SET_WAYS - 1;
+	for (i = 0; i < SLUICE_LOCK_RETRIES; i++) {
+		if (*(volatile const __u64 *)&set->key[w] != SLUICE_KEY_BUSY)
+			break;
+	}
 }
 
 struct victim {
@@ -571,18 +583,26 @@ static __always_inline enum bucket_result charge_v4(__u64 key, const struct slui
 		return BUCKET_FAIL_TABLE;
 
 	for (attempt = 0; attempt < 4; attempt++) {
-		int busy = 0;
+		int busy_a = 0, busy_b = 0;
 
 		set = a;
-		w = scan_set(a, key, &busy);
+		w = scan_set(a, key, &busy_a);
 		if (w < 0) {
 			set = b;
-			w = scan_set(b, key, &busy);
+			w = scan_set(b, key, &busy_b);
 		}
 		if (w >= 0)
 			goto found;
-		if (busy)
-			continue; /* perhaps this very bucket, being created */
+		/* A way being written may be this very bucket, created by another
+		 * CPU: wait for it, then look again. */
+		if (busy_a) {
+			wait_published(a, busy_a - 1);
+			continue;
+		}
+		if (busy_b) {
+			wait_published(b, busy_b - 1);
+			continue;
+		}
 		res = insert_v4(a, b, key, rule, now, cost, l3_len);
 		if (res != BUCKET_RETRY)
 			return res;
