@@ -303,7 +303,6 @@ enum bucket_result {
 	BUCKET_DROP,
 	BUCKET_CONTENDED,
 	BUCKET_FAIL_TABLE,
-	BUCKET_RETRY, /* insert_v4 only: lost a race for a way, look again */
 };
 
 /* The lock of the multi-word states: test-and-test-and-set, bounded. */
@@ -520,7 +519,8 @@ static __always_inline void consider_set(struct sluice_set_v4 *set, __u32 stamp,
 }
 
 /*
- * Creates the bucket of `key` in one of its two sets. The way is claimed by
+ * Creates the bucket of `key` in one of its two sets, with its first packet's
+ * decision in *out; -1 if another CPU won the way. The way is claimed by
  * compare-and-swap to SLUICE_KEY_BUSY, written, then published with its key,
  * so no CPU charges a half-written bucket and two CPUs cannot take one way.
  * Two CPUs creating the same new source at the same instant may each make
@@ -528,7 +528,7 @@ static __always_inline void consider_set(struct sluice_set_v4 *set, __u32 stamp,
  */
 static __always_inline int insert_v4(struct sluice_set_v4 *a, struct sluice_set_v4 *b, __u64 key,
 				     const struct sluice_rule *rule, __u64 now, __u64 cost,
-				     __u64 l3_len)
+				     __u64 l3_len, enum bucket_result *out)
 {
 	struct sluice_source_state init = {};
 	struct victim v = {};
@@ -541,10 +541,10 @@ static __always_inline int insert_v4(struct sluice_set_v4 *a, struct sluice_set_
 	if (b != a)
 		consider_set(b, stamp, &v);
 	if (!v.set)
-		return BUCKET_RETRY; /* every way being written */
+		return -1; /* every way being written */
 	w = v.way & (SLUICE_SET_WAYS - 1);
 	if (__sync_val_compare_and_swap(&v.set->key[w], v.key, SLUICE_KEY_BUSY) != v.key)
-		return BUCKET_RETRY;
+		return -1;
 
 	res = init_state(&init, rule, now, cost, l3_len);
 	st = &v.set->way[w];
@@ -561,7 +561,8 @@ static __always_inline int insert_v4(struct sluice_set_v4 *a, struct sluice_set_
 		if (v.age < SLUICE_PROBATION_STAMPS)
 			count_global(SLUICE_CNT_INFO_EVICTED_ACTIVE, 0);
 	}
-	return res;
+	*out = res;
+	return 0;
 }
 
 /* IPv4: finds or creates the bucket of `key` in the set-associative table. */
@@ -571,7 +572,8 @@ static __always_inline enum bucket_result charge_v4(__u64 key, const struct slui
 	const struct sluice_config *cfg;
 	struct sluice_set_v4 *a, *b, *set;
 	__u32 zero = 0, i1, i2, stamp;
-	int attempt, w, res;
+	enum bucket_result res;
+	int attempt, w;
 
 	cfg = bpf_map_lookup_elem(&SLUICE_MAP_CONFIG, &zero);
 	if (!cfg || !cfg->src4_sets)
@@ -603,8 +605,7 @@ static __always_inline enum bucket_result charge_v4(__u64 key, const struct slui
 			wait_published(b, busy_b - 1);
 			continue;
 		}
-		res = insert_v4(a, b, key, rule, now, cost, l3_len);
-		if (res != BUCKET_RETRY)
+		if (insert_v4(a, b, key, rule, now, cost, l3_len, &res) == 0)
 			return res;
 	}
 	return BUCKET_FAIL_TABLE;
@@ -755,7 +756,6 @@ int SLUICE_PROG_NAME(struct xdp_md *ctx)
 			rc->dropped_bytes += pkt.l3_len;
 			break;
 		case BUCKET_FAIL_TABLE:
-		case BUCKET_RETRY: /* never returned here */
 			rc->failopen_table++;
 			break;
 		}

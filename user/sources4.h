@@ -18,8 +18,6 @@ public:
 	SourceTable4(const SourceTable4 &) = delete;
 	SourceTable4 &operator=(const SourceTable4 &) = delete;
 
-	uint32_t sets() const { return sets_; }
-
 	/// Calls f(rule id, address bytes, bucket) for every published bucket.
 	void for_each(const std::function<void(uint32_t, const uint8_t *, const struct sluice_source_state &)> &f) const;
 
