@@ -493,9 +493,29 @@ static __always_inline void wait_published(const struct sluice_set_v4 *set, int 
 struct victim {
 	struct sluice_set_v4 *set;
 	__u64 key;  /* what the way held */
-	__u32 age;  /* stamps since it was seen */
+	__s32 age;  /* stamps since it was seen (probation included), never negative */
 	int way;
 };
+
+/* Stamps since a way was seen, as a signed difference: a way stamped by a CPU
+ * whose clock reads a little ahead of ours is the freshest (age 0), not 2^32
+ * stamps old. */
+static __always_inline __s32 way_age(const struct sluice_set_v4 *set, int w, __u32 stamp)
+{
+	__s32 age = (__s32)(stamp - set->seen[w]);
+
+	return age > 0 ? age : 0;
+}
+
+/* Whether the way's source sent a packet in the last SLUICE_PROBATION_STAMPS:
+ * a bucket on probation was last sent to when it was born, which its stamp
+ * puts SLUICE_PROBATION_STAMPS before its real time. */
+static __always_inline int way_active(const struct sluice_set_v4 *set, int w, __s32 age)
+{
+	int probation = (__u16)(set->seen[w] + SLUICE_PROBATION_STAMPS) == set->born[w];
+
+	return age < (probation ? 2 * SLUICE_PROBATION_STAMPS : SLUICE_PROBATION_STAMPS);
+}
 
 /* Keeps in *v the better way to evict: empty, else seen longest ago. */
 static __always_inline void consider_set(struct sluice_set_v4 *set, __u32 stamp, struct victim *v)
@@ -505,7 +525,7 @@ static __always_inline void consider_set(struct sluice_set_v4 *set, __u32 stamp,
 #pragma unroll
 	for (w = 0; w < SLUICE_SET_WAYS; w++) {
 		__u64 k = *(volatile __u64 *)&set->key[w];
-		__u32 age = stamp - set->seen[w];
+		__s32 age = way_age(set, w, stamp);
 
 		if (k == SLUICE_KEY_BUSY || (v->set && v->key == SLUICE_KEY_EMPTY))
 			continue;
@@ -535,7 +555,7 @@ static __always_inline int insert_v4(struct sluice_set_v4 *a, struct sluice_set_
 	__u32 stamp = (__u32)(now >> SLUICE_STAMP_SHIFT);
 	enum bucket_result res;
 	struct sluice_source_state *st;
-	int w;
+	int w, active;
 
 	consider_set(a, stamp, &v);
 	if (b != a)
@@ -552,13 +572,16 @@ static __always_inline int insert_v4(struct sluice_set_v4 *a, struct sluice_set_
 	 * bucket releases it. */
 	__builtin_memcpy(&st->algo, &init.algo, sizeof(init.algo));
 	__builtin_memcpy(&st->cnt, &init.cnt, sizeof(init.cnt));
+	/* Read before the way is stamped anew: was the evicted source active? */
+	active = v.key != SLUICE_KEY_EMPTY && way_active(v.set, w, v.age);
 	v.set->seen[w] = stamp - SLUICE_PROBATION_STAMPS;
+	v.set->born[w] = (__u16)stamp;
 	__sync_lock_test_and_set(&v.set->key[w], key); /* publish: a full barrier */
 
 	count_global(SLUICE_CNT_INFO_NEW_BUCKET, 0);
 	if (v.key != SLUICE_KEY_EMPTY) {
 		count_global(SLUICE_CNT_INFO_EVICTED, 0);
-		if (v.age < SLUICE_PROBATION_STAMPS)
+		if (active)
 			count_global(SLUICE_CNT_INFO_EVICTED_ACTIVE, 0);
 	}
 	*out = res;
@@ -613,8 +636,10 @@ static __always_inline enum bucket_result charge_v4(__u64 key, const struct slui
 found:
 	w &= SLUICE_SET_WAYS - 1;
 	stamp = (__u32)(now >> SLUICE_STAMP_SHIFT);
-	if (set->seen[w] != stamp)
-		set->seen[w] = stamp; /* written once per stamp: the tag line stays shared */
+	/* Written once per stamp, so the tag line stays shared; never moved back
+	 * by a CPU whose clock reads a little behind. */
+	if ((__s32)(stamp - set->seen[w]) > 0)
+		set->seen[w] = stamp;
 	return charge_state(&set->way[w], rule, now, cost, l3_len);
 }
 

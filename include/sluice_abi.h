@@ -341,8 +341,9 @@ SLUICE_ASSERT_SIZE(struct sluice_source_state, 64);
 /* One set of the IPv4 source table: the tag line, then the four buckets. */
 struct sluice_set_v4 {
 	__u64 key[SLUICE_SET_WAYS];
-	__u32 seen[SLUICE_SET_WAYS]; /* stamp of the last packet charged */
-	__u32 pad[SLUICE_SET_WAYS];
+	__u32 seen[SLUICE_SET_WAYS]; /* stamp of the last packet charged; on probation, born - SLUICE_PROBATION_STAMPS */
+	__u16 born[SLUICE_SET_WAYS]; /* low 16 bits of the stamp at creation */
+	__u16 pad[SLUICE_SET_WAYS];
 	struct sluice_source_state way[SLUICE_SET_WAYS];
 };
 SLUICE_ASSERT_SIZE(struct sluice_set_v4, 320);

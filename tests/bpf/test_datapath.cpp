@@ -442,8 +442,9 @@ TEST_F(Datapath, SourcesThatKeepSendingSurviveAFloodOfOnePacketSources)
 	ASSERT_EQ(keep_sending(), 500);
 	// 20,000 one-packet sources, five times the table, while the 500 keep
 	// sending (a packet each per 2,000 of the flood's). A limited bucket is
-	// evicted only when both its sets hold nothing but recently seen buckets
-	// (counted as evicted_active): rare at this load, never wholesale.
+	// evicted only when both its sets hold nothing but buckets on probation
+	// younger than it or recently seen buckets: rare at this load, never
+	// wholesale.
 	int lost = 0;
 	for (int i = 0; i < 20000; i++) {
 		ASSERT_EQ(run({.src = "10.2." + std::to_string(i / 250) + "." + std::to_string(i % 250 + 1)}),
@@ -456,10 +457,9 @@ TEST_F(Datapath, SourcesThatKeepSendingSurviveAFloodOfOnePacketSources)
 	EXPECT_LE(s.tracked_sources, 4096u);
 	EXPECT_GT(s.global[SLUICE_CNT_INFO_EVICTED].packets, 15000u) << "the flood evicted its own buckets";
 	EXPECT_LE(lost, 10) << "limited sources given a fresh burst, of 5,000 packets sent through the flood";
-	EXPECT_LE(active, 10u);
-	if (lost > 0) {
-		EXPECT_GT(active, 0u) << "every lost limit is an eviction of an active bucket";
-	}
+	// The flood's own sources sent within the last second: the table is too
+	// small for the sources active now, and evicted_active says so.
+	EXPECT_GT(active, 15000u);
 	EXPECT_EQ(s.global[SLUICE_CNT_FAILOPEN_TABLE].packets, 0u);
 }
 

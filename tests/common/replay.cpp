@@ -19,12 +19,12 @@ std::string source_address(uint32_t i)
 	       std::to_string(n & 255);
 }
 
-Replayer::Replayer(RuleSpec rule)
+Replayer::Replayer(RuleSpec rule, TableSizes sizes)
 {
 	ObjectImage image;
 	image.data = sluice_test_bpf__elf_bytes(&image.size);
 	set_libbpf_verbose(false);
-	prog_ = std::make_unique<LoadedProgram>(TableSizes{1 << 16, 64, 1 << 16}, image);
+	prog_ = std::make_unique<LoadedProgram>(sizes, image);
 	maps_ = prog_->maps();
 	struct bpf_map *clock = bpf_object__find_map_by_name(prog_->object(), "sluice_clock");
 	if (!clock)

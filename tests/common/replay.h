@@ -29,7 +29,7 @@ inline uint64_t packet_cost(const Arrival &a) { return a.payload + 28; }
 /// The test-clock program with one rule, ready to replay traces.
 class Replayer {
 public:
-	explicit Replayer(RuleSpec rule);
+	explicit Replayer(RuleSpec rule, TableSizes sizes = {1 << 16, 64, 1 << 16});
 	/// Each arrival's verdict: true if it passed. Times must not go backwards.
 	std::vector<bool> run(const Trace &trace);
 	const MapSet &maps() const { return maps_; }
