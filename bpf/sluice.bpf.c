@@ -17,6 +17,7 @@
 
 #include "sluice_abi.h"
 #include "sluice_algos.h"
+#include "sluice_settable.h"
 #include "parse.h"
 #ifdef SLUICE_BENCH_SOURCES
 #include "bench_sources.h"
@@ -176,7 +177,33 @@ static __always_inline __u64 now_ns(const struct sluice_rule *rule)
 
 	return t ? *t : 0;
 }
+
+/* Test builds only: reads of a key to waste between finding a bucket and
+ * charging it, so that a test can make another CPU's eviction land there. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} sluice_race_window SEC(".maps");
+
+static __always_inline void race_window(const __u64 *key)
+{
+	__u32 zero = 0, *reads = bpf_map_lookup_elem(&sluice_race_window, &zero), i;
+
+	if (!reads)
+		return;
+	for (i = 0; i < 4096; i++) {
+		if (i >= *reads)
+			break;
+		SLUICE_READ_ONCE(*key);
+	}
+}
 #else
+static __always_inline void race_window(const __u64 *key)
+{
+}
+
 static __always_inline __u64 now_ns(const struct sluice_rule *rule)
 {
 	if (rule->flags & SLUICE_RULE_COARSE_CLOCK)
@@ -291,38 +318,20 @@ static __always_inline void mask_addr(__u8 *addr, __u32 words, __u32 bits)
 }
 
 /*
- * BUCKET_CONTENDED: the bucket could not be updated because other CPUs kept
- * winning it (SLUICE_CAS_RETRIES lost compare-and-swaps, or the lock busy for
- * SLUICE_LOCK_RETRIES reads). That is a flood of one source from many CPUs at
- * once, so the packet is dropped: passing it would let such a flood around
- * the limit. It cannot black-hole anyone: every holder releases the lock
- * before its program returns.
+ * Results of charging a bucket. BUCKET_FORCED: the program decided a pass,
+ * but other CPUs kept winning the bucket (SLUICE_CAS_RETRIES lost
+ * compare-and-swaps, or its lock held for SLUICE_LOCK_RETRIES reads), so the
+ * packet passes uncharged. A lost compare-and-swap means another CPU's update
+ * landed and the next attempt decides on it, so traffic under its limit is
+ * never dropped for contention, and each forced pass is one packet beyond the
+ * bound burst + rate x T. A drop never needs to write the bucket.
  */
 enum bucket_result {
 	BUCKET_PASS,
 	BUCKET_DROP,
-	BUCKET_CONTENDED,
+	BUCKET_FORCED,
 	BUCKET_FAIL_TABLE,
 };
-
-/* The lock of the multi-word states: test-and-test-and-set, bounded. */
-static __always_inline int bucket_trylock(__u32 *lock)
-{
-	int i;
-
-	for (i = 0; i < SLUICE_LOCK_RETRIES; i++) {
-		if (*(volatile __u32 *)lock == 0 && __sync_val_compare_and_swap(lock, 0, 1) == 0)
-			return 1;
-	}
-	return 0;
-}
-
-static __always_inline void bucket_unlock(__u32 *lock)
-{
-	/* An exchange, not a store: a full barrier, so the state written under
-	 * the lock is visible before the lock is seen free. */
-	__sync_lock_test_and_set(lock, 0);
-}
 
 /* Token bucket and GCRA share the GCRA form, one word; only a token bucket
  * with warm-up needs tokens, last refill and coldness. */
@@ -332,20 +341,15 @@ static __always_inline int gcra_form(const struct sluice_rule *rule)
 	       (rule->algo == SLUICE_ALGO_TOKEN_BUCKET && !rule->bucket.warmup);
 }
 
-/* One decision of a bucket algorithm on state the caller owns. */
-static __always_inline int decide(union sluice_algo_state *s, const struct sluice_rule *rule,
-				  __u64 now, __u64 cost)
+static __always_inline __u64 cost_ticks(const struct sluice_rule *rule, __u64 cost)
 {
-	__u64 next;
+	return sluice_cost_ticks(rule->bucket.inc_mult, rule->inc_shift, cost);
+}
 
-	if (gcra_form(rule)) {
-		if (!sluice_gcra_admit(s->gcra.tat, sluice_ns_to_ticks(now),
-				       sluice_cost_ticks(rule->bucket.inc_mult, rule->inc_shift, cost),
-				       rule->bucket.capacity, &next))
-			return 0;
-		s->gcra.tat = next;
-		return 1;
-	}
+/* One decision of a multi-word algorithm on a copy of its state. */
+static __always_inline int decide_locked(union sluice_algo_state *s, const struct sluice_rule *rule,
+					 __u64 now, __u64 cost)
+{
 	switch (rule->algo) {
 	case SLUICE_ALGO_FIXED_WINDOW:
 		return sluice_fixed_admit(&s->fixed.window, &s->fixed.count, now, rule->window.window_ns,
@@ -355,80 +359,235 @@ static __always_inline int decide(union sluice_algo_state *s, const struct sluic
 					    rule->window.window_ns, rule->window.limit, cost);
 	default:
 		return sluice_tb_admit(&s->tb.tokens, &s->tb.last, &s->tb.cold, sluice_ns_to_ticks(now),
-				       sluice_cost_ticks(rule->bucket.inc_mult, rule->inc_shift, cost),
-				       rule->bucket.capacity, rule->bucket.warmup);
+				       cost_ticks(rule, cost), rule->bucket.capacity, rule->bucket.warmup);
 	}
 }
 
-/* GCRA's whole state is one word: compare-and-swap, no lock. */
-static __always_inline enum bucket_result gcra_cas(__u64 *tat_word, const struct sluice_rule *rule,
-						    __u64 now, __u64 cost)
+/* What a packet asks of a bucket: `want` is the key it looked up (IPv4 set
+ * table), `cost` its units (1, or bytes), `l3_len` its bytes. */
+struct charge_req {
+	__u64 want;
+	__u64 now;
+	__u64 cost;
+	__u64 l3_len;
+};
+
+/*
+ * Where a charger finds its bucket: in the IPv4 set table, the way's key
+ * (re-checked before every write, so a charge lands only on the bucket of the
+ * key looked up) and generation; in the LRU tables, neither (NULL).
+ */
+static __always_inline int owner_gone(const __u64 *key, __u64 want)
 {
-	__u64 inc = sluice_cost_ticks(rule->bucket.inc_mult, rule->inc_shift, cost);
-	__u64 now_t = sluice_ns_to_ticks(now);
-	__u64 tat, next;
+	return key && SLUICE_READ_ONCE(*key) != want;
+}
+
+static __always_inline __u64 owner_tag(const __u16 *gen)
+{
+	return gen ? sluice_gen_tag(SLUICE_READ_ONCE(*gen)) : 0;
+}
+
+/* Adds to a counter word if it still carries `tag`: the bucket it was read for. */
+static __always_inline void count_add(__u64 *c, __u64 tag, __u64 delta)
+{
+	__u64 v = SLUICE_READ_ONCE(*c), old;
 	int i;
 
 	for (i = 0; i < SLUICE_CAS_RETRIES; i++) {
-		tat = *(volatile __u64 *)tat_word;
-		if (!sluice_gcra_admit(tat, now_t, inc, rule->bucket.capacity, &next))
-			return BUCKET_DROP;
-		if (__sync_val_compare_and_swap(tat_word, tat, next) == tat)
-			return BUCKET_PASS;
+		if ((v & ~SLUICE_CNT_VALUE_MASK) != tag)
+			return; /* the bucket was evicted: its counts went with it */
+		old = __sync_val_compare_and_swap(c, v, v + delta);
+		if (old == v)
+			return;
+		v = old;
 	}
-	return BUCKET_CONTENDED;
+	/* Still contended: add, and take it back if it landed on a successor. */
+	old = __sync_fetch_and_add(c, delta);
+	if ((old & ~SLUICE_CNT_VALUE_MASK) != tag)
+		__sync_fetch_and_add(c, -delta);
 }
 
-static __always_inline void count_source(struct sluice_source_counters *c, enum bucket_result res,
-					 __u64 l3_len)
+static __always_inline void count_source(struct sluice_source_counters *c, __u64 tag,
+					 enum bucket_result res, __u64 l3_len)
 {
-	if (res == BUCKET_PASS) {
-		__sync_fetch_and_add(&c->passed_packets, 1);
-		__sync_fetch_and_add(&c->passed_bytes, l3_len);
-	} else if (res == BUCKET_DROP || res == BUCKET_CONTENDED) {
-		__sync_fetch_and_add(&c->dropped_packets, 1);
-		__sync_fetch_and_add(&c->dropped_bytes, l3_len);
+	if (res == BUCKET_DROP) {
+		count_add(&c->dropped_packets, tag, 1);
+		count_add(&c->dropped_bytes, tag, l3_len);
+	} else {
+		count_add(&c->passed_packets, tag, 1);
+		count_add(&c->passed_bytes, tag, l3_len);
 	}
 }
 
 /*
- * Buckets. A new bucket is created already holding its first packet's
- * decision, so a new source costs one insert. Concurrent CPUs never lose an
- * update: GCRA by compare-and-swap on its one word, the others under the
- * bucket's try-lock. No per-CPU copy multiplies the rate.
+ * GCRA form: the arrival time is word - off. The word, the offset, the
+ * generation and the key are read, then the word again: if it did not move,
+ * the four belong to one bucket (a new bucket writes its offset and generation
+ * before its word, and its word only after the way was claimed away from the
+ * key). The decision is made on that snapshot; a pass is written by
+ * compare-and-swap, which cannot land on a later bucket of the way (its word
+ * is above every earlier value). A lost compare-and-swap returns the word
+ * another CPU wrote: decide again on it. -1: the key left the way.
  */
+static __always_inline int charge_gcra(struct sluice_source_state *st, const __u64 *key,
+				       const __u16 *gen, const struct sluice_rule *rule,
+				       const struct charge_req *req)
+{
+	__u64 inc = cost_ticks(rule, req->cost), now_t = sluice_ns_to_ticks(req->now);
+	__u64 w = SLUICE_READ_ONCE(st->word), off, tag = 0, next, old;
+	enum bucket_result res = BUCKET_FORCED;
+	int i;
 
-/* A new bucket, already holding the decision on its first packet. */
+	for (i = 0; i < SLUICE_CAS_RETRIES; i++) {
+		off = SLUICE_READ_ONCE(st->algo.gcra.off);
+		tag = owner_tag(gen);
+		if (owner_gone(key, req->want))
+			return -1;
+		old = SLUICE_READ_ONCE(st->word);
+		if (old != w) {
+			w = old;
+			continue;
+		}
+		if (!sluice_gcra_admit(w - off, now_t, inc, rule->bucket.capacity, &next)) {
+			res = BUCKET_DROP;
+			break;
+		}
+		old = __sync_val_compare_and_swap(&st->word, w, next + off);
+		if (old == w) {
+			res = BUCKET_PASS;
+			break;
+		}
+		w = old;
+	}
+	count_source(&st->cnt, tag, res, req->l3_len);
+	return res;
+}
+
+/*
+ * The multi-word algorithms: the word is a sequence lock, odd while held. A
+ * decision is made on a copy of the state read between two equal even values
+ * of the word, so a drop takes nothing. A pass takes the lock by
+ * compare-and-swap from that very value (the state is still the copy's),
+ * re-checks the key under it (an evicting CPU waits for the lock before it
+ * writes the way), writes the copy back and releases. Each attempt is one
+ * call of locked_attempt by bpf_loop (the verifier checks the callback once;
+ * an open-coded loop around the algorithms' arithmetic exceeded its limit):
+ * SLUICE_LOCK_RETRIES attempts, each a read of a held lock or a lost race.
+ */
+struct locked_ctx {
+	struct sluice_source_state *st;
+	const __u64 *key;
+	const __u16 *gen;
+	const struct sluice_rule *rule;
+	const struct charge_req *req;
+	__u64 tag;
+	int res; /* BUCKET_FORCED until decided; -1: the key left the way */
+};
+
+static long locked_attempt(__u32 index, void *data)
+{
+	struct locked_ctx *c = data;
+	struct sluice_source_state *st = c->st;
+	union sluice_algo_state copy;
+	__u64 s;
+
+	if (!st || !c->rule || !c->req)
+		return 1; /* the verifier: pointers read back from the context may be NULL */
+	s = SLUICE_READ_ONCE(st->word);
+	if (s & 1)
+		return 0; /* held: read again */
+	c->tag = owner_tag(c->gen);
+	if (owner_gone(c->key, c->req->want)) {
+		c->res = -1;
+		return 1;
+	}
+	copy.sliding.window = SLUICE_READ_ONCE(st->algo.sliding.window);
+	copy.sliding.cur = SLUICE_READ_ONCE(st->algo.sliding.cur);
+	copy.sliding.prev = SLUICE_READ_ONCE(st->algo.sliding.prev);
+	if (SLUICE_READ_ONCE(st->word) != s)
+		return 0;
+	if (!decide_locked(&copy, c->rule, c->req->now, c->req->cost)) {
+		c->res = BUCKET_DROP;
+		return 1;
+	}
+	if (__sync_val_compare_and_swap(&st->word, s, s + 1) != s)
+		return 0;
+	if (owner_gone(c->key, c->req->want)) {
+		__sync_lock_test_and_set(&st->word, s + 2);
+		c->res = -1;
+		return 1;
+	}
+	__builtin_memcpy(&st->algo, &copy, sizeof(copy));
+	/* An exchange, not a store: a full barrier, so the state is visible
+	 * before the lock is seen free. */
+	__sync_lock_test_and_set(&st->word, s + 2);
+	c->res = BUCKET_PASS;
+	return 1;
+}
+
+static __always_inline int charge_locked(struct sluice_source_state *st, const __u64 *key,
+					 const __u16 *gen, const struct sluice_rule *rule,
+					 const struct charge_req *req)
+{
+	struct locked_ctx c = { .st = st, .key = key, .gen = gen, .rule = rule, .req = req,
+				.res = BUCKET_FORCED };
+
+	/* The tag a forced pass counts with, if the lock is never seen free. */
+	c.tag = owner_tag(gen);
+	if (owner_gone(key, req->want))
+		return -1;
+	bpf_loop(SLUICE_LOCK_RETRIES, locked_attempt, &c, 0);
+	if (c.res < 0)
+		return -1;
+	count_source(&st->cnt, c.tag, c.res, req->l3_len);
+	return c.res;
+}
+
+/*
+ * Charges a bucket: an enum bucket_result, or -1 if `key` no longer holds
+ * req->want (set table; key and gen are NULL in the LRU tables). A global
+ * function, so the verifier checks its bounded loops once, not once per
+ * path of every caller (inlined, the program exceeded its complexity limit).
+ */
+__noinline int sluice_charge(struct sluice_source_state *st, const __u64 *key, const __u16 *gen,
+			     const struct sluice_rule *rule, const struct charge_req *req)
+{
+	if (!st || !rule || !req)
+		return BUCKET_FAIL_TABLE; /* the verifier: arguments of a global function may be NULL */
+	if (gcra_form(rule))
+		return charge_gcra(st, key, gen, rule, req);
+	return charge_locked(st, key, gen, rule, req);
+}
+
+/*
+ * A new bucket, already holding the decision on its first packet: for the
+ * GCRA form, init->word is how far its arrival time is ahead of now (it
+ * starts at now); for the others, init->algo is the state. Counters untagged.
+ */
 static __always_inline enum bucket_result init_state(struct sluice_source_state *init,
 						      const struct sluice_rule *rule, __u64 now,
 						      __u64 cost, __u64 l3_len)
 {
 	enum bucket_result res;
-
-	if (!gcra_form(rule) && rule->algo == SLUICE_ALGO_TOKEN_BUCKET)
-		sluice_tb_init(&init->algo.tb.tokens, &init->algo.tb.last, &init->algo.tb.cold,
-			       sluice_ns_to_ticks(now), rule->bucket.capacity, rule->bucket.warmup);
-	res = decide(&init->algo, rule, now, cost) ? BUCKET_PASS : BUCKET_DROP;
-	count_source(&init->cnt, res, l3_len);
-	return res;
-}
-
-/* Charges an existing bucket. */
-static __always_inline enum bucket_result charge_state(struct sluice_source_state *st,
-							const struct sluice_rule *rule, __u64 now,
-							__u64 cost, __u64 l3_len)
-{
-	enum bucket_result res;
+	__u64 now_t = sluice_ns_to_ticks(now), next;
 
 	if (gcra_form(rule)) {
-		res = gcra_cas(&st->algo.gcra.tat, rule, now, cost);
-	} else if (bucket_trylock(&st->lock)) {
-		res = decide(&st->algo, rule, now, cost) ? BUCKET_PASS : BUCKET_DROP;
-		bucket_unlock(&st->lock);
+		res = sluice_gcra_admit(now_t, now_t, cost_ticks(rule, cost), rule->bucket.capacity, &next)
+			      ? BUCKET_PASS : BUCKET_DROP;
+		init->word = res == BUCKET_PASS ? next - now_t : 0;
 	} else {
-		res = BUCKET_CONTENDED;
+		if (rule->algo == SLUICE_ALGO_TOKEN_BUCKET)
+			sluice_tb_init(&init->algo.tb.tokens, &init->algo.tb.last, &init->algo.tb.cold,
+				       now_t, rule->bucket.capacity, rule->bucket.warmup);
+		res = decide_locked(&init->algo, rule, now, cost) ? BUCKET_PASS : BUCKET_DROP;
 	}
-	count_source(&st->cnt, res, l3_len);
+	if (res == BUCKET_PASS) {
+		init->cnt.passed_packets = 1;
+		init->cnt.passed_bytes = l3_len;
+	} else {
+		init->cnt.dropped_packets = 1;
+		init->cnt.dropped_bytes = l3_len;
+	}
 	return res;
 }
 
@@ -437,6 +596,7 @@ static __always_inline enum bucket_result charge_bucket(void *sources, void *key
 							 const struct sluice_rule *rule, __u64 now,
 							 __u64 cost, __u64 l3_len)
 {
+	struct charge_req req = { .now = now, .cost = cost, .l3_len = l3_len };
 	struct sluice_source_state *st;
 	enum bucket_result res;
 	int err;
@@ -446,6 +606,8 @@ static __always_inline enum bucket_result charge_bucket(void *sources, void *key
 		struct sluice_source_state init = {};
 
 		res = init_state(&init, rule, now, cost, l3_len);
+		if (gcra_form(rule))
+			init.word += sluice_ns_to_ticks(now); /* offset 0: the word is the arrival time */
 		err = bpf_map_update_elem(sources, key, &init, BPF_NOEXIST);
 		if (err == 0) {
 			count_global(SLUICE_CNT_INFO_NEW_BUCKET, 0);
@@ -458,7 +620,7 @@ static __always_inline enum bucket_result charge_bucket(void *sources, void *key
 		if (!st)
 			return BUCKET_FAIL_TABLE;
 	}
-	return charge_state(st, rule, now, cost, l3_len);
+	return sluice_charge(st, NULL, NULL, rule, &req);
 }
 
 /* The way of `set` holding `key`, or -1; *busy is set to 1 + a way being written. */
@@ -468,7 +630,7 @@ static __always_inline int scan_set(const struct sluice_set_v4 *set, __u64 key, 
 
 #pragma unroll
 	for (w = 0; w < SLUICE_SET_WAYS; w++) {
-		__u64 k = *(volatile const __u64 *)&set->key[w];
+		__u64 k = SLUICE_READ_ONCE(set->key[w]);
 
 		if (k == key)
 			return w;
@@ -485,7 +647,7 @@ static __always_inline void wait_published(const struct sluice_set_v4 *set, int 
 
 	w &= SLUICE_SET_WAYS - 1;
 	for (i = 0; i < SLUICE_LOCK_RETRIES; i++) {
-		if (*(volatile const __u64 *)&set->key[w] != SLUICE_KEY_BUSY)
+		if (SLUICE_READ_ONCE(set->key[w]) != SLUICE_KEY_BUSY)
 			break;
 	}
 }
@@ -497,26 +659,6 @@ struct victim {
 	int way;
 };
 
-/* Stamps since a way was seen, as a signed difference: a way stamped by a CPU
- * whose clock reads a little ahead of ours is the freshest (age 0), not 2^32
- * stamps old. */
-static __always_inline __s32 way_age(const struct sluice_set_v4 *set, int w, __u32 stamp)
-{
-	__s32 age = (__s32)(stamp - set->seen[w]);
-
-	return age > 0 ? age : 0;
-}
-
-/* Whether the way's source sent a packet in the last SLUICE_PROBATION_STAMPS:
- * a bucket on probation was last sent to when it was born, which its stamp
- * puts SLUICE_PROBATION_STAMPS before its real time. */
-static __always_inline int way_active(const struct sluice_set_v4 *set, int w, __s32 age)
-{
-	int probation = (__u16)(set->seen[w] + SLUICE_PROBATION_STAMPS) == set->born[w];
-
-	return age < (probation ? 2 * SLUICE_PROBATION_STAMPS : SLUICE_PROBATION_STAMPS);
-}
-
 /* Keeps in *v the better way to evict: empty, else seen longest ago. */
 static __always_inline void consider_set(struct sluice_set_v4 *set, __u32 stamp, struct victim *v)
 {
@@ -524,8 +666,8 @@ static __always_inline void consider_set(struct sluice_set_v4 *set, __u32 stamp,
 
 #pragma unroll
 	for (w = 0; w < SLUICE_SET_WAYS; w++) {
-		__u64 k = *(volatile __u64 *)&set->key[w];
-		__s32 age = way_age(set, w, stamp);
+		__u64 k = SLUICE_READ_ONCE(set->key[w]);
+		__s32 age = sluice_way_age(set, w, stamp);
 
 		if (k == SLUICE_KEY_BUSY || (v->set && v->key == SLUICE_KEY_EMPTY))
 			continue;
@@ -540,22 +682,25 @@ static __always_inline void consider_set(struct sluice_set_v4 *set, __u32 stamp,
 
 /*
  * Creates the bucket of `key` in one of its two sets, with its first packet's
- * decision in *out; -1 if another CPU won the way. The way is claimed by
- * compare-and-swap to SLUICE_KEY_BUSY, written, then published with its key,
- * so no CPU charges a half-written bucket and two CPUs cannot take one way.
- * Two CPUs creating the same new source at the same instant may each make
- * one; the copy found second is never charged again and ages out.
+ * decision in *out; -1 if another CPU won the way, or a charger of the old
+ * bucket held its lock too long. The protocol (claim, freeze, write, publish)
+ * is include/sluice_settable.h. Two CPUs creating the same new source at the
+ * same instant may each make one; the copy found second is never charged
+ * again and ages out.
  */
-static __always_inline int insert_v4(struct sluice_set_v4 *a, struct sluice_set_v4 *b, __u64 key,
-				     const struct sluice_rule *rule, __u64 now, __u64 cost,
-				     __u64 l3_len, enum bucket_result *out)
+__noinline int sluice_insert_v4(struct sluice_set_v4 *a, struct sluice_set_v4 *b,
+				const struct sluice_rule *rule, const struct charge_req *req)
 {
 	struct sluice_source_state init = {};
 	struct victim v = {};
-	__u32 stamp = (__u32)(now >> SLUICE_STAMP_SHIFT);
 	enum bucket_result res;
-	struct sluice_source_state *st;
+	__u32 stamp;
+	__u64 frozen;
 	int w, active;
+
+	if (!a || !b || !rule || !req)
+		return -1; /* the verifier: arguments of a global function may be NULL */
+	stamp = (__u32)(req->now >> SLUICE_STAMP_SHIFT);
 
 	consider_set(a, stamp, &v);
 	if (b != a)
@@ -563,20 +708,17 @@ static __always_inline int insert_v4(struct sluice_set_v4 *a, struct sluice_set_
 	if (!v.set)
 		return -1; /* every way being written */
 	w = v.way & (SLUICE_SET_WAYS - 1);
-	if (__sync_val_compare_and_swap(&v.set->key[w], v.key, SLUICE_KEY_BUSY) != v.key)
+	if (!sluice_way_claim(v.set, w, v.key))
 		return -1;
-
-	res = init_state(&init, rule, now, cost, l3_len);
-	st = &v.set->way[w];
-	/* The lock word is left alone: a CPU still holding it on the evicted
-	 * bucket releases it. */
-	__builtin_memcpy(&st->algo, &init.algo, sizeof(init.algo));
-	__builtin_memcpy(&st->cnt, &init.cnt, sizeof(init.cnt));
+	if (!sluice_way_freeze(v.set, w, &frozen)) {
+		sluice_way_unclaim(v.set, w, v.key);
+		return -1;
+	}
 	/* Read before the way is stamped anew: was the evicted source active? */
-	active = v.key != SLUICE_KEY_EMPTY && way_active(v.set, w, v.age);
-	v.set->seen[w] = stamp - SLUICE_PROBATION_STAMPS;
-	v.set->born[w] = (__u16)stamp;
-	__sync_lock_test_and_set(&v.set->key[w], key); /* publish: a full barrier */
+	active = v.key != SLUICE_KEY_EMPTY && sluice_way_active(v.set, w, v.age);
+	res = init_state(&init, rule, req->now, req->cost, req->l3_len);
+	sluice_way_install(v.set, w, frozen, &init, gcra_form(rule), sluice_ns_to_ticks(req->now), stamp,
+			   req->want);
 
 	count_global(SLUICE_CNT_INFO_NEW_BUCKET, 0);
 	if (v.key != SLUICE_KEY_EMPTY) {
@@ -584,19 +726,18 @@ static __always_inline int insert_v4(struct sluice_set_v4 *a, struct sluice_set_
 		if (active)
 			count_global(SLUICE_CNT_INFO_EVICTED_ACTIVE, 0);
 	}
-	*out = res;
-	return 0;
+	return res;
 }
 
 /* IPv4: finds or creates the bucket of `key` in the set-associative table. */
 static __always_inline enum bucket_result charge_v4(__u64 key, const struct sluice_rule *rule,
 						     __u64 now, __u64 cost, __u64 l3_len)
 {
+	struct charge_req req = { .want = key, .now = now, .cost = cost, .l3_len = l3_len };
 	const struct sluice_config *cfg;
 	struct sluice_set_v4 *a, *b, *set;
 	__u32 zero = 0, i1, i2, stamp;
-	enum bucket_result res;
-	int attempt, w;
+	int attempt, w, res;
 
 	cfg = bpf_map_lookup_elem(&SLUICE_MAP_CONFIG, &zero);
 	if (!cfg || !cfg->src4_sets)
@@ -616,8 +757,19 @@ static __always_inline enum bucket_result charge_v4(__u64 key, const struct slui
 			set = b;
 			w = scan_set(b, key, &busy_b);
 		}
-		if (w >= 0)
-			goto found;
+		if (w >= 0) {
+			w &= SLUICE_SET_WAYS - 1;
+			stamp = (__u32)(now >> SLUICE_STAMP_SHIFT);
+			/* Written once per stamp, so the tag line stays shared; never
+			 * moved back by a CPU whose clock reads a little behind. */
+			if ((__s32)(stamp - set->seen[w]) > 0)
+				set->seen[w] = stamp;
+			race_window(&set->key[w]);
+			res = sluice_charge(&set->way[w], &set->key[w], &set->gen[w], rule, &req);
+			if (res >= 0)
+				return res;
+			continue; /* evicted under us: look again */
+		}
 		/* A way being written may be this very bucket, created by another
 		 * CPU: wait for it, then look again. */
 		if (busy_a) {
@@ -628,29 +780,75 @@ static __always_inline enum bucket_result charge_v4(__u64 key, const struct slui
 			wait_published(b, busy_b - 1);
 			continue;
 		}
-		if (insert_v4(a, b, key, rule, now, cost, l3_len, &res) == 0)
+		res = sluice_insert_v4(a, b, rule, &req);
+		if (res >= 0)
 			return res;
 	}
 	return BUCKET_FAIL_TABLE;
-
-found:
-	w &= SLUICE_SET_WAYS - 1;
-	stamp = (__u32)(now >> SLUICE_STAMP_SHIFT);
-	/* Written once per stamp, so the tag line stays shared; never moved back
-	 * by a CPU whose clock reads a little behind. */
-	if ((__s32)(stamp - set->seen[w]) > 0)
-		set->seen[w] = stamp;
-	return charge_state(&set->way[w], rule, now, cost, l3_len);
 }
 
-/* A sliding-log bucket: created empty from the zero template, then decided
- * under its lock like the other multi-word algorithms. */
+/* Whether the sliding log admits a packet now, read without writing: the
+ * decision of sluice_log_admit on a snapshot taken under the sequence lock. */
+static __always_inline int log_would_admit(struct sluice_log_state *st, __u32 head, __u64 now,
+					   const struct sluice_rule *rule)
+{
+	__u32 limit = (__u32)rule->window.limit;
+	__u32 h = head < limit ? head : 0;
+	__u64 oldest = SLUICE_READ_ONCE(st->ring[h & (SLUICE_MAX_LOG - 1)]);
+
+	return !oldest || (__s64)(now - oldest) >= (__s64)rule->window.window_ns;
+}
+
+/*
+ * Decides a sliding-log packet as the other multi-word algorithms are: on a
+ * snapshot between two equal even values of its sequence lock, the lock taken
+ * only to write a pass. A global function, checked once by the verifier.
+ */
+__noinline int sluice_charge_log(struct sluice_log_state *st, const struct sluice_rule *rule,
+				 const struct charge_req *req)
+{
+	enum bucket_result res = BUCKET_FORCED;
+	__u32 s, head;
+	int i, j, admit;
+
+	if (!st || !rule || !req)
+		return BUCKET_FAIL_TABLE; /* the verifier: arguments of a global function may be NULL */
+	for (i = 0; i < SLUICE_CAS_RETRIES; i++) {
+		s = 1;
+		for (j = 0; j < SLUICE_LOCK_RETRIES; j++) {
+			s = SLUICE_READ_ONCE(st->lock);
+			if (!(s & 1))
+				break;
+		}
+		if (s & 1)
+			break; /* held throughout: a preempted holder */
+		head = SLUICE_READ_ONCE(st->head);
+		admit = log_would_admit(st, head, req->now, rule);
+		if (SLUICE_READ_ONCE(st->lock) != s)
+			continue;
+		if (!admit) {
+			res = BUCKET_DROP;
+			break;
+		}
+		if (__sync_val_compare_and_swap(&st->lock, s, s + 1) != s)
+			continue;
+		sluice_log_admit(st->ring, &st->head, req->now, rule->window.window_ns,
+				 (__u32)rule->window.limit);
+		__sync_lock_test_and_set(&st->lock, s + 2); /* a full barrier, as above */
+		res = BUCKET_PASS;
+		break;
+	}
+	count_source(&st->cnt, 0, res, req->l3_len);
+	return res;
+}
+
+/* A sliding-log bucket: created empty from the zero template, then charged. */
 static __always_inline enum bucket_result charge_log(void *logs, void *key,
 						      const struct sluice_rule *rule, __u64 now,
 						      __u64 l3_len)
 {
+	struct charge_req req = { .now = now, .l3_len = l3_len };
 	struct sluice_log_state *st;
-	enum bucket_result res;
 	__u32 zero = 0;
 	int err;
 
@@ -669,15 +867,7 @@ static __always_inline enum bucket_result charge_log(void *logs, void *key,
 		if (!st)
 			return BUCKET_FAIL_TABLE;
 	}
-	if (bucket_trylock(&st->lock)) {
-		res = sluice_log_admit(st->ring, &st->head, now, rule->window.window_ns,
-				       (__u32)rule->window.limit) ? BUCKET_PASS : BUCKET_DROP;
-		bucket_unlock(&st->lock);
-	} else {
-		res = BUCKET_CONTENDED;
-	}
-	count_source(&st->cnt, res, l3_len);
-	return res;
+	return sluice_charge_log(st, rule, &req);
 }
 
 static __always_inline enum bucket_result apply_limit(const struct packet_info *pkt,
@@ -760,22 +950,22 @@ int SLUICE_PROG_NAME(struct xdp_md *ctx)
 	} else {
 		res = apply_limit(&pkt, rule);
 		count_global(res == BUCKET_PASS ? SLUICE_CNT_PASS_LIMIT :
+			     res == BUCKET_FORCED ? SLUICE_CNT_PASS_CONTENTION :
 			     res == BUCKET_FAIL_TABLE ? SLUICE_CNT_FAILOPEN_TABLE :
 			     (rule->flags & SLUICE_RULE_SHADOW) ? SLUICE_CNT_PASS_SHADOW :
-			     res == BUCKET_CONTENDED ? SLUICE_CNT_DROP_CONTENTION :
 						       SLUICE_CNT_DROP_RATE,
 			     pkt.l3_len);
 	}
 
 	if (rc) {
 		switch (res) {
+		case BUCKET_FORCED:
+			rc->passed_contention++;
+			/* fallthrough */
 		case BUCKET_PASS:
 			rc->passed_packets++;
 			rc->passed_bytes += pkt.l3_len;
 			break;
-		case BUCKET_CONTENDED:
-			rc->dropped_contention++;
-			/* fallthrough */
 		case BUCKET_DROP:
 			rc->dropped_packets++;
 			rc->dropped_bytes += pkt.l3_len;
@@ -785,7 +975,7 @@ int SLUICE_PROG_NAME(struct xdp_md *ctx)
 			break;
 		}
 	}
-	if ((res == BUCKET_DROP || res == BUCKET_CONTENDED) && !(rule->flags & SLUICE_RULE_SHADOW))
+	if (res == BUCKET_DROP && !(rule->flags & SLUICE_RULE_SHADOW))
 		return XDP_DROP;
 	return XDP_PASS;
 }

@@ -52,7 +52,7 @@
 #define SLUICE_MAX_VLAN_DEPTH      2  /* 802.1ad + 802.1Q */
 #define SLUICE_MAX_IPV6_EXT_HDRS   8  /* extension headers walked before giving up */
 #define SLUICE_CAS_RETRIES         8  /* compare-and-swap attempts per packet */
-#define SLUICE_LOCK_RETRIES        256 /* bucket lock attempts before giving up */
+#define SLUICE_LOCK_RETRIES        256 /* reads of a held bucket lock before giving up */
 #define SLUICE_NAME_LEN            32
 
 enum sluice_action {
@@ -105,9 +105,9 @@ enum sluice_counter_index {
 	SLUICE_CNT_PASS_ALLOW,         /* matched an allow rule */
 	SLUICE_CNT_PASS_LIMIT,         /* within a limit rule's rate */
 	SLUICE_CNT_PASS_SHADOW,        /* over a shadow rule's limit: would drop, passed */
+	SLUICE_CNT_PASS_CONTENTION,    /* decided a pass, but other CPUs kept winning the bucket: passed uncharged */
 	SLUICE_CNT_DROP_RATE,          /* over a limit rule's rate */
 	SLUICE_CNT_DROP_DENY,          /* matched a deny rule */
-	SLUICE_CNT_DROP_CONTENTION,    /* bucket too contended to update: a many-CPU flood */
 	SLUICE_CNT_FAILOPEN_PARSE,     /* malformed L2/L3: no source to charge */
 	SLUICE_CNT_FAILOPEN_RULE,      /* a rule slot vanished under an update */
 	SLUICE_CNT_FAILOPEN_TABLE,     /* bucket could not be created */
@@ -135,7 +135,7 @@ struct sluice_rule_counters {
 	__u64 dropped_packets;
 	__u64 dropped_bytes;
 	__u64 failopen_table;      /* passed: bucket could not be created */
-	__u64 dropped_contention;  /* of the dropped: bucket too contended to update */
+	__u64 passed_contention;   /* of the passed: decided a pass, bucket too contended to charge */
 };
 SLUICE_ASSERT_SIZE(struct sluice_rule_counters, 48);
 
@@ -297,7 +297,17 @@ struct sluice_config {
 };
 SLUICE_ASSERT_SIZE(struct sluice_config, 16);
 
-/* Counters kept with every bucket. */
+/* Counters kept with every bucket. In the IPv4 set table each word carries in
+ * its top 8 bits the generation of the bucket its way holds, so that a CPU
+ * still counting for an evicted bucket cannot count on its successor; the
+ * count is the low 56 bits (sluice_cnt_value). */
+#define SLUICE_CNT_TAG_SHIFT 56
+#define SLUICE_CNT_VALUE_MASK ((1ULL << SLUICE_CNT_TAG_SHIFT) - 1)
+static inline __u64 sluice_cnt_value(__u64 word)
+{
+	return word & SLUICE_CNT_VALUE_MASK;
+}
+
 struct sluice_source_counters {
 	__u64 passed_packets;
 	__u64 passed_bytes;
@@ -310,7 +320,7 @@ SLUICE_ASSERT_SIZE(struct sluice_source_counters, 32);
  * for the buckets, window indices counted in windows since boot. */
 union sluice_algo_state {
 	struct {
-		__u64 tat;    /* theoretical arrival time */
+		__u64 off;    /* theoretical arrival time = the bucket's word - off */
 	} gcra;
 	struct {
 		__u64 tokens; /* in ticks of credit, up to the capacity */
@@ -329,10 +339,16 @@ union sluice_algo_state {
 };
 SLUICE_ASSERT_SIZE(union sluice_algo_state, 24);
 
-/* A bucket and its source's counters (every algorithm but sliding-log). */
+/*
+ * A bucket and its source's counters (every algorithm but sliding-log).
+ * `word` is the GCRA form's theoretical arrival time plus algo.gcra.off,
+ * updated by compare-and-swap; for the other algorithms it is a sequence lock
+ * (odd: held; see include/sluice_settable.h). In the IPv4 set table a way's
+ * word only ever grows, across every bucket the way holds in turn, so no
+ * compare-and-swap begun on an evicted bucket can land on its successor.
+ */
 struct sluice_source_state {
-	__u32 lock;    /* for the multi-word states; GCRA form uses compare-and-swap */
-	__u32 pad;
+	__u64 word;
 	union sluice_algo_state algo;
 	struct sluice_source_counters cnt;
 };
@@ -343,14 +359,14 @@ struct sluice_set_v4 {
 	__u64 key[SLUICE_SET_WAYS];
 	__u32 seen[SLUICE_SET_WAYS]; /* stamp of the last packet charged; on probation, born - SLUICE_PROBATION_STAMPS */
 	__u16 born[SLUICE_SET_WAYS]; /* low 16 bits of the stamp at creation */
-	__u16 pad[SLUICE_SET_WAYS];
+	__u16 gen[SLUICE_SET_WAYS];  /* buckets the way has held << 1 | 1 if its word is a lock */
 	struct sluice_source_state way[SLUICE_SET_WAYS];
 };
 SLUICE_ASSERT_SIZE(struct sluice_set_v4, 320);
 
 /* A sliding-log bucket: the times of the last `limit` passes as a ring. */
 struct sluice_log_state {
-	__u32 lock;
+	__u32 lock;    /* sequence lock: odd while held */
 	__u32 head;    /* index of the oldest remembered pass */
 	__u64 ring[SLUICE_MAX_LOG]; /* ns; 0 = slot never used */
 	struct sluice_source_counters cnt;

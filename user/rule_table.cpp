@@ -155,7 +155,7 @@ struct sluice_rule_counters RuleTable::counters(uint32_t slot) const
 		sum.dropped_packets += c.dropped_packets;
 		sum.dropped_bytes += c.dropped_bytes;
 		sum.failopen_table += c.failopen_table;
-		sum.dropped_contention += c.dropped_contention;
+		sum.passed_contention += c.passed_contention;
 	}
 	return sum;
 }

@@ -8,6 +8,7 @@
 
 #include "error.h"
 #include "maps.h"
+#include "sluice_settable.h"
 
 namespace sluice {
 
@@ -32,10 +33,14 @@ void SourceTable4::for_each(
 			uint64_t key = __atomic_load_n(&set.key[w], __ATOMIC_ACQUIRE);
 			if (key == SLUICE_KEY_EMPTY || key == SLUICE_KEY_BUSY)
 				continue;
+			struct sluice_source_state copy;
+			std::memcpy(&copy, const_cast<const struct sluice_source_state *>(&set.way[w]), sizeof(copy));
+			if (__atomic_load_n(&set.key[w], __ATOMIC_ACQUIRE) != key)
+				continue; // evicted while being copied
 			uint32_t addr = static_cast<uint32_t>(key);
 			uint8_t bytes[4];
 			std::memcpy(bytes, &addr, 4);
-			f(static_cast<uint32_t>(key >> 32), bytes, set.way[w]);
+			f(static_cast<uint32_t>(key >> 32), bytes, copy);
 		}
 	}
 }
@@ -50,8 +55,7 @@ uint64_t SourceTable4::purge(uint32_t rule_id)
 			if (key == SLUICE_KEY_EMPTY || key == SLUICE_KEY_BUSY || (key >> 32) != rule_id)
 				continue;
 			// Lost only to the program evicting it for a new bucket: gone either way.
-			purged += __atomic_compare_exchange_n(&set.key[w], &key, SLUICE_KEY_EMPTY, false,
-							      __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
+			purged += sluice_way_release(&set, w, key);
 		}
 	}
 	return purged;
@@ -68,13 +72,16 @@ bool SourceTable4::insert(uint32_t rule_id, const uint8_t addr[4], const struct 
 	for (uint32_t idx : {first, second}) {
 		struct sluice_set_v4 &set = sets_ptr_[idx];
 		for (int w = 0; w < SLUICE_SET_WAYS; w++) {
-			uint64_t expected = SLUICE_KEY_EMPTY;
-			if (!__atomic_compare_exchange_n(&set.key[w], &expected, SLUICE_KEY_BUSY, false,
-							 __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+			if (!sluice_way_claim(&set, w, SLUICE_KEY_EMPTY))
 				continue;
-			set.way[w].algo = state.algo;
-			set.way[w].cnt = state.cnt;
-			__atomic_store_n(&set.key[w], key, __ATOMIC_SEQ_CST);
+			__u64 frozen;
+			if (!sluice_way_freeze(&set, w, &frozen)) {
+				sluice_way_unclaim(&set, w, SLUICE_KEY_EMPTY);
+				continue;
+			}
+			struct sluice_source_state init = state;
+			init.word = 0; // arrival time `now` = 0: ages ago, a full bucket
+			sluice_way_install(&set, w, frozen, &init, 1, 0, 0, key);
 			return true;
 		}
 	}

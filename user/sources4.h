@@ -18,14 +18,16 @@ public:
 	SourceTable4(const SourceTable4 &) = delete;
 	SourceTable4 &operator=(const SourceTable4 &) = delete;
 
-	/// Calls f(rule id, address bytes, bucket) for every published bucket.
+	/// Calls f(rule id, address bytes, bucket) for every published bucket: a
+	/// copy, taken while the way held that key (the data plane reuses ways).
 	void for_each(const std::function<void(uint32_t, const uint8_t *, const struct sluice_source_state &)> &f) const;
 
 	/// Empties every way holding a bucket of `rule_id`; returns how many.
 	uint64_t purge(uint32_t rule_id);
 
-	/// Places a bucket in an empty way of its two sets, as the program would
-	/// (for tools that fill the table); false if both sets are full.
+	/// Places a bucket of a GCRA-form rule in an empty way of its two sets, as
+	/// the program would (for tools that fill the table): its counters as
+	/// given, its bucket full. False if both sets are full.
 	bool insert(uint32_t rule_id, const uint8_t addr[4], const struct sluice_source_state &state, uint64_t seed);
 
 private:

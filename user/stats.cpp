@@ -15,7 +15,7 @@ namespace {
 
 const char *const COUNTER_NAMES[] = {
 	"pass_not_ip",     "pass_no_match",  "pass_allow",    "pass_limit",
-	"pass_shadow",     "drop_rate",      "drop_deny",     "drop_contention",
+	"pass_shadow",     "pass_contention", "drop_rate",    "drop_deny",
 	"failopen_parse",  "failopen_rule",  "failopen_table", "fragments",
 	"l4_unknown",      "new_buckets",   "evicted",       "evicted_active",
 };
@@ -43,7 +43,11 @@ void collect_one(uint32_t rule_id, const uint8_t *addr, size_t addr_len, int fam
 	tracked++;
 	if (!query.rule.empty() && !rule_is(rs.rule, query.rule))
 		return;
-	RawSource raw{&rs, {}, static_cast<uint8_t>(family), cnt};
+	// Set-table counters carry their bucket's generation in their top bits.
+	struct sluice_source_counters value = {sluice_cnt_value(cnt.passed_packets), sluice_cnt_value(cnt.passed_bytes),
+					       sluice_cnt_value(cnt.dropped_packets),
+					       sluice_cnt_value(cnt.dropped_bytes)};
+	RawSource raw{&rs, {}, static_cast<uint8_t>(family), value};
 	std::memcpy(raw.addr.data(), addr, addr_len);
 	out.push_back(raw);
 }
@@ -64,9 +68,9 @@ const char *counter_name(int index) { return COUNTER_NAMES[index]; }
 VerdictTotals verdict_totals(const Stats &s)
 {
 	VerdictTotals t;
-	for (int i = SLUICE_CNT_PASS_NOT_IP; i <= SLUICE_CNT_PASS_SHADOW; i++)
+	for (int i = SLUICE_CNT_PASS_NOT_IP; i <= SLUICE_CNT_PASS_CONTENTION; i++)
 		t.passed += s.global[i].packets;
-	for (int i = SLUICE_CNT_DROP_RATE; i <= SLUICE_CNT_DROP_CONTENTION; i++)
+	for (int i = SLUICE_CNT_DROP_RATE; i <= SLUICE_CNT_DROP_DENY; i++)
 		t.dropped += s.global[i].packets;
 	for (int i = SLUICE_CNT_FAILOPEN_PARSE; i <= SLUICE_CNT_FAILOPEN_TABLE; i++)
 		t.failopen += s.global[i].packets;
@@ -224,7 +228,7 @@ void write_stats_json(std::ostream &out, const Stats &s)
 		put_counters(j, rs.rule.spec.shadow, c.passed_packets, c.passed_bytes, c.dropped_packets,
 			     c.dropped_bytes);
 		j["failopen_table"] = c.failopen_table;
-		j["dropped_contention"] = c.dropped_contention;
+		j["passed_contention"] = c.passed_contention;
 		rules.push_back(j);
 	}
 	nlohmann::ordered_json global = nlohmann::ordered_json::object();

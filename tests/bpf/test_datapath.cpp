@@ -392,13 +392,17 @@ TEST_F(Datapath, TwoCpusDrivingOneSourceStayWithinTheBound)
 
 	SourceStats s = source("192.0.2.10", "hot");
 	Stats st = stats();
+	uint64_t forced = st.global[SLUICE_CNT_PASS_CONTENTION].packets;
 	EXPECT_EQ(s.passed_packets + s.dropped_packets, 2ull * per_thread) << "no counter update lost";
-	double bound = double(burst) + double(rate) * (seconds + clock_lag(r)) + 2; // + one per CPU
+	// Each forced pass (decided a pass, lost the bucket SLUICE_CAS_RETRIES times)
+	// is one packet beyond the bucket's bound.
+	double bound = double(burst) + double(rate) * (seconds + clock_lag(r)) + 2 + double(forced);
 	EXPECT_LE(double(s.passed_packets + st.global[SLUICE_CNT_FAILOPEN_TABLE].packets), bound)
-		<< "over " << seconds << " s, fail-open passes included";
+		<< "over " << seconds << " s, fail-open and forced passes included";
 	EXPECT_GE(double(s.passed_packets), double(burst)) << "the burst passes";
-	std::printf("two CPUs, one source: %llu of %u passed in %.3f s; bound %.0f\n",
-		    (unsigned long long)s.passed_packets, 2 * per_thread, seconds, bound);
+	EXPECT_EQ(st.rules[0].counters.passed_contention, forced);
+	std::printf("two CPUs, one source: %llu of %u passed in %.3f s; bound %.0f; %llu forced passes\n",
+		    (unsigned long long)s.passed_packets, 2 * per_thread, seconds, bound, (unsigned long long)forced);
 }
 
 TEST_F(Datapath, ACoarseClockRuleHoldsItsRateFromTwoCpus)
@@ -497,18 +501,62 @@ TEST_F(Datapath, TwoCpusDrivingOneSourceKeepEveryLockedAlgorithmWithinItsLimit)
 
 		SourceStats src = source("192.0.2.10", "locked");
 		Stats st = stats();
-		uint64_t contended = st.global[SLUICE_CNT_DROP_CONTENTION].packets;
+		uint64_t forced = st.global[SLUICE_CNT_PASS_CONTENTION].packets;
 		EXPECT_EQ(src.passed_packets + src.dropped_packets, 2ull * per_thread) << "no counter update lost";
 		EXPECT_EQ(st.global[SLUICE_CNT_FAILOPEN_TABLE].packets, 0u);
-		double bound = c.limit ? double(c.limit) * (seconds * 1e9 / double(c.window_ns) + 1)
-				       : 1000 + 200000 * (seconds + lag) + 2; // burst + rate x T
+		// The algorithm's bound, plus one packet per forced pass.
+		double bound = (c.limit ? double(c.limit) * (seconds * 1e9 / double(c.window_ns) + 1)
+					: 1000 + 200000 * (seconds + lag) + 2) + double(forced);
 		EXPECT_LE(double(src.passed_packets), bound) << "over " << seconds << " s";
 		EXPECT_GT(src.passed_packets, 0u);
-		// A vCPU preempted while it holds a bucket lock makes the other CPU drop for
-		// contention; 0.07-0.16 % is typical here, the margin is for busy hosts.
-		EXPECT_LT(double(contended), 0.10 * 2 * per_thread) << "contention stays the exception";
-		std::printf("%s, two CPUs: %llu of %u passed in %.3f s (bound %.0f); %llu dropped for contention\n",
+		// A drop needs no lock; a vCPU preempted while it holds the lock to write a
+		// pass makes the other CPU pass uncharged. The margin is for busy hosts.
+		EXPECT_LT(double(forced), 0.10 * 2 * per_thread) << "contention stays the exception";
+		std::printf("%s, two CPUs: %llu of %u passed in %.3f s (bound %.0f, forced passes included); %llu "
+			    "forced passes\n",
 			    c.name, (unsigned long long)src.passed_packets, 2 * per_thread, seconds, bound,
-			    (unsigned long long)contended);
+			    (unsigned long long)forced);
+	}
+}
+
+// Issue 8, defect 5: a lost compare-and-swap or a busy lock means another CPU's
+// update landed; the program decides again on it, so a two-CPU flood under its
+// limit drops nothing, whatever the contention.
+TEST_F(Datapath, TwoCpusUnderTheLimitDropNothingForContention)
+{
+	ASSERT_GE(sysconf(_SC_NPROCESSORS_ONLN), 2) << "this test needs two CPUs";
+	struct Case {
+		const char *name;
+		Algo algo;
+		const char *rate;
+		uint64_t burst;
+	} cases[] = {
+		{"gcra", Algo::gcra, "1000000000/s", 100000000},
+		{"fixed-window", Algo::fixed_window, "1000000000/s", 0},
+	};
+	const uint32_t per_thread = 5000000; // 10 million packets
+	std::vector<uint8_t> frame = test::build_packet({});
+	for (const auto &c : cases) {
+		SCOPED_TRACE(c.name);
+		SetUp();
+		RuleSpec r;
+		r.name = "under";
+		r.cidr = parse_cidr("192.0.2.0/24");
+		r.rate = parse_rate(c.rate);
+		r.algo = c.algo;
+		r.burst = c.burst;
+		table_->add(r);
+
+		double seconds = flood_from_two_cpus(frame, per_thread);
+
+		SourceStats src = source("192.0.2.10", "under");
+		Stats st = stats();
+		uint64_t forced = st.global[SLUICE_CNT_PASS_CONTENTION].packets;
+		EXPECT_EQ(src.passed_packets, 2ull * per_thread);
+		EXPECT_EQ(src.dropped_packets, 0u);
+		EXPECT_EQ(st.global[SLUICE_CNT_DROP_RATE].packets, 0u);
+		std::printf("%s under its limit, two CPUs: %llu of %u dropped in %.3f s; %llu forced passes\n", c.name,
+			    (unsigned long long)src.dropped_packets, 2 * per_thread, seconds,
+			    (unsigned long long)forced);
 	}
 }

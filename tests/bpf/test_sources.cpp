@@ -2,11 +2,19 @@
 // what the eviction counters say, with every packet's time set by the test.
 #include <gtest/gtest.h>
 
+#include <linux/bpf.h>
+#include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 
+#include "packet.h"
 #include "replay.h"
+#include "sluice_algos.h"
+#include "sources4.h"
 #include "stats.h"
 
 using namespace sluice;
@@ -101,4 +109,109 @@ TEST(SourceTable, EvictingSourcesIdleForMoreThanASecondIsNotActive)
 	Stats s = collect_stats(kernel.maps(), {});
 	EXPECT_EQ(s.global[SLUICE_CNT_INFO_EVICTED].packets, 4u);
 	EXPECT_EQ(s.global[SLUICE_CNT_INFO_EVICTED_ACTIVE].packets, 0u);
+}
+
+namespace {
+
+void pin_this_thread(int cpu)
+{
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+}
+
+int run_frame(int prog_fd, const std::vector<uint8_t> &frame, int repeat)
+{
+	LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = frame.data(), .data_size_in = static_cast<__u32>(frame.size()),
+		    .repeat = repeat);
+	return bpf_prog_test_run_opts(prog_fd, &opts) ? -1 : static_cast<int>(opts.retval);
+}
+
+} // namespace
+
+// Defect 6 of issue 8: CPU 0 charges source A while CPU 1 keeps evicting A's
+// way for new sources B (a table of one set, and CPU 1's clock 10 s ahead, so
+// A is always the oldest way CPU 1 sees). A charge begun on A must never land
+// on the B that took its way: every bucket's bytes stay a multiple of its own
+// packet size, and a B's arrival time is exactly its one packet's cost past
+// its creation. The test build wastes 1,000 reads between finding a bucket
+// and charging it, so the eviction lands in that window often (without it the
+// previous program showed the race once in 200,000 evictions here).
+TEST(SourceTable, AChargeLandsOnlyOnTheBucketOfTheKeyLookedUp)
+{
+	ASSERT_EQ(geteuid(), 0u) << "loads a real XDP program: run as root";
+	ASSERT_GE(sysconf(_SC_NPROCESSORS_ONLN), 2) << "the race needs two CPUs";
+	RuleSpec r = limit_rule("1000000/s", 1000000);
+	Replayer kernel(r, TableSizes{4, 64, 64});
+	const uint64_t t0 = TRACE_START_NS, t1 = TRACE_START_NS + 10 * SEC;
+	kernel.set_clocks({t0, t1});
+	kernel.set_race_window(1000);
+	struct sluice_rule dp = {};
+	uint32_t slot = 0;
+	ASSERT_EQ(bpf_map_lookup_elem(kernel.maps().rules.get(), &slot, &dp), 0);
+	ASSERT_NE(dp.id, 0u);
+	const uint64_t inc = sluice_cost_ticks(dp.bucket.inc_mult, dp.inc_shift, 1);
+
+	const std::string a_src = "10.200.0.1";
+	const uint32_t a_len = 128, b_len = 328; // IP lengths: 100 and 300 bytes of UDP payload
+	std::vector<uint8_t> a_frame = build_packet({.src = a_src, .payload = a_len - 28});
+	std::atomic<bool> stop{false};
+	std::atomic<int> ready{0};
+	std::atomic<uint64_t> charger_calls{0};
+	std::thread charger([&] {
+		pin_this_thread(0);
+		ready++;
+		while (ready < 2) {
+		}
+		while (!stop) {
+			run_frame(kernel.prog_fd(), a_frame, 2000);
+			charger_calls++;
+		}
+	});
+
+	SourceTable4 table(kernel.maps().src4.get());
+	pin_this_thread(1);
+	ready++;
+	while (ready < 2) {
+	}
+	const uint32_t churn = 100000;
+	uint64_t bad_bytes = 0, bad_tat = 0, checked = 0, a_seen = 0;
+	std::string first_bad;
+	for (uint32_t i = 0; i < churn; i++) {
+		std::vector<uint8_t> b = build_packet({.src = source_address(i), .payload = b_len - 28});
+		run_frame(kernel.prog_fd(), b, 1);
+		table.for_each([&](uint32_t, const uint8_t *addr, const struct sluice_source_state &st) {
+			char text[16];
+			std::snprintf(text, sizeof(text), "%u.%u.%u.%u", addr[0], addr[1], addr[2], addr[3]);
+			bool is_a = a_src == text;
+			uint64_t len = is_a ? a_len : b_len;
+			uint64_t pb = sluice_cnt_value(st.cnt.passed_bytes), db = sluice_cnt_value(st.cnt.dropped_bytes);
+			checked++;
+			a_seen += is_a;
+			if (pb % len || db % len) {
+				if (first_bad.empty())
+					first_bad = std::string(text) + ": passed bytes " + std::to_string(pb) +
+						    ", dropped bytes " + std::to_string(db);
+				bad_bytes++;
+			}
+			if (!is_a && st.word - st.algo.gcra.off != sluice_ns_to_ticks(t1) + inc)
+				bad_tat++;
+		});
+	}
+	stop = true;
+	charger.join();
+	Stats totals = collect_stats(kernel.maps(), {});
+	std::printf("charger calls %llu; packets: %llu passed, %llu dropped; %llu buckets created\n",
+		    (unsigned long long)charger_calls.load(),
+		    (unsigned long long)totals.global[SLUICE_CNT_PASS_LIMIT].packets,
+		    (unsigned long long)totals.global[SLUICE_CNT_DROP_RATE].packets,
+		    (unsigned long long)totals.global[SLUICE_CNT_INFO_NEW_BUCKET].packets);
+	std::printf("%u evictions of a way CPU 0 was charging: %llu buckets read (%llu of A), %llu with another "
+		    "source's bytes, %llu B arrival times moved by A\n",
+		    churn, (unsigned long long)checked, (unsigned long long)a_seen, (unsigned long long)bad_bytes,
+		    (unsigned long long)bad_tat);
+	EXPECT_GT(a_seen, churn / 100) << "A kept coming back: the race was run";
+	EXPECT_EQ(bad_bytes, 0u) << "a charge of A landed on a B, e.g. " << first_bad;
+	EXPECT_EQ(bad_tat, 0u) << "A's compare-and-swap advanced a B's arrival time";
 }

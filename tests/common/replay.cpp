@@ -42,6 +42,24 @@ void Replayer::set_clock(uint64_t t_ns)
 	map_update(clock_fd_, &zero, per_cpu.data(), "test clock");
 }
 
+void Replayer::set_clocks(const std::vector<uint64_t> &t_ns)
+{
+	std::vector<uint64_t> per_cpu(possible_cpus(), t_ns.empty() ? 0 : t_ns.back());
+	for (size_t i = 0; i < t_ns.size() && i < per_cpu.size(); i++)
+		per_cpu[i] = t_ns[i];
+	uint32_t zero = 0;
+	map_update(clock_fd_, &zero, per_cpu.data(), "test clock");
+}
+
+void Replayer::set_race_window(uint32_t reads)
+{
+	struct bpf_map *m = bpf_object__find_map_by_name(prog_->object(), "sluice_race_window");
+	if (!m)
+		throw std::runtime_error("the test program has no race window");
+	uint32_t zero = 0;
+	map_update(bpf_map__fd(m), &zero, &reads, "race window");
+}
+
 void Replayer::pin_cpu(int cpu)
 {
 	if (cpu == cpu_)

@@ -33,6 +33,12 @@ public:
 	/// Each arrival's verdict: true if it passed. Times must not go backwards.
 	std::vector<bool> run(const Trace &trace);
 	const MapSet &maps() const { return maps_; }
+	int prog_fd() const { return prog_->prog_fd(); }
+	/// Sets the clock of every CPU: CPU i reads t_ns[i] (tests of clocks that disagree).
+	void set_clocks(const std::vector<uint64_t> &t_ns);
+	/// Makes the program waste `reads` reads of a bucket's key between finding
+	/// the bucket and charging it (the race window of a concurrent eviction).
+	void set_race_window(uint32_t reads);
 
 private:
 	void set_clock(uint64_t t_ns);
