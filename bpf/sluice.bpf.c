@@ -102,6 +102,13 @@ struct {
 } SLUICE_MAP_CONFIG SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sluice_pending_drops);
+} SLUICE_MAP_PENDING SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, SLUICE_DEFAULT_MAX_SOURCES);
 	__type(key, struct sluice_src_v6);
@@ -364,12 +371,14 @@ static __always_inline int decide_locked(union sluice_algo_state *s, const struc
 }
 
 /* What a packet asks of a bucket: `want` is the key it looked up (IPv4 set
- * table), `cost` its units (1, or bytes), `l3_len` its bytes. */
+ * table) at `set_idx`, `way`; `cost` its units (1, or bytes); `l3_len` its bytes. */
 struct charge_req {
 	__u64 want;
 	__u64 now;
 	__u64 cost;
 	__u64 l3_len;
+	__u32 set_idx;
+	__u32 way;
 };
 
 /*
@@ -382,9 +391,9 @@ static __always_inline int owner_gone(const __u64 *key, __u64 want)
 	return key && SLUICE_READ_ONCE(*key) != want;
 }
 
-static __always_inline __u64 owner_tag(const __u16 *gen)
+static __always_inline __u16 owner_gen(const __u16 *gen)
 {
-	return gen ? sluice_gen_tag(SLUICE_READ_ONCE(*gen)) : 0;
+	return gen ? SLUICE_READ_ONCE(*gen) : 0;
 }
 
 /* Adds to a counter word if it still carries `tag`: the bucket it was read for. */
@@ -407,16 +416,52 @@ static __always_inline void count_add(__u64 *c, __u64 tag, __u64 delta)
 		__sync_fetch_and_add(c, -delta);
 }
 
-static __always_inline void count_source(struct sluice_source_counters *c, __u64 tag,
-					 enum bucket_result res, __u64 l3_len)
+/*
+ * Counts a packet on its bucket. An IPv4 drop goes to this CPU's pending slot
+ * (struct sluice_pending_drops) when the slot names the bucket, so a flood of
+ * one source writes no shared line to count its drops; a slot naming another
+ * bucket is first added to that bucket's counters (if its way still holds
+ * it: the generation tags them).
+ */
+static __always_inline void count_source(struct sluice_source_counters *c, const __u16 *gen_ptr,
+					 __u16 gen, enum bucket_result res,
+					 const struct charge_req *req)
 {
-	if (res == BUCKET_DROP) {
-		count_add(&c->dropped_packets, tag, 1);
-		count_add(&c->dropped_bytes, tag, l3_len);
-	} else {
+	__u64 tag = gen_ptr ? sluice_gen_tag(gen) : 0, l3_len = req->l3_len;
+	struct sluice_pending_drops *p;
+	struct sluice_set_v4 *old;
+	__u32 zero = 0;
+
+	if (res != BUCKET_DROP) {
 		count_add(&c->passed_packets, tag, 1);
 		count_add(&c->passed_bytes, tag, l3_len);
+		return;
 	}
+	p = gen_ptr ? bpf_map_lookup_elem(&SLUICE_MAP_PENDING, &zero) : NULL;
+	if (!p) {
+		count_add(&c->dropped_packets, tag, 1);
+		count_add(&c->dropped_bytes, tag, l3_len);
+		return;
+	}
+	if (p->packets && p->set == req->set_idx && p->way == req->way && p->gen == gen) {
+		p->packets++;
+		p->bytes += l3_len;
+		return;
+	}
+	if (p->packets) {
+		old = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V4, &p->set);
+		if (old) {
+			struct sluice_source_counters *oc = &old->way[p->way & (SLUICE_SET_WAYS - 1)].cnt;
+
+			count_add(&oc->dropped_packets, sluice_gen_tag(p->gen), p->packets);
+			count_add(&oc->dropped_bytes, sluice_gen_tag(p->gen), p->bytes);
+		}
+	}
+	p->set = req->set_idx;
+	p->way = (__u16)req->way;
+	p->gen = gen;
+	p->packets = 1;
+	p->bytes = l3_len;
 }
 
 /*
@@ -434,13 +479,14 @@ static __always_inline int charge_gcra(struct sluice_source_state *st, const __u
 				       const struct charge_req *req)
 {
 	__u64 inc = cost_ticks(rule, req->cost), now_t = sluice_ns_to_ticks(req->now);
-	__u64 w = SLUICE_READ_ONCE(st->word), off, tag = 0, next, old;
+	__u64 w = SLUICE_READ_ONCE(st->word), off, next, old;
 	enum bucket_result res = BUCKET_FORCED;
+	__u16 g = 0;
 	int i;
 
 	for (i = 0; i < SLUICE_CAS_RETRIES; i++) {
 		off = SLUICE_READ_ONCE(st->algo.gcra.off);
-		tag = owner_tag(gen);
+		g = owner_gen(gen);
 		if (owner_gone(key, req->want))
 			return -1;
 		old = SLUICE_READ_ONCE(st->word);
@@ -459,7 +505,7 @@ static __always_inline int charge_gcra(struct sluice_source_state *st, const __u
 		}
 		w = old;
 	}
-	count_source(&st->cnt, tag, res, req->l3_len);
+	count_source(&st->cnt, gen, g, res, req);
 	return res;
 }
 
@@ -480,7 +526,7 @@ struct locked_ctx {
 	const __u16 *gen;
 	const struct sluice_rule *rule;
 	const struct charge_req *req;
-	__u64 tag;
+	__u16 gen_seen;
 	int res; /* BUCKET_FORCED until decided; -1: the key left the way */
 };
 
@@ -496,7 +542,7 @@ static long locked_attempt(__u32 index, void *data)
 	s = SLUICE_READ_ONCE(st->word);
 	if (s & 1)
 		return 0; /* held: read again */
-	c->tag = owner_tag(c->gen);
+	c->gen_seen = owner_gen(c->gen);
 	if (owner_gone(c->key, c->req->want)) {
 		c->res = -1;
 		return 1;
@@ -532,14 +578,14 @@ static __always_inline int charge_locked(struct sluice_source_state *st, const _
 	struct locked_ctx c = { .st = st, .key = key, .gen = gen, .rule = rule, .req = req,
 				.res = BUCKET_FORCED };
 
-	/* The tag a forced pass counts with, if the lock is never seen free. */
-	c.tag = owner_tag(gen);
+	/* The generation a forced pass counts with, if the lock is never seen free. */
+	c.gen_seen = owner_gen(gen);
 	if (owner_gone(key, req->want))
 		return -1;
 	bpf_loop(SLUICE_LOCK_RETRIES, locked_attempt, &c, 0);
 	if (c.res < 0)
 		return -1;
-	count_source(&st->cnt, c.tag, c.res, req->l3_len);
+	count_source(&st->cnt, gen, c.gen_seen, c.res, req);
 	return c.res;
 }
 
@@ -752,9 +798,11 @@ static __always_inline enum bucket_result charge_v4(__u64 key, const struct slui
 		int busy_a = 0, busy_b = 0;
 
 		set = a;
+		req.set_idx = i1;
 		w = scan_set(a, key, &busy_a);
 		if (w < 0) {
 			set = b;
+			req.set_idx = i2;
 			w = scan_set(b, key, &busy_b);
 		}
 		if (w >= 0) {
@@ -764,8 +812,13 @@ static __always_inline enum bucket_result charge_v4(__u64 key, const struct slui
 			 * moved back by a CPU whose clock reads a little behind. */
 			if ((__s32)(stamp - set->seen[w]) > 0)
 				set->seen[w] = stamp;
+			req.way = w;
 			race_window(&set->key[w]);
-			res = sluice_charge(&set->way[w], &set->key[w], &set->gen[w], rule, &req);
+			/* The GCRA form inline: the hot path pays no call. */
+			if (gcra_form(rule))
+				res = charge_gcra(&set->way[w], &set->key[w], &set->gen[w], rule, &req);
+			else
+				res = sluice_charge(&set->way[w], &set->key[w], &set->gen[w], rule, &req);
 			if (res >= 0)
 				return res;
 			continue; /* evicted under us: look again */
@@ -838,7 +891,7 @@ __noinline int sluice_charge_log(struct sluice_log_state *st, const struct sluic
 		res = BUCKET_PASS;
 		break;
 	}
-	count_source(&st->cnt, 0, res, req->l3_len);
+	count_source(&st->cnt, NULL, 0, res, req);
 	return res;
 }
 

@@ -36,6 +36,7 @@
 #define SLUICE_MAP_COUNTERS      sluice_cnt
 #define SLUICE_MAP_META          sluice_meta
 #define SLUICE_MAP_CONFIG        sluice_cfg
+#define SLUICE_MAP_PENDING       sluice_pend
 #define SLUICE_PROG_NAME         sluice_xdp
 
 #define SLUICE_STR_(x) #x
@@ -363,6 +364,24 @@ struct sluice_set_v4 {
 	struct sluice_source_state way[SLUICE_SET_WAYS];
 };
 SLUICE_ASSERT_SIZE(struct sluice_set_v4, 320);
+
+/*
+ * Drops not yet added to an IPv4 bucket's counters: a per-CPU slot (one
+ * entry) naming one bucket by set, way and generation. A CPU that drops a
+ * packet of the bucket its slot names counts it there, without writing the
+ * bucket's shared line; dropping one of another bucket, it first adds the
+ * slot's counts to the bucket named (if that way still holds it). Readers
+ * add the slots of every CPU to the buckets they name, so counts are exact.
+ * Empty when packets is 0.
+ */
+struct sluice_pending_drops {
+	__u32 set;
+	__u16 way;
+	__u16 gen;
+	__u64 packets;
+	__u64 bytes;
+};
+SLUICE_ASSERT_SIZE(struct sluice_pending_drops, 24);
 
 /* A sliding-log bucket: the times of the last `limit` passes as a ring. */
 struct sluice_log_state {

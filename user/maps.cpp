@@ -28,6 +28,7 @@ const MapRef MAP_REFS[] = {
 	{SLUICE_STR(SLUICE_MAP_COUNTERS), &MapSet::counters},
 	{SLUICE_STR(SLUICE_MAP_META), &MapSet::meta},
 	{SLUICE_STR(SLUICE_MAP_CONFIG), &MapSet::config},
+	{SLUICE_STR(SLUICE_MAP_PENDING), &MapSet::pending},
 };
 
 } // namespace

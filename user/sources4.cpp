@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <unordered_map>
 
 #include "error.h"
 #include "maps.h"
@@ -25,8 +26,13 @@ SourceTable4::SourceTable4(int fd) : sets_(map_max_entries(fd))
 SourceTable4::~SourceTable4() { munmap(sets_ptr_, length_); }
 
 void SourceTable4::for_each(
-	const std::function<void(uint32_t, const uint8_t *, const struct sluice_source_state &)> &f) const
+	const std::function<void(uint32_t, const uint8_t *, const struct sluice_source_state &)> &f,
+	const std::vector<struct sluice_pending_drops> &pending) const
 {
+	std::unordered_multimap<uint64_t, const struct sluice_pending_drops *> by_way;
+	for (const auto &p : pending)
+		if (p.packets && p.set < sets_)
+			by_way.emplace(uint64_t(p.set) * SLUICE_SET_WAYS + (p.way & (SLUICE_SET_WAYS - 1)), &p);
 	for (uint32_t i = 0; i < sets_; i++) {
 		const struct sluice_set_v4 &set = sets_ptr_[i];
 		for (int w = 0; w < SLUICE_SET_WAYS; w++) {
@@ -35,8 +41,16 @@ void SourceTable4::for_each(
 				continue;
 			struct sluice_source_state copy;
 			std::memcpy(&copy, const_cast<const struct sluice_source_state *>(&set.way[w]), sizeof(copy));
+			uint16_t gen = __atomic_load_n(&set.gen[w], __ATOMIC_ACQUIRE);
 			if (__atomic_load_n(&set.key[w], __ATOMIC_ACQUIRE) != key)
 				continue; // evicted while being copied
+			auto [from, to] = by_way.equal_range(uint64_t(i) * SLUICE_SET_WAYS + w);
+			for (auto it = from; it != to; ++it) {
+				if (it->second->gen != gen)
+					continue; // counted for an earlier bucket of the way
+				copy.cnt.dropped_packets += it->second->packets;
+				copy.cnt.dropped_bytes += it->second->bytes;
+			}
 			uint32_t addr = static_cast<uint32_t>(key);
 			uint8_t bytes[4];
 			std::memcpy(bytes, &addr, 4);

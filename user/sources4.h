@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "sluice_abi.h"
 
@@ -19,8 +20,10 @@ public:
 	SourceTable4 &operator=(const SourceTable4 &) = delete;
 
 	/// Calls f(rule id, address bytes, bucket) for every published bucket: a
-	/// copy, taken while the way held that key (the data plane reuses ways).
-	void for_each(const std::function<void(uint32_t, const uint8_t *, const struct sluice_source_state &)> &f) const;
+	/// copy, taken while the way held that key (the data plane reuses ways),
+	/// with the drops pending in `pending` (every CPU's slot) added.
+	void for_each(const std::function<void(uint32_t, const uint8_t *, const struct sluice_source_state &)> &f,
+		      const std::vector<struct sluice_pending_drops> &pending = {}) const;
 
 	/// Empties every way holding a bucket of `rule_id`; returns how many.
 	uint64_t purge(uint32_t rule_id);

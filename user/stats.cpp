@@ -91,10 +91,13 @@ Stats collect_stats(const MapSet &maps, const StatsQuery &query)
 		by_id[rs.rule.id] = &rs;
 
 	std::vector<RawSource> raw;
-	SourceTable4(maps.src4.get()).for_each([&](uint32_t rule_id, const uint8_t *addr,
-						   const struct sluice_source_state &st) {
-		collect_one(rule_id, addr, 4, 4, st.cnt, by_id, query, raw, s.tracked_sources);
-	});
+	// Every CPU's drops not yet added to their IPv4 bucket.
+	std::vector<struct sluice_pending_drops> pending = lookup_percpu<struct sluice_pending_drops>(maps.pending.get(), 0);
+	SourceTable4(maps.src4.get()).for_each(
+		[&](uint32_t rule_id, const uint8_t *addr, const struct sluice_source_state &st) {
+			collect_one(rule_id, addr, 4, 4, st.cnt, by_id, query, raw, s.tracked_sources);
+		},
+		pending);
 	collect_family<struct sluice_src_v6, struct sluice_source_state>(maps.src6.get(), 6, by_id, query, raw,
 									s.tracked_sources);
 	collect_family<struct sluice_src_v4, struct sluice_log_state>(maps.logs4.get(), 4, by_id, query, raw,
