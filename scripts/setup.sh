@@ -33,6 +33,6 @@ if ! mount | grep -q ' /sys/fs/bpf type bpf'; then
 fi
 
 echo "== building"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_WERROR=ON >/dev/null
 cmake --build build -j"$(nproc)" >/dev/null
 echo "== built build/sluice"

@@ -314,6 +314,7 @@ int main(int argc, char **argv)
 {
 	CLI::App app{"sluice: per-source rate limiting in XDP"};
 	app.require_subcommand(1);
+	app.set_version_flag("--version", std::string("sluice ") + SLUICE_VERSION);
 	bool verbose = false;
 	app.add_flag("-v,--verbose", verbose, "Show libbpf's messages (verifier log included)");
 
@@ -362,6 +363,8 @@ int main(int argc, char **argv)
 	} catch (const CLI::CallForHelp &e) {
 		return app.exit(e);
 	} catch (const CLI::CallForAllHelp &e) {
+		return app.exit(e);
+	} catch (const CLI::CallForVersion &e) {
 		return app.exit(e);
 	} catch (const CLI::ParseError &e) {
 		std::string msg = e.what();

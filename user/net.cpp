@@ -70,8 +70,11 @@ std::string format_address(int family, const uint8_t *addr)
 std::string format_cidr(const Cidr &c)
 {
 	std::string s = format_address(c.family, c.addr.data());
-	if (c.prefix_len != c.max_len())
-		s += "/" + std::to_string(c.prefix_len);
+	if (c.prefix_len != c.max_len()) {
+		// Appended in two steps: GCC 12 at -O3 warns falsely (-Wrestrict) on "/" + to_string.
+		s += '/';
+		s += std::to_string(c.prefix_len);
+	}
 	return s;
 }
 
