@@ -1,6 +1,8 @@
 // Parsing what operators type: prefixes, rates, ports, counts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "error.h"
 #include "net.h"
 #include "rate.h"
@@ -134,4 +136,46 @@ TEST(Counts, ParsesBurstsInPacketsOrBytes)
 	EXPECT_THROW(parse_count("64kB", false, "burst"), Error);
 	EXPECT_THROW(parse_count("0", false, "burst"), Error);
 	EXPECT_THROW(parse_count("x", false, "burst"), Error);
+}
+
+namespace {
+
+// The message of the Error that parse() throws; fails the test if none.
+template <typename F>
+std::string error_of(F &&parse)
+{
+	try {
+		parse();
+	} catch (const Error &e) {
+		return e.what();
+	}
+	ADD_FAILURE() << "accepted";
+	return {};
+}
+
+bool one_printable_line(const std::string &msg)
+{
+	return std::none_of(msg.begin(), msg.end(), [](char c) {
+		return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+	});
+}
+
+} // namespace
+
+TEST(Errors, ControlCharactersFromTheInputAreEscapedSoTheMessageIsOneLine)
+{
+	std::string cidr = error_of([] { parse_cidr("10.0.0.0\n/8"); });
+	EXPECT_EQ(cidr, "invalid address '10.0.0.0\\x0a' in '10.0.0.0\\x0a/8'");
+	std::string rate = error_of([] { parse_rate("1\x1b[2J/s"); });
+	EXPECT_TRUE(one_printable_line(rate)) << rate;
+	EXPECT_NE(rate.find("\\x1b[2J"), std::string::npos) << rate;
+	std::string port = error_of([] { parse_port_range("80\r"); });
+	EXPECT_EQ(port, "invalid port '80\\x0d' in '80\\x0d' (0-65535)");
+	// A NUL would end the message early in what().
+	std::string nul = error_of([] { parse_rate(std::string_view("5\0x/s", 5)); });
+	EXPECT_NE(nul.find("5\\x00x"), std::string::npos) << nul;
+	std::string name = error_of([] { check_rule_name("a\tb"); });
+	EXPECT_TRUE(one_printable_line(name)) << name;
+	// Messages without control characters are unchanged.
+	EXPECT_EQ(error_of([] { parse_port_range("90-80"); }), "port range '90-80' is reversed");
 }

@@ -73,3 +73,14 @@ TEST(RuleLine, ReadsEveryRuleInOrder)
 	EXPECT_EQ(specs[1].action, Action::allow);
 	EXPECT_EQ(specs[2].burst, 64000u);
 }
+
+TEST(RuleLine, ErrorsEscapeControlCharactersFromTheLine)
+{
+	// From the library's parsers and from CLI11's own messages.
+	EXPECT_EQ(import_error("10.0.0.0/8 --rate 1/s --algo tok\x1f" "en\n"),
+		  "rules.txt line 1: unknown algorithm 'tok\\x1fen' (use token-bucket, gcra, fixed-window, "
+		  "sliding-log or sliding-window)");
+	std::string cli = import_error("10.0.0.0/8 --deny --bogus\x1b[2J\n");
+	EXPECT_EQ(cli.find('\x1b'), std::string::npos) << cli;
+	EXPECT_NE(cli.find("--bogus\\x1b[2J"), std::string::npos) << cli;
+}
