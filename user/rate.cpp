@@ -142,7 +142,8 @@ std::string format_period(uint64_t ns)
 		if (ns % unit_ns == 0)
 			return ns == unit_ns ? name : std::to_string(ns / unit_ns) + name;
 	}
-	return std::to_string(ns) + "ns";
+	// A fraction of a millisecond ("1.5ms"): the parser takes decimals, not ns.
+	return trim_decimal(ns, 1000000ULL) + "ms";
 }
 
 // Ticks one unit is worth, as the exact fraction num/den.

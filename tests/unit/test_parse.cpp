@@ -90,6 +90,18 @@ TEST(Rate, FormatsCanonically)
 	EXPECT_EQ(format_rate(parse_rate("5/h")), "5/h");
 }
 
+TEST(Rate, PeriodsBelowAMillisecondFormatToTextThatParses)
+{
+	// Printed as "1/1500000ns" before, which no parser accepts.
+	Rate r = parse_rate("1/1.5ms");
+	EXPECT_EQ(format_rate(r), "1/1.5ms");
+	EXPECT_EQ(parse_rate(format_rate(r)), r);
+	EXPECT_EQ(format_rate(parse_rate("3/0.25ms")), "3/0.25ms");
+	EXPECT_EQ(format_rate(parse_rate("1/0.000001ms")), "1/0.000001ms");
+	EXPECT_EQ(format_duration(parse_duration_ns("1.5ms", "--warmup")), "1.5ms");
+	EXPECT_EQ(format_duration(1500000000ULL), "1500ms");
+}
+
 TEST(Rate, RejectsZeroUnknownAndOverflowingRates)
 {
 	for (const char *bad : {"0/s", "0", "-5/s", "abc", "10/fortnight", "10 /s", "5kb/s", "10/0s",
