@@ -23,6 +23,9 @@ Cidr parse_cidr(std::string_view text)
 	std::string addr_text(text.substr(0, text.find('/')));
 	bool has_len = text.find('/') != std::string_view::npos;
 
+	// inet_pton reads up to a NUL; bytes after one must not be ignored.
+	if (addr_text.find('\0') != std::string::npos)
+		throw Error("invalid address '" + addr_text + "' in '" + std::string(text) + "'");
 	if (inet_pton(AF_INET, addr_text.c_str(), c.addr.data()) == 1)
 		c.family = 4;
 	else if (inet_pton(AF_INET6, addr_text.c_str(), c.addr.data()) == 1)

@@ -50,6 +50,15 @@ TEST(Cidr, RejectsMalformedInputWithAReason)
 	}
 }
 
+TEST(Cidr, RejectsBytesAfterANul)
+{
+	// inet_pton stops at a NUL: everything after it was silently ignored.
+	using namespace std::string_view_literals;
+	EXPECT_THROW(parse_cidr("10.0.0.1\0junk"sv), Error);
+	EXPECT_THROW(parse_cidr("2001:db8::\0\0" "1/64"sv), Error);
+	EXPECT_THROW(parse_cidr("10.0.0.0\0/8"sv), Error);
+}
+
 TEST(Cidr, Containment)
 {
 	EXPECT_TRUE(cidr_contains(parse_cidr("10.0.0.0/8"), parse_cidr("10.1.0.0/16")));

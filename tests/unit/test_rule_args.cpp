@@ -84,3 +84,10 @@ TEST(RuleLine, ErrorsEscapeControlCharactersFromTheLine)
 	EXPECT_EQ(cli.find('\x1b'), std::string::npos) << cli;
 	EXPECT_NE(cli.find("--bogus\\x1b[2J"), std::string::npos) << cli;
 }
+
+TEST(RuleLine, ANulInsideAWordIsNotIgnored)
+{
+	using namespace std::string_literals;
+	EXPECT_EQ(import_error("10.0.0.1\0junk --deny\n"s),
+		  "rules.txt line 1: invalid address '10.0.0.1\\x00junk' in '10.0.0.1\\x00junk'");
+}
