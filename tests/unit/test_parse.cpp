@@ -111,6 +111,16 @@ TEST(Rate, PeriodsBelowAMillisecondFormatToTextThatParses)
 	EXPECT_EQ(format_duration(1500000000ULL), "1500ms");
 }
 
+TEST(Rate, LargeByteRatesFormatWithDecimalsTheParserTakes)
+{
+	// Printed as "1.234567890123TB/2s" before: 12 decimals, the parser takes 9.
+	Rate r = parse_rate("1234567890123B/2s");
+	EXPECT_EQ(format_rate(r), "1234.567890123GB/2s");
+	EXPECT_EQ(parse_rate(format_rate(r)), r);
+	EXPECT_EQ(format_rate(parse_rate("1.5TB/2s")), "1.5TB/2s");
+	EXPECT_EQ(format_rate(parse_rate("7000000000001bit/s")), "7000.000000001gbit/s");
+}
+
 TEST(Rate, RejectsZeroUnknownAndOverflowingRates)
 {
 	for (const char *bad : {"0/s", "0", "-5/s", "abc", "10/fortnight", "10 /s", "5kb/s", "10/0s",
