@@ -59,6 +59,15 @@ TEST(Cidr, RejectsBytesAfterANul)
 	EXPECT_THROW(parse_cidr("10.0.0.0\0/8"sv), Error);
 }
 
+TEST(Cidr, APrefixLengthIsDigitsOnly)
+{
+	// "-0" read as 0: '::/-0' was the whole IPv6 space.
+	EXPECT_THROW(parse_cidr("::/-0"), Error);
+	EXPECT_THROW(parse_cidr("10.0.0.0/-0"), Error);
+	EXPECT_THROW(parse_cidr("10.0.0.0/+8"), Error);
+	EXPECT_EQ(parse_cidr("10.0.0.0/08").prefix_len, 8);
+}
+
 TEST(Cidr, Containment)
 {
 	EXPECT_TRUE(cidr_contains(parse_cidr("10.0.0.0/8"), parse_cidr("10.1.0.0/16")));
