@@ -68,6 +68,7 @@ std::optional<RuleSpec> parse_rule_line(const std::string &line)
 		return std::nullopt;
 	std::reverse(args.begin(), args.end()); // CLI11 takes them last first
 	CLI::App parser{"rule"};
+	parser.set_help_flag(); // a line asks for no help: --help is a wrong word like any other
 	RuleArgs a;
 	add_rule_options(&parser, a);
 	try {

@@ -91,3 +91,11 @@ TEST(RuleLine, ANulInsideAWordIsNotIgnored)
 	EXPECT_EQ(import_error("10.0.0.1\0junk --deny\n"s),
 		  "rules.txt line 1: invalid address '10.0.0.1\\x00junk' in '10.0.0.1\\x00junk'");
 }
+
+TEST(RuleLine, HelpIsNotARuleOption)
+{
+	// CLI11's help request surfaced as "This should be caught in your main function, see examples".
+	EXPECT_EQ(import_error("10.0.0.0/8 --deny --help\n"),
+		  "rules.txt line 1: The following argument was not expected: --help");
+	EXPECT_EQ(import_error("10.0.0.0/8 -h --deny\n"), "rules.txt line 1: The following argument was not expected: -h");
+}
