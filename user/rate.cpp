@@ -287,8 +287,10 @@ WindowParams compile_window(const Rate &rate)
 
 uint64_t parse_duration_ns(std::string_view text, const char *what)
 {
-	if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0])))
-		throw Error(std::string("invalid ") + what + " '" + std::string(text) + "' (e.g. 30s, 500ms, 2min)");
+	if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0])) ||
+	    !std::isalpha(static_cast<unsigned char>(text.back())))
+		throw Error(std::string("invalid ") + what + " '" + std::string(text) +
+			    "': a number and a unit (e.g. 30s, 500ms, 2min)");
 	return parse_period(text, text);
 }
 
