@@ -243,3 +243,12 @@ TEST(Duration, ANumberWithoutAUnitIsRefusedClearly)
 	}
 	EXPECT_EQ(parse_duration_ns("10s", "--warmup"), 10000000000u);
 }
+
+TEST(Rate, ADecimalPacketRatePrintsAsWritten)
+{
+	EXPECT_EQ(format_rate(parse_rate("0.5/s")), "0.5/s");
+	EXPECT_EQ(format_rate(parse_rate("2.5/min")), "2.5/min");
+	EXPECT_EQ(format_rate(parse_rate("100/10s")), "100/10s") << "a window as written";
+	EXPECT_EQ(format_rate(parse_rate("5/10s")), "0.5/s") << "the same rate, read back equal";
+	EXPECT_EQ(format_rate(parse_rate("0.25/s")), "0.25/s");
+}
