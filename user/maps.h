@@ -38,6 +38,10 @@ int possible_cpus();
 
 uint32_t map_max_entries(int fd);
 
+/// Opens a pinned object; on a read-only bpffs, read-only (so that reading
+/// commands still work there, and writes fail clearly). -1 and errno on failure.
+int open_pinned_object(const std::string &path);
+
 void map_update(int fd, const void *key, const void *value, const char *what);
 
 /// Updates `count` entries with one BPF_MAP_UPDATE_BATCH call.

@@ -12,6 +12,7 @@
 #include <netinet/udp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -700,4 +701,63 @@ TEST_F(EndToEnd, ATcpPacketLimitHoldsInGenericModeAsInNativeMode)
 	}
 	EXPECT_NEAR(double(passed_in["generic"]), double(passed_in["native"]), 0.1 * double(passed_in["native"]))
 		<< "TCP keeps both modes at the limit: the same number of packets pass";
+}
+
+// `ip netns exec` gives the command a mount namespace of its own, whose /sys
+// has no bpffs: an attach there used to print "attached" and leave nothing
+// attached, and status said "not attached" while rules were enforced.
+TEST_F(EndToEnd, AFreshMountNamespaceIsNamedNotMistakenForAnEmptyState)
+{
+	CommandResult st = cli({"status"});
+	EXPECT_EQ(st.exit_code, 0) << st.err;
+	EXPECT_NE(st.out.find("not attached"), std::string::npos) << st.out;
+	EXPECT_NE(access(pin_dir().c_str(), F_OK), 0) << "a read-only command created the pin directory";
+
+	CommandResult r = run_command({"ip", "netns", "exec", DST_NS, SLUICE_BIN, "attach", DST_IF});
+	EXPECT_NE(r.exit_code, 0) << r.out;
+	EXPECT_NE(r.err.find("nsenter --net="), std::string::npos) << r.err;
+	EXPECT_EQ(run_command({"ip", "-n", DST_NS, "link", "show", DST_IF}).out.find("xdp"), std::string::npos)
+		<< "nothing is attached";
+
+	attach();
+	expect_ok(cli({"rule", "add", "10.200.0.0/24", "--deny"}));
+	r = run_command({"ip", "netns", "exec", DST_NS, SLUICE_BIN, "status"});
+	EXPECT_NE(r.exit_code, 0) << r.out;
+	EXPECT_EQ(r.out.find("not attached"), std::string::npos) << "it must not claim nothing is attached";
+	EXPECT_NE(r.err.find("nsenter --net="), std::string::npos) << r.err;
+}
+
+// On a read-only bpffs, `detach --all` used to detach the links, leave their
+// pins and report success.
+TEST_F(EndToEnd, DetachRefusesAReadOnlyBpffsAndChangesNothing)
+{
+	const std::string mnt = "/tmp/sle2e-ro-" + std::to_string(getpid());
+	ASSERT_EQ(mkdir(mnt.c_str(), 0700), 0);
+	shell("mount -t bpf bpf " + mnt);
+	setenv("SLUICE_PIN_DIR", (mnt + "/sluice").c_str(), 1);
+	struct Cleanup {
+		std::string mnt;
+		~Cleanup()
+		{
+			run_command({"mount", "-o", "remount,rw", mnt});
+			run_command({SLUICE_BIN, "detach", "--all"});
+			run_command({"umount", mnt});
+			rmdir(mnt.c_str());
+			setenv("SLUICE_PIN_DIR", pin_dir().c_str(), 1);
+		}
+	} cleanup{mnt};
+
+	attach();
+	shell("mount -o remount,ro " + mnt);
+	for (std::vector<std::string> cmd : {std::vector<std::string>{"detach", "--all"}, {"detach", DST_IF}}) {
+		CommandResult r = cli_dst(cmd);
+		EXPECT_NE(r.exit_code, 0) << r.out;
+		EXPECT_NE(r.err.find("read-only"), std::string::npos) << r.err;
+		EXPECT_NE(r.err.find("nothing was changed"), std::string::npos) << r.err;
+	}
+	EXPECT_NE(run_command({"ip", "-n", DST_NS, "link", "show", DST_IF}).out.find("xdp"), std::string::npos)
+		<< "still attached";
+	EXPECT_EQ(cli_json({"status", "--json"})["links"].size(), 1u);
+	shell("mount -o remount,rw " + mnt);
+	expect_ok(cli({"detach", "--all"}));
 }
