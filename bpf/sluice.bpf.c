@@ -2,15 +2,17 @@
 /*
  * Sluice XDP program: per-source rate limiting at layer 3/4.
  *
- * For each frame: parse (parse.h), find the rules covering the source address
- * with one lookup (a multibit table for IPv4, an LPM trie for IPv6; the
- * controller compiles each prefix's candidate list, most specific first), take
- * the first rule whose protocol and port match, then allow, deny, or charge the
- * source's bucket (sluice_algos.h): IPv4 buckets in a set table of our own,
- * IPv6 buckets in an LRU hash.
+ * For each frame: parse (parse.h); a later fragment takes its datagram's
+ * protocol and port from the fragment table; find the rules covering the
+ * source address with one lookup (a multibit table for IPv4, an LPM trie for
+ * IPv6; the controller compiles each prefix's candidate list, most specific
+ * first), take the first rule whose protocol and port match (or, when they
+ * are unknown, the strictest rule the packet may belong to), then allow, deny,
+ * or charge the source's bucket (sluice_algos.h): IPv4 buckets in a set table
+ * of our own, IPv6 buckets in an LRU hash.
  *
- * Fail-open: whenever the program cannot decide, the frame passes and a global
- * counter says why.
+ * Every frame lands in exactly one verdict counter. Fail-open: whenever the
+ * program cannot decide, the frame passes and a counter says why.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -108,6 +110,14 @@ struct {
 	__type(value, struct sluice_pending_drops);
 } SLUICE_MAP_PENDING SEC(".maps");
 
+/* A new IPv6 bucket is built here before it is inserted (see charge_bucket). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sluice_source_state);
+} sluice_scratch SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, SLUICE_DEFAULT_MAX_SOURCES);
@@ -152,6 +162,22 @@ struct {
 	__type(value, struct sluice_meta);
 } SLUICE_MAP_META SEC(".maps");
 
+/* The first fragment's protocol and port, by datagram (see sluice_abi.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, SLUICE_FRAG_ENTRIES);
+	__type(key, struct sluice_frag_key);
+	__type(value, struct sluice_frag_info);
+} SLUICE_MAP_FRAGS SEC(".maps");
+
+/* Each attached interface's MTU by ifindex: a longer frame is a super-packet. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SLUICE_MAX_IFACES);
+	__type(key, __u32);
+	__type(value, __u32);
+} SLUICE_MAP_IFACE_MTU SEC(".maps");
+
 static __always_inline void count_global(__u32 idx, __u64 bytes)
 {
 	struct sluice_counter *c = bpf_map_lookup_elem(&SLUICE_MAP_COUNTERS, &idx);
@@ -185,6 +211,11 @@ static __always_inline __u64 now_ns(const struct sluice_rule *rule)
 	return t ? *t : 0;
 }
 
+static __always_inline __u64 frag_clock(void)
+{
+	return now_ns(NULL);
+}
+
 /* Test builds only: reads of a key to waste between finding a bucket and
  * charging it, so that a test can make another CPU's eviction land there. */
 struct {
@@ -200,7 +231,7 @@ static __always_inline void race_window(const __u64 *key)
 
 	if (!reads)
 		return;
-	for (i = 0; i < 4096; i++) {
+	for (i = 0; i < 1024; i++) { /* the verifier walks each iteration: keep it short */
 		if (i >= *reads)
 			break;
 		SLUICE_READ_ONCE(*key);
@@ -217,16 +248,37 @@ static __always_inline __u64 now_ns(const struct sluice_rule *rule)
 		return bpf_ktime_get_coarse_ns();
 	return bpf_ktime_get_ns();
 }
+
+static __always_inline __u64 frag_clock(void)
+{
+	return bpf_ktime_get_coarse_ns();
+}
 #endif
 
-/* A selector the packet cannot show (unknown protocol or ports) matches. */
-static __always_inline int rule_matches(const struct sluice_rule *r, const struct packet_info *pkt)
+enum rule_match {
+	MATCH_NO,    /* a selector the packet shows differs */
+	MATCH_MAYBE, /* a selector the rule has cannot be read from the packet */
+	MATCH_YES,
+};
+
+static __always_inline enum rule_match rule_matches(const struct sluice_rule *r,
+						    const struct packet_info *pkt)
 {
-	if (r->proto != SLUICE_PROTO_ANY && pkt->proto_known && r->proto != pkt->proto)
-		return 0;
-	if (pkt->ports_known && (pkt->dport < r->dport_lo || pkt->dport > r->dport_hi))
-		return 0;
-	return 1;
+	enum rule_match m = MATCH_YES;
+
+	if (r->proto != SLUICE_PROTO_ANY) {
+		if (!pkt->proto_known)
+			m = MATCH_MAYBE;
+		else if (r->proto != pkt->proto)
+			return MATCH_NO;
+	}
+	if (r->dport_lo != 0 || r->dport_hi != 0xffff) {
+		if (!pkt->ports_known)
+			m = MATCH_MAYBE;
+		else if (pkt->dport < r->dport_lo || pkt->dport > r->dport_hi)
+			return MATCH_NO;
+	}
+	return m;
 }
 
 /* The match list for an IPv4 source: at most three array lookups. */
@@ -265,12 +317,21 @@ static __always_inline const struct sluice_match_list *lookup_v4(const __u8 *sad
 	return bpf_map_lookup_elem(&SLUICE_MAP_LISTS_V4, &e);
 }
 
-/* The first candidate rule that matches, or NULL. *slot_out gets its slot;
- * *vanished is set if a listed slot was emptied by a concurrent update. */
+/*
+ * The rule that decides the packet, or NULL. With every selector known, that
+ * is the first candidate that matches. A candidate that may match (an unknown
+ * protocol or port) is weighed with the rest, up to the first that surely
+ * matches: an allow never matches on an unknown selector, and of the others
+ * the strictest decides (the earlier on a tie), so hiding a header never
+ * moves a packet to a laxer rule. *slot_out gets its slot; *vanished is set
+ * if a listed slot was emptied by a concurrent update.
+ */
 static __always_inline const struct sluice_rule *
-match_rule(const struct packet_info *pkt, __u32 *slot_out, int *vanished)
+match_rule(struct packet_info *pkt, __u32 *slot_out, int *vanished)
 {
 	const struct sluice_match_list *list;
+	__u64 best_strictness = 0;
+	int found = 0;
 	__u32 i, n;
 
 	if (pkt->family == 4) {
@@ -283,10 +344,14 @@ match_rule(const struct packet_info *pkt, __u32 *slot_out, int *vanished)
 	}
 	if (!list)
 		return NULL;
+	pkt->flags |= PKT_COVERED;
 
+	/* The best candidate is kept as a slot, not a pointer, so that the
+	 * verifier's states converge across iterations. */
 	n = list->count;
 	for (i = 0; i < SLUICE_MAX_CANDIDATES; i++) {
 		const struct sluice_rule *r;
+		enum rule_match m;
 		__u32 slot;
 
 		if (i >= n)
@@ -297,12 +362,20 @@ match_rule(const struct packet_info *pkt, __u32 *slot_out, int *vanished)
 			*vanished = 1;
 			continue;
 		}
-		if (rule_matches(r, pkt)) {
+		m = rule_matches(r, pkt);
+		if (m == MATCH_NO || (m == MATCH_MAYBE && r->action == SLUICE_ACTION_ALLOW))
+			continue;
+		if (!found || r->strictness > best_strictness) {
+			found = 1;
+			best_strictness = r->strictness;
 			*slot_out = slot;
-			return r;
 		}
+		if (m == MATCH_YES)
+			break;
 	}
-	return NULL;
+	if (!found)
+		return NULL;
+	return bpf_map_lookup_elem(&SLUICE_MAP_RULES, slot_out);
 }
 
 /* Masks an address in place to its first `bits` bits. */
@@ -348,9 +421,24 @@ static __always_inline int gcra_form(const struct sluice_rule *rule)
 	       (rule->algo == SLUICE_ALGO_TOKEN_BUCKET && !rule->bucket.warmup);
 }
 
+/* Ticks a charge of `cost` (packets, or bytes) takes from a bucket rule. */
 static __always_inline __u64 cost_ticks(const struct sluice_rule *rule, __u64 cost)
 {
-	return sluice_cost_ticks(rule->bucket.inc_mult, rule->inc_shift, cost);
+	return sluice_charge_ticks(rule->bucket.inc_mult, rule->inc_shift, cost,
+				   rule->unit == SLUICE_UNIT_BYTES ? SLUICE_MAX_COST : 1);
+}
+
+/* What a packet is charged: the wire packets and bytes it carries (a
+ * super-packet carries several), and its cost in the rule's unit. */
+struct charge {
+	__u64 packets;
+	__u64 bytes;
+};
+
+/* The cost of a charge in the rule's unit. */
+static __always_inline __u64 charge_cost(const struct sluice_rule *rule, const struct charge *ch)
+{
+	return rule->unit == SLUICE_UNIT_BYTES ? ch->bytes : ch->packets;
 }
 
 /* One decision of a multi-word algorithm on a copy of its state. */
@@ -371,12 +459,14 @@ static __always_inline int decide_locked(union sluice_algo_state *s, const struc
 }
 
 /* What a packet asks of a bucket: `want` is the key it looked up (IPv4 set
- * table) at `set_idx`, `way`; `cost` its units (1, or bytes); `l3_len` its bytes. */
+ * table) at `set_idx`, `way`; `cost` its units in the rule's unit; `packets`
+ * and `bytes` what it carries (struct charge). */
 struct charge_req {
 	__u64 want;
 	__u64 now;
 	__u64 cost;
-	__u64 l3_len;
+	__u64 packets;
+	__u64 bytes;
 	__u32 set_idx;
 	__u32 way;
 };
@@ -427,24 +517,24 @@ static __always_inline void count_source(struct sluice_source_counters *c, const
 					 __u16 gen, enum bucket_result res,
 					 const struct charge_req *req)
 {
-	__u64 tag = gen_ptr ? sluice_gen_tag(gen) : 0, l3_len = req->l3_len;
+	__u64 tag = gen_ptr ? sluice_gen_tag(gen) : 0, l3_len = req->bytes, n = req->packets;
 	struct sluice_pending_drops *p;
 	struct sluice_set_v4 *old;
 	__u32 zero = 0;
 
 	if (res != BUCKET_DROP) {
-		count_add(&c->passed_packets, tag, 1);
+		count_add(&c->passed_packets, tag, n);
 		count_add(&c->passed_bytes, tag, l3_len);
 		return;
 	}
 	p = gen_ptr ? bpf_map_lookup_elem(&SLUICE_MAP_PENDING, &zero) : NULL;
 	if (!p) {
-		count_add(&c->dropped_packets, tag, 1);
+		count_add(&c->dropped_packets, tag, n);
 		count_add(&c->dropped_bytes, tag, l3_len);
 		return;
 	}
 	if (p->packets && p->set == req->set_idx && p->way == req->way && p->gen == gen) {
-		p->packets++;
+		p->packets += n;
 		p->bytes += l3_len;
 		return;
 	}
@@ -460,7 +550,7 @@ static __always_inline void count_source(struct sluice_source_counters *c, const
 	p->set = req->set_idx;
 	p->way = (__u16)req->way;
 	p->gen = gen;
-	p->packets = 1;
+	p->packets = n;
 	p->bytes = l3_len;
 }
 
@@ -612,7 +702,7 @@ __noinline int sluice_charge(struct sluice_source_state *st, const __u64 *key, c
  */
 static __always_inline enum bucket_result init_state(struct sluice_source_state *init,
 						      const struct sluice_rule *rule, __u64 now,
-						      __u64 cost, __u64 l3_len)
+						      __u64 cost, __u64 packets, __u64 l3_len)
 {
 	enum bucket_result res;
 	__u64 now_t = sluice_ns_to_ticks(now), next;
@@ -628,33 +718,70 @@ static __always_inline enum bucket_result init_state(struct sluice_source_state 
 		res = decide_locked(&init->algo, rule, now, cost) ? BUCKET_PASS : BUCKET_DROP;
 	}
 	if (res == BUCKET_PASS) {
-		init->cnt.passed_packets = 1;
+		init->cnt.passed_packets = packets;
 		init->cnt.passed_bytes = l3_len;
 	} else {
-		init->cnt.dropped_packets = 1;
+		init->cnt.dropped_packets = packets;
 		init->cnt.dropped_bytes = l3_len;
 	}
 	return res;
 }
 
+/* A packet's request, in a per-CPU slot rather than on the stack: the
+ * program's frames must fit the verifier's 512 bytes across its calls. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct charge_req);
+} sluice_req SEC(".maps");
+
+static __always_inline struct charge_req *new_req(const struct sluice_rule *rule, __u64 now,
+						  const struct charge *ch)
+{
+	__u32 zero = 0;
+	struct charge_req *req = bpf_map_lookup_elem(&sluice_req, &zero);
+
+	if (!req)
+		return NULL;
+	req->want = 0;
+	req->now = now;
+	req->cost = charge_cost(rule, ch);
+	req->packets = ch->packets;
+	req->bytes = ch->bytes;
+	req->set_idx = 0;
+	req->way = 0;
+	return req;
+}
+
 /* IPv6: charges `cost` units to the bucket at `key` in the LRU table. */
 static __always_inline enum bucket_result charge_bucket(void *sources, void *key,
 							 const struct sluice_rule *rule, __u64 now,
-							 __u64 cost, __u64 l3_len)
+							 const struct charge *ch)
 {
-	struct charge_req req = { .now = now, .cost = cost, .l3_len = l3_len };
 	struct sluice_source_state *st;
 	enum bucket_result res;
+	struct charge_req *req;
+	__u32 zero = 0;
 	int err;
+
+	req = new_req(rule, now, ch);
+	if (!req)
+		return BUCKET_FAIL_TABLE;
 
 	st = bpf_map_lookup_elem(sources, key);
 	if (!st) {
-		struct sluice_source_state init = {};
+		/* Built in a per-CPU scratch slot, not on the stack: the program's
+		 * frames must fit the verifier's 512 bytes across calls. */
+		struct sluice_source_state *init = bpf_map_lookup_elem(&sluice_scratch, &zero);
 
-		res = init_state(&init, rule, now, cost, l3_len);
+		if (!init)
+			return BUCKET_FAIL_TABLE;
+		__builtin_memset(init, 0, sizeof(*init));
+		res = init_state(init, rule, now, req->cost, req->packets, req->bytes);
 		if (gcra_form(rule))
-			init.word += sluice_ns_to_ticks(now); /* offset 0: the word is the arrival time */
-		err = bpf_map_update_elem(sources, key, &init, BPF_NOEXIST);
+			init->word += sluice_ns_to_ticks(now); /* offset 0: the word is the arrival time */
+		err = bpf_map_update_elem(sources, key, init, BPF_NOEXIST);
 		if (err == 0) {
 			count_global(SLUICE_CNT_INFO_NEW_BUCKET, 0);
 			return res;
@@ -666,7 +793,7 @@ static __always_inline enum bucket_result charge_bucket(void *sources, void *key
 		if (!st)
 			return BUCKET_FAIL_TABLE;
 	}
-	return sluice_charge(st, NULL, NULL, rule, &req);
+	return sluice_charge(st, NULL, NULL, rule, req);
 }
 
 /* The way of `set` holding `key`, or -1; *busy is set to 1 + a way being written. */
@@ -737,8 +864,9 @@ static __always_inline void consider_set(struct sluice_set_v4 *set, __u32 stamp,
 __noinline int sluice_insert_v4(struct sluice_set_v4 *a, struct sluice_set_v4 *b,
 				const struct sluice_rule *rule, const struct charge_req *req)
 {
-	struct sluice_source_state init = {};
+	struct sluice_source_state *init;
 	struct victim v = {};
+	__u32 zero = 0;
 	enum bucket_result res;
 	__u32 stamp;
 	__u64 frozen;
@@ -762,8 +890,15 @@ __noinline int sluice_insert_v4(struct sluice_set_v4 *a, struct sluice_set_v4 *b
 	}
 	/* Read before the way is stamped anew: was the evicted source active? */
 	active = v.key != SLUICE_KEY_EMPTY && sluice_way_active(v.set, w, v.age);
-	res = init_state(&init, rule, req->now, req->cost, req->l3_len);
-	sluice_way_install(v.set, w, frozen, &init, gcra_form(rule), sluice_ns_to_ticks(req->now), stamp,
+	/* Built in the per-CPU scratch slot: stack frames are short across calls. */
+	init = bpf_map_lookup_elem(&sluice_scratch, &zero);
+	if (!init) {
+		sluice_way_unclaim(v.set, w, v.key);
+		return -1;
+	}
+	__builtin_memset(init, 0, sizeof(*init));
+	res = init_state(init, rule, req->now, req->cost, req->packets, req->bytes);
+	sluice_way_install(v.set, w, frozen, init, gcra_form(rule), sluice_ns_to_ticks(req->now), stamp,
 			   req->want);
 
 	count_global(SLUICE_CNT_INFO_NEW_BUCKET, 0);
@@ -777,14 +912,17 @@ __noinline int sluice_insert_v4(struct sluice_set_v4 *a, struct sluice_set_v4 *b
 
 /* IPv4: finds or creates the bucket of `key` in the set-associative table. */
 static __always_inline enum bucket_result charge_v4(__u64 key, const struct sluice_rule *rule,
-						     __u64 now, __u64 cost, __u64 l3_len)
+						     __u64 now, const struct charge *ch)
 {
-	struct charge_req req = { .want = key, .now = now, .cost = cost, .l3_len = l3_len };
+	struct charge_req *req = new_req(rule, now, ch);
 	const struct sluice_config *cfg;
 	struct sluice_set_v4 *a, *b, *set;
 	__u32 zero = 0, i1, i2, stamp;
 	int attempt, w, res;
 
+	if (!req)
+		return BUCKET_FAIL_TABLE;
+	req->want = key;
 	cfg = bpf_map_lookup_elem(&SLUICE_MAP_CONFIG, &zero);
 	if (!cfg || !cfg->src4_sets)
 		return BUCKET_FAIL_TABLE;
@@ -798,11 +936,11 @@ static __always_inline enum bucket_result charge_v4(__u64 key, const struct slui
 		int busy_a = 0, busy_b = 0;
 
 		set = a;
-		req.set_idx = i1;
+		req->set_idx = i1;
 		w = scan_set(a, key, &busy_a);
 		if (w < 0) {
 			set = b;
-			req.set_idx = i2;
+			req->set_idx = i2;
 			w = scan_set(b, key, &busy_b);
 		}
 		if (w >= 0) {
@@ -812,13 +950,13 @@ static __always_inline enum bucket_result charge_v4(__u64 key, const struct slui
 			 * moved back by a CPU whose clock reads a little behind. */
 			if ((__s32)(stamp - set->seen[w]) > 0)
 				set->seen[w] = stamp;
-			req.way = w;
+			req->way = w;
 			race_window(&set->key[w]);
 			/* The GCRA form inline: the hot path pays no call. */
 			if (gcra_form(rule))
-				res = charge_gcra(&set->way[w], &set->key[w], &set->gen[w], rule, &req);
+				res = charge_gcra(&set->way[w], &set->key[w], &set->gen[w], rule, req);
 			else
-				res = sluice_charge(&set->way[w], &set->key[w], &set->gen[w], rule, &req);
+				res = sluice_charge(&set->way[w], &set->key[w], &set->gen[w], rule, req);
 			if (res >= 0)
 				return res;
 			continue; /* evicted under us: look again */
@@ -833,7 +971,7 @@ static __always_inline enum bucket_result charge_v4(__u64 key, const struct slui
 			wait_published(b, busy_b - 1);
 			continue;
 		}
-		res = sluice_insert_v4(a, b, rule, &req);
+		res = sluice_insert_v4(a, b, rule, req);
 		if (res >= 0)
 			return res;
 	}
@@ -876,7 +1014,8 @@ __noinline int sluice_charge_log(struct sluice_log_state *st, const struct sluic
 		if (s & 1)
 			break; /* held throughout: a preempted holder */
 		head = SLUICE_READ_ONCE(st->head);
-		admit = log_would_admit(st, head, req->now, rule);
+		/* A super-packet's several passes are decided under the lock. */
+		admit = req->packets != 1 || log_would_admit(st, head, req->now, rule);
 		if (SLUICE_READ_ONCE(st->lock) != s)
 			continue;
 		if (!admit) {
@@ -885,10 +1024,10 @@ __noinline int sluice_charge_log(struct sluice_log_state *st, const struct sluic
 		}
 		if (__sync_val_compare_and_swap(&st->lock, s, s + 1) != s)
 			continue;
-		sluice_log_admit(st->ring, &st->head, req->now, rule->window.window_ns,
-				 (__u32)rule->window.limit);
+		admit = sluice_log_admit(st->ring, &st->head, req->now, rule->window.window_ns,
+					 (__u32)rule->window.limit, req->packets);
 		__sync_lock_test_and_set(&st->lock, s + 2); /* a full barrier, as above */
-		res = BUCKET_PASS;
+		res = admit ? BUCKET_PASS : BUCKET_DROP;
 		break;
 	}
 	count_source(&st->cnt, NULL, 0, res, req);
@@ -898,13 +1037,15 @@ __noinline int sluice_charge_log(struct sluice_log_state *st, const struct sluic
 /* A sliding-log bucket: created empty from the zero template, then charged. */
 static __always_inline enum bucket_result charge_log(void *logs, void *key,
 						      const struct sluice_rule *rule, __u64 now,
-						      __u64 l3_len)
+						      const struct charge *ch)
 {
-	struct charge_req req = { .now = now, .l3_len = l3_len };
+	struct charge_req *req = new_req(rule, now, ch);
 	struct sluice_log_state *st;
 	__u32 zero = 0;
 	int err;
 
+	if (!req)
+		return BUCKET_FAIL_TABLE;
 	st = bpf_map_lookup_elem(logs, key);
 	if (!st) {
 		struct sluice_log_state *empty = bpf_map_lookup_elem(&sluice_zero_log, &zero);
@@ -920,18 +1061,15 @@ static __always_inline enum bucket_result charge_log(void *logs, void *key,
 		if (!st)
 			return BUCKET_FAIL_TABLE;
 	}
-	return sluice_charge_log(st, rule, &req);
+	return sluice_charge_log(st, rule, req);
 }
 
 static __always_inline enum bucket_result apply_limit(const struct packet_info *pkt,
-						       const struct sluice_rule *rule)
+						       const struct sluice_rule *rule,
+						       const struct charge *ch)
 {
 	int log = rule->algo == SLUICE_ALGO_SLIDING_LOG;
 	__u64 now = now_ns(rule);
-	__u64 cost = 1;
-
-	if (rule->unit == SLUICE_UNIT_BYTES)
-		cost = pkt->l3_len < SLUICE_MAX_COST ? pkt->l3_len : SLUICE_MAX_COST;
 
 	if (pkt->family == 4) {
 		struct sluice_src_v4 key = { .rule_id = rule->id };
@@ -940,32 +1078,190 @@ static __always_inline enum bucket_result apply_limit(const struct packet_info *
 		__builtin_memcpy(key.addr, pkt->saddr, 4);
 		mask_addr(key.addr, 1, rule->per_prefix);
 		if (log)
-			return charge_log(&SLUICE_MAP_LOGS_V4, &key, rule, now, pkt->l3_len);
+			return charge_log(&SLUICE_MAP_LOGS_V4, &key, rule, now, ch);
 		__builtin_memcpy(&addr, key.addr, 4);
-		return charge_v4(sluice_src4_key(rule->id, addr), rule, now, cost, pkt->l3_len);
+		return charge_v4(sluice_src4_key(rule->id, addr), rule, now, ch);
 	} else {
 		struct sluice_src_v6 key = { .rule_id = rule->id };
 
 		__builtin_memcpy(key.addr, pkt->saddr, 16);
 		mask_addr(key.addr, 4, rule->per_prefix);
 		if (log)
-			return charge_log(&SLUICE_MAP_LOGS_V6, &key, rule, now, pkt->l3_len);
-		return charge_bucket(&SLUICE_MAP_SOURCES_V6, &key, rule, now, cost, pkt->l3_len);
+			return charge_log(&SLUICE_MAP_LOGS_V6, &key, rule, now, ch);
+		return charge_bucket(&SLUICE_MAP_SOURCES_V6, &key, rule, now, ch);
 	}
 }
 
-SEC("xdp")
+/* A later fragment takes its datagram's protocol and port, remembered when
+ * the first fragment passed. */
+static __always_inline void recall_first_fragment(struct packet_info *pkt,
+						  const struct sluice_frag_key *fk)
+{
+	const struct sluice_frag_info *fi = bpf_map_lookup_elem(&SLUICE_MAP_FRAGS, fk);
+
+	if (!fi || frag_clock() - fi->first_ns > SLUICE_FRAG_TIMEOUT_NS)
+		return;
+	pkt->proto = fi->proto;
+	pkt->proto_known = 1;
+	pkt->dport = fi->dport;
+	pkt->ports_known = fi->ports_known;
+}
+
+static __always_inline void remember_first_fragment(const struct packet_info *pkt,
+						    const struct sluice_frag_key *fk)
+{
+	struct sluice_frag_info fi = {
+		.first_ns = frag_clock(),
+		.dport = pkt->dport,
+		.proto = pkt->proto,
+		.ports_known = pkt->ports_known,
+	};
+
+	bpf_map_update_elem(&SLUICE_MAP_FRAGS, fk, &fi, BPF_ANY);
+}
+
+/*
+ * The wire packets and bytes a frame carries. A TCP or UDP frame longer than
+ * its interface's MTU is a super-packet (GRO in generic mode, BIG TCP): it is
+ * charged as the segments it was or will be cut into, each with its headers.
+ */
+static __always_inline void wire_charge(const struct xdp_md *ctx, const struct packet_info *pkt,
+					struct charge *ch)
+{
+	__u32 ifindex = ctx->ingress_ifindex, mtu = SLUICE_DEFAULT_MTU, *m;
+	__u64 segment, segs;
+
+	ch->packets = 1;
+	ch->bytes = pkt->l3_len;
+	if (pkt->l3_len <= SLUICE_DEFAULT_MTU || !pkt->ports_known)
+		return;
+	m = bpf_map_lookup_elem(&SLUICE_MAP_IFACE_MTU, &ifindex);
+	if (m)
+		mtu = *m;
+	if (pkt->l3_len <= mtu || pkt->hdr_len >= mtu)
+		return;
+	segment = mtu - pkt->hdr_len;
+	segs = (pkt->l3_len - pkt->hdr_len + segment - 1) / segment;
+	ch->packets = segs;
+	ch->bytes = pkt->l3_len + (segs - 1) * pkt->hdr_len;
+}
+
+/* The verdict counter of a limit rule's bucket result. */
+static __always_inline __u32 limit_verdict(enum bucket_result res, const struct sluice_rule *rule)
+{
+	int shadow = rule->flags & SLUICE_RULE_SHADOW;
+
+	switch (res) {
+	case BUCKET_PASS:
+		return SLUICE_CNT_PASS_LIMIT;
+	case BUCKET_FORCED:
+		return SLUICE_CNT_PASS_CONTENTION;
+	case BUCKET_DROP:
+		return shadow ? SLUICE_CNT_PASS_SHADOW : SLUICE_CNT_DROP_RATE;
+	default:
+		return SLUICE_CNT_FAILOPEN_TABLE;
+	}
+}
+
+static __always_inline void count_rule(__u32 slot, enum bucket_result res, const struct charge *ch)
+{
+	struct sluice_rule_counters *rc = rule_counters(slot);
+
+	if (!rc)
+		return;
+	switch (res) {
+	case BUCKET_FORCED:
+		rc->passed_contention += ch->packets;
+		/* fallthrough */
+	case BUCKET_PASS:
+		rc->passed_packets += ch->packets;
+		rc->passed_bytes += ch->bytes;
+		break;
+	case BUCKET_DROP:
+		rc->dropped_packets += ch->packets;
+		rc->dropped_bytes += ch->bytes;
+		break;
+	case BUCKET_FAIL_TABLE:
+		rc->failopen_table += ch->packets;
+		break;
+	}
+}
+
+/* Decides an IP packet: the verdict counter it lands in. A global function,
+ * so the verifier checks it once rather than once per parsing path. */
+__noinline __u32 decide_packet(struct xdp_md *ctx, struct packet_info *pkt,
+			       const struct sluice_frag_key *fk)
+{
+	const struct sluice_rule *rule;
+	enum bucket_result res;
+	struct charge ch;
+	__u32 slot = 0, verdict;
+	int vanished = 0;
+
+	if (!pkt || !fk) /* the verifier needs it: a global function's pointers may be NULL */
+		return SLUICE_CNT_FAILOPEN_PARSE;
+	if (pkt->flags & PKT_LATER_FRAG) {
+		count_global(SLUICE_CNT_INFO_FRAGMENT, pkt->l3_len);
+		recall_first_fragment(pkt, fk);
+	}
+	if (pkt->flags & PKT_ENCAP)
+		count_global(SLUICE_CNT_INFO_ENCAPSULATED, pkt->l3_len);
+	if (!pkt->ports_known && (!pkt->proto_known || pkt->proto == SLUICE_PROTO_TCP ||
+				  pkt->proto == SLUICE_PROTO_UDP))
+		count_global(SLUICE_CNT_INFO_L4_UNKNOWN, pkt->l3_len);
+
+	rule = match_rule(pkt, &slot, &vanished);
+	if (!rule)
+		return vanished ? SLUICE_CNT_FAILOPEN_RULE : SLUICE_CNT_PASS_NO_MATCH;
+	/* A first fragment too short for its ports hides them from every
+	 * fragment of its datagram: nothing legitimate is sent that way. */
+	if (pkt->flags & PKT_TINY_FRAG)
+		return SLUICE_CNT_DROP_MALFORMED;
+
+	wire_charge(ctx, pkt, &ch);
+	if (rule->action == SLUICE_ACTION_ALLOW) {
+		res = BUCKET_PASS;
+		verdict = SLUICE_CNT_PASS_ALLOW;
+	} else if (rule->action == SLUICE_ACTION_DENY) {
+		res = BUCKET_DROP;
+		verdict = (rule->flags & SLUICE_RULE_SHADOW) ? SLUICE_CNT_PASS_SHADOW : SLUICE_CNT_DROP_DENY;
+	} else {
+		res = apply_limit(pkt, rule, &ch);
+		verdict = limit_verdict(res, rule);
+	}
+	count_rule(slot, res, &ch);
+	return verdict;
+}
+
+/* The bytes after L2 of a frame that was not parsed as IP: what its counter counts. */
+static __always_inline __u32 bytes_after(void *data, void *data_end, __u32 l3_off)
+{
+	void *l3 = data + (l3_off & (SLUICE_MAX_HDR_OFF - 1)); /* the verifier wants it bounded */
+
+	return l3 < data_end ? data_end - l3 : 0;
+}
+
+/* The verdict counter of a frame that is not an IP packet we can judge. */
+static __always_inline __u32 unparsed_verdict(int parsed)
+{
+	switch (parsed) {
+	case PARSE_NOT_IP:
+		return SLUICE_CNT_PASS_NOT_IP;
+	case PARSE_TOO_DEEP:
+		return SLUICE_CNT_DROP_MALFORMED;
+	default:
+		return SLUICE_CNT_FAILOPEN_PARSE;
+	}
+}
+
+SEC("xdp.frags")
 int SLUICE_PROG_NAME(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct packet_info pkt = {};
-	struct sluice_rule_counters *rc;
-	const struct sluice_rule *rule;
-	enum bucket_result res;
-	void *payload;
-	__u32 slot = 0;
-	int vanished = 0;
+	struct sluice_frag_key fk;
+	__u32 verdict, l3_off;
 	int parsed;
 
 #ifdef SLUICE_BENCH_SOURCES
@@ -973,63 +1269,23 @@ int SLUICE_PROG_NAME(struct xdp_md *ctx)
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
 #endif
-	parsed = parse_packet(data, data_end, &pkt, &payload);
-	if (parsed <= 0) {
-		count_global(parsed == 0 ? SLUICE_CNT_PASS_NOT_IP : SLUICE_CNT_FAILOPEN_PARSE,
-			     data_end - payload);
-		return XDP_PASS;
-	}
-	if (pkt.fragment)
-		count_global(SLUICE_CNT_INFO_FRAGMENT, pkt.l3_len);
-	if (!pkt.ports_known && (!pkt.proto_known || pkt.proto == SLUICE_PROTO_TCP ||
-				 pkt.proto == SLUICE_PROTO_UDP))
-		count_global(SLUICE_CNT_INFO_L4_UNKNOWN, pkt.l3_len);
-
-	rule = match_rule(&pkt, &slot, &vanished);
-	if (!rule) {
-		count_global(vanished ? SLUICE_CNT_FAILOPEN_RULE : SLUICE_CNT_PASS_NO_MATCH,
-			     pkt.l3_len);
-		return XDP_PASS;
-	}
-	rc = rule_counters(slot);
-
-	if (rule->action == SLUICE_ACTION_ALLOW) {
-		res = BUCKET_PASS;
-		count_global(SLUICE_CNT_PASS_ALLOW, pkt.l3_len);
-	} else if (rule->action == SLUICE_ACTION_DENY) {
-		res = BUCKET_DROP;
-		count_global((rule->flags & SLUICE_RULE_SHADOW) ? SLUICE_CNT_PASS_SHADOW : SLUICE_CNT_DROP_DENY,
-			     pkt.l3_len);
+	parsed = parse_packet(ctx, &pkt, &fk, &l3_off);
+	if (parsed == PARSE_IP) {
+		verdict = decide_packet(ctx, &pkt, &fk);
+		count_global(verdict, pkt.l3_len);
 	} else {
-		res = apply_limit(&pkt, rule);
-		count_global(res == BUCKET_PASS ? SLUICE_CNT_PASS_LIMIT :
-			     res == BUCKET_FORCED ? SLUICE_CNT_PASS_CONTENTION :
-			     res == BUCKET_FAIL_TABLE ? SLUICE_CNT_FAILOPEN_TABLE :
-			     (rule->flags & SLUICE_RULE_SHADOW) ? SLUICE_CNT_PASS_SHADOW :
-						       SLUICE_CNT_DROP_RATE,
-			     pkt.l3_len);
-	}
+		__u32 bytes = bytes_after(data, data_end, l3_off);
 
-	if (rc) {
-		switch (res) {
-		case BUCKET_FORCED:
-			rc->passed_contention++;
-			/* fallthrough */
-		case BUCKET_PASS:
-			rc->passed_packets++;
-			rc->passed_bytes += pkt.l3_len;
-			break;
-		case BUCKET_DROP:
-			rc->dropped_packets++;
-			rc->dropped_bytes += pkt.l3_len;
-			break;
-		case BUCKET_FAIL_TABLE:
-			rc->failopen_table++;
-			break;
-		}
+		if (pkt.flags & PKT_ENCAP)
+			count_global(SLUICE_CNT_INFO_ENCAPSULATED, bytes);
+		verdict = unparsed_verdict(parsed);
+		count_global(verdict, bytes);
 	}
-	if (res == BUCKET_DROP && !(rule->flags & SLUICE_RULE_SHADOW))
+	if ((SLUICE_DROP_VERDICTS >> verdict) & 1)
 		return XDP_DROP;
+	/* Only where a rule covers the source: the table is kept for them. */
+	if ((pkt.flags & (PKT_FIRST_FRAG | PKT_TINY_FRAG | PKT_COVERED)) == (PKT_FIRST_FRAG | PKT_COVERED))
+		remember_first_fragment(&pkt, &fk);
 	return XDP_PASS;
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test: unit, BPF (the real
 # program through BPF_PROG_TEST_RUN) and end-to-end (namespaces, veth, real
-# traffic). Fails, never skips, if the kernel tests cannot run.
+# traffic), then the parser fuzzers. Fails, never skips, if the kernel tests
+# cannot run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -17,4 +18,9 @@ for layer in unit bpf e2e; do
   echo "== ${layer}: ${n} tests"
 done
 
+# The parser fuzzers, 60 s each; any finding fails the run.
+echo "== fuzz: parsers, 60 s each"
+./scripts/fuzz.sh 60
+
+# Last, so that its closing line ("N% tests passed, 0 tests failed out of N") ends the run.
 ctest --test-dir build --output-on-failure

@@ -6,10 +6,12 @@
 #include <linux/magic.h>
 #include <net/if.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/statvfs.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -18,6 +20,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <sstream>
 
 #include "sluice_bpf.skel.h"
 
@@ -55,19 +58,62 @@ bool on_bpffs(const std::string &path)
 	return statfs(path.c_str(), &st) == 0 && st.f_type == BPF_FS_MAGIC;
 }
 
-// The pin directory's parent must be a BPF filesystem; /sys/fs/bpf is mounted
-// when missing, as bpftool and xdp-tools do.
-void ensure_bpffs(const std::string &dir)
+// True when this process has a mount namespace of its own (`ip netns exec`
+// makes one, with a fresh /sys): a bpffs mounted or read here is not the
+// host's, and pins made in it vanish with the namespace.
+bool private_mount_namespace()
+{
+	struct stat self, init;
+	if (stat("/proc/self/ns/mnt", &self) == 0 && stat("/proc/1/ns/mnt", &init) == 0)
+		return self.st_ino != init.st_ino;
+	// Where PID 1 cannot be inspected (a container): `ip netns exec NS` mounts
+	// a sysfs named NS on /sys.
+	std::ifstream mounts("/proc/self/mountinfo");
+	for (std::string line; std::getline(mounts, line);) {
+		std::istringstream in(line);
+		std::string id, parent, dev, root, point, word;
+		in >> id >> parent >> dev >> root >> point;
+		if (point != "/sys")
+			continue;
+		while (in >> word && word != "-") {
+		}
+		std::string fstype, source;
+		in >> fstype >> source;
+		return fstype == "sysfs" && source != "sysfs" && access(("/run/netns/" + source).c_str(), F_OK) == 0;
+	}
+	return false;
+}
+
+// The pin directory's parent must be a BPF filesystem. A command that changes
+// state mounts /sys/fs/bpf when missing, as bpftool and xdp-tools do; a
+// command that only reads mounts nothing.
+void ensure_bpffs(const std::string &dir, bool may_mount)
 {
 	std::string parent = parent_dir(dir);
 	if (on_bpffs(parent))
 		return;
+	if (parent == "/sys/fs/bpf" && private_mount_namespace())
+		throw Error("no bpffs is mounted at /sys/fs/bpf in this mount namespace (`ip netns exec` makes "
+			    "its own), so Sluice's state cannot be seen from here; run `nsenter --net=/run/netns/NS "
+			    "sluice ...` instead, which keeps the host's mounts");
+	if (!may_mount)
+		throw Error(std::string(NOT_ATTACHED) + " (no bpffs is mounted at " + parent + ")");
 	if (parent == "/sys/fs/bpf") {
 		if (mount("bpf", "/sys/fs/bpf", "bpf", 0, "mode=0700"))
 			throw_errno("cannot mount bpffs on /sys/fs/bpf", errno);
 		return;
 	}
 	throw Error(parent + " is not a BPF filesystem (mount -t bpf bpf " + parent + ")");
+}
+
+// Detaching links whose pins cannot be removed would leave pins of links that
+// are gone: a read-only bpffs is refused before anything changes.
+void refuse_read_only(const std::string &dir)
+{
+	struct statvfs fs;
+	if (statvfs(dir.c_str(), &fs) == 0 && (fs.f_flag & ST_RDONLY))
+		throw Error("cannot detach: " + parent_dir(dir) + " is mounted read-only, so the pins in " + dir +
+			    " cannot be removed; nothing was changed");
 }
 
 uint64_t current_netns()
@@ -84,6 +130,20 @@ uint32_t resolve_ifindex(const std::string &ifname, const char *verb)
 	if (!idx)
 		throw Error(std::string("cannot ") + verb + " " + ifname + ": no such interface");
 	return idx;
+}
+
+// The interface's MTU: the data plane charges a longer frame (a GRO or BIG
+// TCP super-packet) as the wire packets it carries.
+uint32_t interface_mtu(const std::string &ifname)
+{
+	UniqueFd sock(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+	struct ifreq req = {};
+	if (!sock || ifname.size() >= sizeof(req.ifr_name))
+		throw_errno("cannot read the MTU of " + ifname, sock ? ENAMETOOLONG : errno);
+	std::memcpy(req.ifr_name, ifname.c_str(), ifname.size());
+	if (ioctl(sock.get(), SIOCGIFMTU, &req))
+		throw_errno("cannot read the MTU of " + ifname, errno);
+	return static_cast<uint32_t>(req.ifr_mtu);
 }
 
 // Link pins are named ns<netns inode>-if<ifindex>-<mode>: an ifindex is only
@@ -215,10 +275,12 @@ std::string Instance::default_pin_dir()
 
 Instance::Lock Instance::lock(bool exclusive) const
 {
-	ensure_bpffs(dir_);
-	if (mkdir(dir_.c_str(), 0700) && errno != EEXIST)
+	ensure_bpffs(dir_, exclusive);
+	if (exclusive && mkdir(dir_.c_str(), 0700) && errno != EEXIST)
 		throw_errno("cannot create " + dir_, errno);
 	UniqueFd fd(open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+	if (!fd && !exclusive && errno == ENOENT)
+		return Lock(UniqueFd()); // nothing was ever pinned here: nothing to read, nothing created
 	if (!fd)
 		throw_errno("cannot open " + dir_, errno);
 	if (flock(fd.get(), exclusive ? LOCK_EX : LOCK_SH))
@@ -312,10 +374,12 @@ void Instance::attach(const std::string &ifname, XdpMode mode, const TableSizes 
 			throw Error("sluice is loaded with --max-log-sources " +
 				    std::to_string(m.max_log_sources()) +
 				    "; detach it from every interface to change that");
-		prog_fd.reset(bpf_obj_get(prog_pin().c_str()));
+		prog_fd.reset(open_pinned_object(prog_pin()));
 	}
 	if (!prog_fd)
 		throw_errno("cannot open the pinned program", errno);
+	uint32_t mtu = interface_mtu(ifname);
+	map_update(maps().iface_mtu.get(), &ifindex, &mtu, "interface MTU");
 
 	LIBBPF_OPTS(bpf_link_create_opts, opts,
 		    .flags = mode == XdpMode::native ? XDP_FLAGS_DRV_MODE : XDP_FLAGS_SKB_MODE);
@@ -345,6 +409,7 @@ void Instance::detach(const std::string &ifname)
 {
 	if (!loaded())
 		throw Error(NOT_ATTACHED);
+	refuse_read_only(dir_);
 	uint32_t ifindex = resolve_ifindex(ifname, "detach from");
 	std::string pin;
 	for (XdpMode m : {XdpMode::native, XdpMode::generic}) {
@@ -355,7 +420,7 @@ void Instance::detach(const std::string &ifname)
 	if (pin.empty())
 		throw Error("sluice is not attached to " + ifname);
 
-	UniqueFd link(bpf_obj_get(pin.c_str()));
+	UniqueFd link(open_pinned_object(pin));
 	if (link && bpf_link_detach(link.get()) && errno != ENOLINK)
 		throw_errno("cannot detach from " + ifname, errno);
 	if (unlink(pin.c_str()))
@@ -366,9 +431,10 @@ void Instance::detach(const std::string &ifname)
 
 void Instance::unload()
 {
+	refuse_read_only(dir_);
 	for (const auto &name : link_pins()) {
 		std::string pin = links_dir() + "/" + name;
-		UniqueFd link(bpf_obj_get(pin.c_str()));
+		UniqueFd link(open_pinned_object(pin));
 		if (link)
 			bpf_link_detach(link.get());
 		unlink(pin.c_str());
@@ -382,7 +448,7 @@ Status Instance::status() const
 	s.loaded = loaded();
 	if (!s.loaded)
 		return s;
-	UniqueFd prog(bpf_obj_get(prog_pin().c_str()));
+	UniqueFd prog(open_pinned_object(prog_pin()));
 	struct bpf_prog_info pinfo = {};
 	__u32 plen = sizeof(pinfo);
 	if (prog && bpf_obj_get_info_by_fd(prog.get(), &pinfo, &plen) == 0)
@@ -394,7 +460,7 @@ Status Instance::status() const
 		uint32_t pinned_ifindex = 0;
 		if (!parse_link_pin_name(name, l.netns, pinned_ifindex, l.mode))
 			continue;
-		UniqueFd fd(bpf_obj_get((links_dir() + "/" + name).c_str()));
+		UniqueFd fd(open_pinned_object(links_dir() + "/" + name));
 		struct bpf_link_info info = {};
 		__u32 len = sizeof(info);
 		if (fd && bpf_obj_get_info_by_fd(fd.get(), &info, &len) == 0) {

@@ -29,16 +29,28 @@ const MapRef MAP_REFS[] = {
 	{SLUICE_STR(SLUICE_MAP_META), &MapSet::meta},
 	{SLUICE_STR(SLUICE_MAP_CONFIG), &MapSet::config},
 	{SLUICE_STR(SLUICE_MAP_PENDING), &MapSet::pending},
+	{SLUICE_STR(SLUICE_MAP_FRAGS), &MapSet::frags},
+	{SLUICE_STR(SLUICE_MAP_IFACE_MTU), &MapSet::iface_mtu},
 };
 
 } // namespace
+
+int open_pinned_object(const std::string &path)
+{
+	int fd = bpf_obj_get(path.c_str());
+	if (fd < 0 && errno == EROFS) {
+		LIBBPF_OPTS(bpf_obj_get_opts, opts, .file_flags = BPF_F_RDONLY);
+		fd = bpf_obj_get_opts(path.c_str(), &opts);
+	}
+	return fd;
+}
 
 MapSet MapSet::open_pinned(const std::string &dir)
 {
 	MapSet m;
 	for (const auto &ref : MAP_REFS) {
 		std::string path = dir + "/" + ref.name;
-		int fd = bpf_obj_get(path.c_str());
+		int fd = open_pinned_object(path);
 		if (fd < 0)
 			throw_errno("cannot open pinned map " + path, errno);
 		(m.*ref.field).reset(fd);

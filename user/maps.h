@@ -18,7 +18,7 @@ namespace sluice {
 /// Descriptors of every map the program uses, in one place.
 struct MapSet {
 	UniqueFd rules, rule_info, rule_counters, dir4_sel, dir4_top, dir4_blocks, lists4, match6, src4, src6,
-		logs4, logs6, counters, meta, config, pending;
+		logs4, logs6, counters, meta, config, pending, frags, iface_mtu;
 
 	/// Opens the maps pinned under dir (by their ABI names).
 	static MapSet open_pinned(const std::string &dir);
@@ -37,6 +37,10 @@ struct MapSet {
 int possible_cpus();
 
 uint32_t map_max_entries(int fd);
+
+/// Opens a pinned object; on a read-only bpffs, read-only (so that reading
+/// commands still work there, and writes fail clearly). -1 and errno on failure.
+int open_pinned_object(const std::string &path);
 
 void map_update(int fd, const void *key, const void *value, const char *what);
 

@@ -1,6 +1,9 @@
 #include "net.h"
 
 #include <arpa/inet.h>
+
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 
 #include "error.h"
@@ -23,6 +26,9 @@ Cidr parse_cidr(std::string_view text)
 	std::string addr_text(text.substr(0, text.find('/')));
 	bool has_len = text.find('/') != std::string_view::npos;
 
+	// inet_pton reads up to a NUL; bytes after one must not be ignored.
+	if (addr_text.find('\0') != std::string::npos)
+		throw Error("invalid address '" + addr_text + "' in '" + std::string(text) + "'");
 	if (inet_pton(AF_INET, addr_text.c_str(), c.addr.data()) == 1)
 		c.family = 4;
 	else if (inet_pton(AF_INET6, addr_text.c_str(), c.addr.data()) == 1)
@@ -35,9 +41,11 @@ Cidr parse_cidr(std::string_view text)
 		std::string_view len = text.substr(text.find('/') + 1);
 		int v = -1;
 		auto [end, ec] = std::from_chars(len.data(), len.data() + len.size(), v);
-		if (len.empty() || ec != std::errc() || end != len.data() + len.size())
+		// Digits only: from_chars would read "-0" as 0.
+		if (len.empty() || !std::isdigit(static_cast<unsigned char>(len[0])) || ec != std::errc() ||
+		    end != len.data() + len.size())
 			throw Error("invalid prefix length in '" + std::string(text) + "'");
-		if (v < 0 || v > c.max_len())
+		if (v > c.max_len())
 			throw Error("prefix length " + std::string(len) + " is out of range for IPv" +
 				    std::to_string(c.family) + " (0-" + std::to_string(c.max_len()) +
 				    ") in '" + std::string(text) + "'");
@@ -48,6 +56,12 @@ Cidr parse_cidr(std::string_view text)
 	if (masked != c.addr)
 		throw Error("'" + std::string(text) + "' has host bits set; did you mean " +
 			    format_cidr(Cidr{c.family, masked, c.prefix_len}) + "?");
+	// IPv4 packets carry IPv4 addresses: an IPv4-mapped IPv6 prefix never matches.
+	static const uint8_t v4_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+	if (c.family == 6 && c.prefix_len >= 96 && std::equal(v4_mapped, v4_mapped + 12, c.addr.begin()))
+		throw Error("'" + std::string(text) + "' is an IPv4-mapped IPv6 address, which no packet carries; " +
+			    "write the IPv4 address " + format_address(4, c.addr.data() + 12) +
+			    (c.prefix_len == 128 ? "" : "/" + std::to_string(c.prefix_len - 96)));
 	return c;
 }
 
@@ -70,8 +84,11 @@ std::string format_address(int family, const uint8_t *addr)
 std::string format_cidr(const Cidr &c)
 {
 	std::string s = format_address(c.family, c.addr.data());
-	if (c.prefix_len != c.max_len())
-		s += "/" + std::to_string(c.prefix_len);
+	if (c.prefix_len != c.max_len()) {
+		// Appended in two steps: GCC 12 at -O3 warns falsely (-Wrestrict) on "/" + to_string.
+		s += '/';
+		s += std::to_string(c.prefix_len);
+	}
 	return s;
 }
 

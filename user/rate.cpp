@@ -19,6 +19,7 @@ constexpr uint64_t NS_PER_SEC = 1000000000ULL;
 constexpr uint64_t MAX_PACKET_RATE = 1000000000ULL;  // per second
 constexpr uint64_t MAX_BYTE_RATE = 1000000000000ULL; // per second (8 Tbit/s)
 constexpr uint64_t MAX_FIELD = 1ULL << 50;            // amount and period as written
+constexpr uint64_t MAX_DIVISOR = 1000000000ULL;       // a number has at most 9 decimals
 
 struct Scaled {
 	uint64_t mantissa; // digits without the decimal point
@@ -38,7 +39,7 @@ Scaled parse_decimal(std::string_view s, std::string_view whole)
 		if (!std::isdigit(static_cast<unsigned char>(ch)))
 			throw Error("invalid number '" + std::string(s) + "' in '" + std::string(whole) + "'");
 		digits = true;
-		if (v.mantissa > MAX_FIELD || (dot && v.divisor >= NS_PER_SEC))
+		if (v.mantissa > MAX_FIELD || (dot && v.divisor >= MAX_DIVISOR))
 			throw Error("number '" + std::string(s) + "' is too large or too precise");
 		v.mantissa = v.mantissa * 10 + (ch - '0');
 		if (dot)
@@ -142,7 +143,8 @@ std::string format_period(uint64_t ns)
 		if (ns % unit_ns == 0)
 			return ns == unit_ns ? name : std::to_string(ns / unit_ns) + name;
 	}
-	return std::to_string(ns) + "ns";
+	// A fraction of a millisecond ("1.5ms"): the parser takes decimals, not ns.
+	return trim_decimal(ns, 1000000ULL) + "ms";
 }
 
 // Ticks one unit is worth, as the exact fraction num/den.
@@ -219,12 +221,35 @@ std::string format_rate(const Rate &r)
 		static const char *bit_prefix[] = {"bit", "kbit", "mbit", "gbit", "tbit"};
 		int p = 0;
 		uint64_t div = 1;
-		while (p < 4 && r.amount >= div * 1000) {
+		// A larger prefix only while the amount keeps at most 9 decimals,
+		// or the printed rate would not parse.
+		while (p < 4 && r.amount >= div * 1000 &&
+		       (div * 1000 <= MAX_DIVISOR || r.amount % (div * 1000 / MAX_DIVISOR) == 0)) {
 			div *= 1000;
 			p++;
 		}
 		amount = trim_decimal(r.amount, div) +
 			 (r.unit == RateUnit::bytes ? byte_prefix[p] : bit_prefix[p]);
+	}
+	// A decimal packet rate ("0.5/s") is kept as 5 per 10 s: print it as written
+	// when that reads back as the same rate.
+	if (r.unit == RateUnit::packets) {
+		for (uint64_t unit_ns : {86400 * NS_PER_SEC, 3600 * NS_PER_SEC, 60 * NS_PER_SEC, NS_PER_SEC}) {
+			uint64_t scale = r.period_ns / unit_ns;
+			if (r.period_ns % unit_ns || scale < 10 || scale > MAX_DIVISOR)
+				continue;
+			uint64_t p10 = 1;
+			while (p10 < scale)
+				p10 *= 10;
+			if (p10 != scale || r.amount % 10 == 0)
+				continue;
+			std::string decimal = trim_decimal(r.amount, scale) + "/" + format_period(unit_ns);
+			try {
+				if (parse_rate(decimal) == r)
+					return decimal;
+			} catch (const Error &) {
+			}
+		}
 	}
 	return amount + "/" + format_period(r.period_ns);
 }
@@ -282,8 +307,10 @@ WindowParams compile_window(const Rate &rate)
 
 uint64_t parse_duration_ns(std::string_view text, const char *what)
 {
-	if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0])))
-		throw Error(std::string("invalid ") + what + " '" + std::string(text) + "' (e.g. 30s, 500ms, 2min)");
+	if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0])) ||
+	    !std::isalpha(static_cast<unsigned char>(text.back())))
+		throw Error(std::string("invalid ") + what + " '" + std::string(text) +
+			    "': a number and a unit (e.g. 30s, 500ms, 2min)");
 	return parse_period(text, text);
 }
 

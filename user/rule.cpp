@@ -115,6 +115,9 @@ void check_rule_name(std::string_view name)
 	}
 	if (name.empty() || name.size() >= SLUICE_NAME_LEN)
 		throw Error("rule name must be 1 to " + std::to_string(SLUICE_NAME_LEN - 1) + " characters");
+	// "--name --deny" must not take an option for a name.
+	if (!std::isalnum(static_cast<unsigned char>(name[0])))
+		throw Error("rule name '" + std::string(name) + "' must start with a letter or a digit");
 	if (all_digits)
 		throw Error("rule name '" + std::string(name) + "' is all digits and would read as a rule id");
 }
@@ -125,6 +128,8 @@ void validate_rule(RuleSpec &spec)
 		check_rule_name(spec.name);
 	if (!spec.dport.any() && spec.proto != Proto::tcp && spec.proto != Proto::udp)
 		throw Error("--dport needs --proto tcp or --proto udp");
+	if (spec.shadow && spec.action == Action::allow)
+		throw Error("--shadow applies to --rate and --deny rules: an allow rule drops nothing");
 	if (spec.action != Action::limit) {
 		if (spec.burst || spec.per_prefix >= 0 || spec.warmup_ns || spec.algo != Algo::token_bucket)
 			throw Error(std::string("--burst, --per, --algo and --warmup apply to --rate rules, not --") +
@@ -177,6 +182,21 @@ bool rule_is(const InstalledRule &r, std::string_view key)
 	return r.spec.name == key || std::to_string(r.id) == key;
 }
 
+uint64_t strictness(const RuleSpec &s)
+{
+	if (s.action == Action::allow)
+		return 0;
+	if (s.shadow)
+		return 1; // passes everything
+	if (s.action == Action::deny)
+		return UINT64_MAX;
+	// Nanoseconds per packet at the sustained rate; a byte rate's packet is
+	// 1,500 bytes (12,000 bits).
+	unsigned __int128 unit = s.rate.unit == RateUnit::packets ? 1 : s.rate.unit == RateUnit::bytes ? 1500 : 12000;
+	unsigned __int128 ns = unit * s.rate.period_ns / std::max<uint64_t>(s.rate.amount, 1);
+	return static_cast<uint64_t>(std::clamp<unsigned __int128>(ns, 2, UINT64_MAX - 1));
+}
+
 struct sluice_rule to_datapath(const InstalledRule &r)
 {
 	struct sluice_rule dp = {};
@@ -187,6 +207,7 @@ struct sluice_rule to_datapath(const InstalledRule &r)
 	dp.dport_lo = s.dport.lo;
 	dp.dport_hi = s.dport.hi;
 	dp.flags = s.shadow ? SLUICE_RULE_SHADOW : 0;
+	dp.strictness = strictness(s);
 	if (s.action != Action::limit)
 		return dp;
 	dp.algo = static_cast<__u8>(s.algo);

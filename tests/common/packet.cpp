@@ -1,5 +1,7 @@
 #include "packet.h"
 
+#include <algorithm>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
@@ -52,6 +54,10 @@ std::vector<uint8_t> transport(const PacketSpec &s)
 		} else if (s.proto == IPPROTO_ICMP || s.proto == IPPROTO_ICMPV6) {
 			l4 = {static_cast<uint8_t>(s.proto == IPPROTO_ICMP ? 8 : 128), 0, 0, 0, 0, 1, 0, 1};
 		}
+		if (s.l4_bytes >= 0) { // a header cut short ends the datagram
+			l4.resize(std::min(l4.size(), size_t(s.l4_bytes)));
+			return l4;
+		}
 	}
 	for (size_t i = 0; i < s.payload; i++)
 		l4.push_back(i % 2 ? 0x0f : 0x27);
@@ -72,7 +78,7 @@ std::vector<uint8_t> build_packet(const PacketSpec &s)
 	std::vector<uint8_t> f = {0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1};
 	for (uint16_t tpid : s.vlan_tpids) {
 		put16(f, tpid);
-		put16(f, 100); // VLAN id
+		put16(f, s.vlan_id);
 	}
 	if (s.ethertype) {
 		put16(f, s.ethertype);
@@ -88,7 +94,7 @@ std::vector<uint8_t> build_packet(const PacketSpec &s)
 		f.push_back(static_cast<uint8_t>(0x40 | (s.ipv4_ihl >= 0 ? s.ipv4_ihl : ihl)));
 		f.push_back(0);
 		put16(f, static_cast<uint16_t>(ihl * 4 + l4.size()));
-		put16(f, 0x1234); // id
+		put16(f, static_cast<uint16_t>(s.frag_id));
 		uint16_t frag = s.frag == PacketSpec::Frag::first   ? 0x2000       // MF
 				: s.frag == PacketSpec::Frag::later ? 185          // offset 1480 bytes
 								    : 0x4000;      // DF
@@ -116,7 +122,8 @@ std::vector<uint8_t> build_packet(const PacketSpec &s)
 			if (ext_types[i] == 44) {
 				uint16_t off = s.frag == PacketSpec::Frag::later ? (185 << 3)
 					       : s.frag == PacketSpec::Frag::first ? 1 : 0;
-				ext.insert(ext.end(), {next, 0, uint8_t(off >> 8), uint8_t(off & 0xff), 0, 0, 0x12, 0x34});
+				ext.insert(ext.end(), {next, 0, uint8_t(off >> 8), uint8_t(off & 0xff), uint8_t(s.frag_id >> 24),
+						       uint8_t(s.frag_id >> 16), uint8_t(s.frag_id >> 8), uint8_t(s.frag_id)});
 			} else if (ext_types[i] == 51) { // AH: length in 4-byte units minus 2
 				ext.insert(ext.end(), {next, 4, 0, 0});
 				ext.resize(ext.size() + 20, 0);
@@ -133,6 +140,7 @@ std::vector<uint8_t> build_packet(const PacketSpec &s)
 		f.insert(f.end(), ext.begin(), ext.end());
 	}
 	f.insert(f.end(), l4.begin(), l4.end());
+	f.resize(f.size() + s.padding, 0);
 	if (s.truncate && s.truncate < f.size())
 		f.resize(s.truncate);
 	return f;
@@ -140,7 +148,7 @@ std::vector<uint8_t> build_packet(const PacketSpec &s)
 
 size_t l3_length(const PacketSpec &s)
 {
-	return build_packet(s).size() - 14 - 4 * s.vlan_tpids.size();
+	return build_packet(s).size() - 14 - 4 * s.vlan_tpids.size() - s.padding;
 }
 
 } // namespace sluice::test
