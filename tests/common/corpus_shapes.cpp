@@ -134,7 +134,7 @@ void fragments(Builder &b, bool v6)
 	std::vector<std::pair<uint8_t, uint16_t>> ports = {{17, 53}, {17, 123}, {17, 5353}, {6, 22}, {6, 80}};
 	for (auto [proto, port] : ports) {
 		PacketSpec p{.src = v6 ? V6 : "192.0.2.10", .proto = proto, .dport = port, .payload = 64,
-			     .frag_id = 0x10000u * port + proto};
+			     .frag_id = port + (proto == 6 ? 1000u : 0u)};
 		size_t len = fragmentable_length(p);
 		std::string n = fam + "frag_" + port_name(proto, port) + "_";
 		bool e2e = port == 123 || port == 53 || port == 22;

@@ -69,6 +69,15 @@ FrameFacts inspect_frame(const std::vector<uint8_t> &frame)
 	const size_t l3 = n - off;
 	const uint8_t *ip = p + off;
 
+	// The source, where its bytes are there, even in a frame that fails open:
+	// a test can then tell whose malformed frame it is.
+	if (type == 0x0800 && l3 >= 16) {
+		f.family = 4;
+		std::memcpy(f.src.data(), ip + 12, 4);
+	} else if (type == 0x86dd && l3 >= 24) {
+		f.family = 6;
+		std::memcpy(f.src.data(), ip + 8, 16);
+	}
 	if (type == 0x0800) {
 		if (l3 < 20 || ip[0] >> 4 != 4 || (ip[0] & 15) < 5)
 			return f;
@@ -267,7 +276,7 @@ uint64_t &Oracle::tokens(size_t rule, const FrameFacts &f)
 	return it->second;
 }
 
-Expected Oracle::decide(const FrameFacts &in)
+Expected Oracle::decide(const FrameFacts &in, bool track_state)
 {
 	using Kind = FrameFacts::Kind;
 	Expected e;
@@ -363,6 +372,11 @@ Expected Oracle::decide(const FrameFacts &in)
 		break;
 	case ModelRule::Action::limit: {
 		e.charged = true;
+		if (!track_state) {
+			e.xdp = -1;
+			e.counter = "limit";
+			return e;
+		}
 		uint64_t &t = tokens(win, f);
 		if (t > 0) {
 			t--;
@@ -374,7 +388,7 @@ Expected Oracle::decide(const FrameFacts &in)
 		break;
 	}
 	}
-	if (e.xdp == 2)
+	if (e.xdp == 2 && track_state)
 		remember_fragment(in);
 	return e;
 }

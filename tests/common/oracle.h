@@ -83,8 +83,10 @@ public:
 	/// Candidate rules for a source, most specific first (the controller's match list).
 	std::vector<size_t> candidates(const FrameFacts &f) const;
 
-	/// Decides a frame and updates buckets and the fragment table.
-	Expected decide(const FrameFacts &f);
+	/// Decides a frame and updates buckets and the fragment table. With
+	/// `track_state` false nothing is updated and a limit's verdict is left
+	/// open: xdp -1, counter "limit" (the fuzzer tracks state from the program).
+	Expected decide(const FrameFacts &f, bool track_state = true);
 
 	/// The fragment table, written when a first fragment whose ports were read
 	/// passes: keyed by (family, IPv4 protocol or 0, id, source, destination).
