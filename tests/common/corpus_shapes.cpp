@@ -83,9 +83,8 @@ void vlan_stacks(Builder &b)
 	}
 	b.one("tpid_9100_is_not_vlan", {.vlan_tpids = {0x9100}});
 	b.one("tag_then_tpid_9100", {.vlan_tpids = {0x8100, 0x9100}});
-	b.one("vlan_8_tags_ending_in_a_truncated_9th",
-	      {.vlan_tpids = {0x8100, 0x8100, 0x8100, 0x8100, 0x8100, 0x8100, 0x8100, 0x8100, 0x8100},
-	       .truncate = 14 + 8 * 4 + 2});
+	b.one("vlan_8_tags_cut_inside_the_8th",
+	      {.vlan_tpids = {0x8100, 0x8100, 0x8100, 0x8100, 0x8100, 0x8100, 0x8100, 0x8100}, .truncate = 14 + 7 * 4 + 2});
 	b.one("vlan_tag_truncated", {.vlan_tpids = {0x8100}, .truncate = 16});
 }
 
