@@ -146,6 +146,19 @@ public:
 	{
 		std::array<uint64_t, SLUICE_CNT_MAX> out{};
 		std::vector<struct sluice_counter> v(ncpu_);
+		// One syscall for every counter when the kernel has batch lookups.
+		std::vector<__u32> keys(SLUICE_CNT_MAX);
+		std::vector<struct sluice_counter> all(static_cast<size_t>(ncpu_) * SLUICE_CNT_MAX);
+		__u32 count = SLUICE_CNT_MAX, out_batch = 0;
+		LIBBPF_OPTS(bpf_map_batch_opts, bopts);
+		int err = bpf_map_lookup_batch(maps_.counters.get(), nullptr, &out_batch, keys.data(), all.data(), &count,
+					       &bopts);
+		if ((err == 0 || errno == ENOENT) && count == SLUICE_CNT_MAX) {
+			for (__u32 k = 0; k < count; k++)
+				for (int c = 0; c < ncpu_; c++)
+					out[keys[k]] += all[static_cast<size_t>(k) * ncpu_ + c].packets;
+			return out;
+		}
 		for (__u32 i = 0; i < SLUICE_CNT_MAX; i++) {
 			if (bpf_map_lookup_elem(maps_.counters.get(), &i, v.data()))
 				continue;
