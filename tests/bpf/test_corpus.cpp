@@ -241,6 +241,18 @@ TEST_F(Defect, D1_Ipv4FirstFragmentWith8BytesOfTcpIsChargedToItsPort)
 	EXPECT_EQ(counter("drop_malformed"), 5u);
 }
 
+// Defect 1, the specification's answer to a tiny first fragment: dropped as
+// an attack whenever any rule covers its source, even a rule it could never
+// match (here a TCP/80 allow for a UDP fragment); passed when no rule does.
+TEST_F(Defect, D1_ATinyFirstFragmentIsDroppedWheneverARuleCoversItsSource)
+{
+	put.add({"web-ok", "192.0.2.0/24", A::allow, "", 0, 6, 80, 0});
+	PacketSpec tiny{.frag = Frag::first, .l4_bytes = 2};
+	EXPECT_EQ(send(tiny, 3, "UDP first fragment of 2 bytes, source covered by a TCP/80 allow"), 0);
+	tiny.src = "10.9.9.9";
+	EXPECT_EQ(send(tiny, 3, "the same from a source no rule covers"), 3);
+}
+
 // Defect 1: `--proto udp --dport 123 --allow` beside a port-53 limit: the
 // non-first fragments of port-53 datagrams are judged as port 53, with or
 // without their first fragment, never as allowed.
