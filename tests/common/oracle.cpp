@@ -347,8 +347,12 @@ Expected Oracle::decide(const FrameFacts &in, bool track_state)
 		}
 	}
 	if (pool.empty()) {
+		// Passed: a first fragment is remembered here too, so that its later
+		// fragments are not charged to a port rule of another port.
 		e.counter = "pass_no_match";
 		e.why += cands.empty() ? "no rule covers it" : "no rule matches";
+		if (track_state)
+			remember_fragment(in);
 		return e;
 	}
 	size_t win = pool.back(); // the definite one, if any
