@@ -230,6 +230,13 @@ void ipv6_chains(Builder &b)
 	for (uint8_t len : {1, 7, 255})
 		b.one("ipv6_dest_opts_length_" + std::to_string(len), {.src = V6, .ipv6_ext = {EXT_DEST}, .ipv6_ext_len = {len}});
 	b.one("ipv6_ah_length_0", {.src = V6, .ipv6_ext = {EXT_AH}, .ipv6_ext_len = {0}});
+	// A destination-options header that claims 520 bytes in a 16-byte payload,
+	// naming protocol 156 after it: truncated inside the chain, so unknown.
+	b.one("ipv6_ext_length_past_payload", {.src = V6, .proto = 156, .ipv6_ext = {EXT_DEST}, .truncate = 14 + 40 + 16,
+					       .ipv6_ext_len = {64}, .lengths_follow_truncation = true});
+	b.one("ipv6_first_fragment_ext_length_past_payload",
+	      {.src = V6, .proto = 156, .ipv6_ext = {EXT_FRAGMENT, EXT_DEST}, .frag = Frag::first, .truncate = 14 + 40 + 24,
+	       .ipv6_ext_len = {0, 64}, .lengths_follow_truncation = true});
 	b.one("ipv6_jumbo_option", {.src = V6, .ipv6_jumbo = true});
 	b.one("ipv6_payload_length_0_no_jumbo", {.src = V6, .ipv6_payload_length = 0});
 	b.one("ipv6_payload_length_one_over_frame", {.src = V6, .ipv6_payload_length = 8 + 33});
