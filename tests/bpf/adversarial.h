@@ -18,6 +18,7 @@
 #include "datapath.h"
 #include "oracle.h"
 #include "rule_table.h"
+#include "sluice_test_bpf.skel.h"
 #include "stats.h"
 
 namespace sluice::test {
@@ -86,10 +87,18 @@ inline const std::vector<RoleRule> &role_rules()
 /// The real program with a rule set mirrored in an oracle.
 class ProgramUnderTest {
 public:
-	explicit ProgramUnderTest(uint32_t max_sources = 4096)
+	/// `test_clock`: the build whose clock is a map the test sets (set_clock).
+	explicit ProgramUnderTest(uint32_t max_sources = 4096, bool test_clock = false)
 	{
 		set_libbpf_verbose(false);
-		prog_ = std::make_unique<LoadedProgram>(TableSizes{max_sources, 256});
+		ObjectImage image = production_object();
+		if (test_clock)
+			image.data = sluice_test_bpf__elf_bytes(&image.size);
+		prog_ = std::make_unique<LoadedProgram>(TableSizes{max_sources, 256}, image);
+		if (test_clock) {
+			struct bpf_map *clock = bpf_object__find_map_by_name(prog_->object(), "sluice_clock");
+			clock_fd_ = clock ? bpf_map__fd(clock) : -1;
+		}
 		maps_ = prog_->maps();
 		table_ = std::make_unique<RuleTable>(maps_);
 		ncpu_ = libbpf_num_possible_cpus();
@@ -199,6 +208,15 @@ public:
 		return it == index_.end() ? -1 : it->second;
 	}
 
+	/// Sets the test clock on every CPU (test_clock builds only).
+	void set_clock(uint64_t t_ns)
+	{
+		std::vector<uint64_t> per_cpu(static_cast<size_t>(ncpu_), t_ns);
+		__u32 zero = 0;
+		if (clock_fd_ < 0 || bpf_map_update_elem(clock_fd_, &zero, per_cpu.data(), BPF_ANY))
+			throw std::runtime_error("cannot set the test clock");
+	}
+
 	Stats stats() { return collect_stats(maps_, {0, ""}); }
 	const MapSet &maps() const { return maps_; }
 
@@ -209,6 +227,7 @@ private:
 	MapSet maps_;
 	std::unique_ptr<RuleTable> table_;
 	int ncpu_ = 1;
+	int clock_fd_ = -1;
 	std::map<std::string, int> index_;
 	std::array<uint64_t, SLUICE_CNT_MAX> last_{};
 };

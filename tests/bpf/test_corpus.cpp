@@ -281,6 +281,29 @@ TEST_F(Defect, D1_FragmentsOfPort53DatagramsAreNotAllowedByAPort123Allow)
 	EXPECT_EQ(ntp_passed, 2);
 }
 
+// Defect 1: the fragment table remembers a first fragment for 30 s (the
+// kernel's ipfrag_time): a later fragment 29 s on is judged as its datagram
+// (allowed), 31 s on it is a fragment whose first is unknown (charged).
+TEST(DefectClock, D1_AFirstFragmentIsRememberedFor30Seconds)
+{
+	ASSERT_EQ(geteuid(), 0u);
+	ProgramUnderTest put(4096, true);
+	put.add({"ntp-ok", "192.0.2.0/24", A::allow, "", 0, 17, 123, 0});
+	put.add({"dns", "192.0.2.0/24", A::limit, "1/h", 5, 17, 53, HOUR_NS});
+	const uint64_t t0 = 1000ull * 1000000000ull, s = 1000000000ull;
+	PacketSpec ntp{.dport = 123, .payload = 64, .frag_id = 42};
+	auto f = build_fragments(ntp, {{0, 24, true}, {24, 24, true}, {48, 24, false}});
+	put.set_clock(t0);
+	EXPECT_EQ(put.run(f[0]), XDP_PASS);
+	EXPECT_EQ(put.moved().verdict, "pass_allow");
+	put.set_clock(t0 + 29 * s);
+	EXPECT_EQ(put.run(f[1]), XDP_PASS);
+	EXPECT_EQ(put.moved().verdict, "pass_allow") << "29 s on: judged as its datagram";
+	put.set_clock(t0 + 31 * s);
+	EXPECT_EQ(put.run(f[2]), XDP_PASS);
+	EXPECT_EQ(put.moved().verdict, "pass_limit") << "31 s on: its first is forgotten, charged to the port-53 limit";
+}
+
 // Defect 1, the other way round: a port-scoped deny must not drop the
 // fragments of other ports' datagrams (IPv4 and IPv6).
 TEST_F(Defect, D1_APortScopedDenyDropsOnlyItsOwnPortsFragments)

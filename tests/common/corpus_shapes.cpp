@@ -81,6 +81,17 @@ void vlan_stacks(Builder &b)
 		p.sport = 40001;
 		b.one("vlan_3_priority_tags_" + port_name(proto, port), p, true);
 	}
+	// The deepest path the parser walks: 8 priority tags, then 12 extension headers.
+	b.one("vlan_8_priority_tags_ipv6_12_dest_opts_udp123",
+	      {.src = V6, .dport = 123, .vlan_tpids = std::vector<uint16_t>(8, 0x8100),
+	       .ipv6_ext = std::vector<uint8_t>(12, EXT_DEST), .vlan_ids = std::vector<uint16_t>(8, 0)},
+	      true);
+	// TCP with a data offset of 0: the ports are still the first four bytes.
+	b.custom("ipv4_tcp22_data_offset_0", false, [](const std::string &src, const std::string &dst) {
+		auto f = build_packet({.src = src, .dst = dst, .proto = 6, .dport = 22});
+		f[14 + 20 + 12] = 0;
+		return Frames{f};
+	});
 	b.one("tpid_9100_is_not_vlan", {.vlan_tpids = {0x9100}});
 	b.one("tag_then_tpid_9100", {.vlan_tpids = {0x8100, 0x9100}});
 	b.one("vlan_8_tags_cut_inside_the_8th",
