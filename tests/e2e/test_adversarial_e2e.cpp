@@ -272,8 +272,8 @@ int send_frames(const std::vector<std::vector<uint8_t>> &frames)
 		for (const auto &f : frames) {
 			sent += sendto(fd, f.data(), f.size(), 0, reinterpret_cast<sockaddr *>(&to), sizeof(to)) ==
 				static_cast<ssize_t>(f.size());
-			if (sent % 64 == 0)
-				usleep(1000); // let the receiving queue drain
+			if (sent % 16 == 0)
+				usleep(1000); // let the receiving ring (256 frames) drain
 		}
 		return sent > 250 ? 250 : sent; // an exit code; the caller counts frames itself
 	});
@@ -323,6 +323,16 @@ struct Sent {
 	std::string src;
 	int sends; ///< times the shape was sent
 };
+
+/// Frames the source veth could not hand to its peer (its ring was full).
+uint64_t veth_tx_dropped()
+{
+	CommandResult r = run_command({"ip", "-n", SRC_NS, "-s", "-j", "link", "show", SRC_IF});
+	json j = json::parse(r.out, nullptr, false);
+	if (j.is_discarded() || j.empty())
+		return 0;
+	return j[0]["stats64"]["tx"]["dropped"].get<uint64_t>();
+}
 
 json global_counters()
 {
@@ -395,8 +405,11 @@ TEST_F(AdversarialVeth, ShapesFromEveryRoleOverVethKeepTheInvariants)
 				}
 			sent.push_back({shape, index, role, src, shape->repeat});
 		}
+	uint64_t dropped_before = veth_tx_dropped();
 	send_frames(frames);
 	std::map<std::string, int> got = rx.finish();
+	ASSERT_EQ(veth_tx_dropped(), dropped_before)
+		<< "the veth dropped frames before XDP saw them (an overloaded machine): the counts below would be wrong";
 	json after = global_counters();
 
 	// Sluice's counters: every frame in the counter the specification names.
