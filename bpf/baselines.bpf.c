@@ -20,13 +20,12 @@ int bench_xdp_drop(struct xdp_md *ctx)
 SEC("xdp")
 int bench_parse_only(struct xdp_md *ctx)
 {
-	void *data = (void *)(long)ctx->data;
-	void *data_end = (void *)(long)ctx->data_end;
 	struct packet_info pkt = {};
-	void *payload;
+	struct sluice_frag_key fk;
+	__u32 l3_off;
 
 	/* Keep the parse from being optimised away: its result picks the verdict. */
-	if (parse_packet(data, data_end, &pkt, &payload) < 0)
+	if (parse_packet(ctx, &pkt, &fk, &l3_off) < 0)
 		return XDP_PASS;
 	return pkt.saddr[0] == 0xff && pkt.dport == 0xffff ? XDP_PASS : XDP_DROP;
 }

@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause) */
 /*
- * Packet parsing for the XDP program: a cursor walks Ethernet (up to two VLAN
- * tags), IPv4 or IPv6 (with a bounded extension-header walk), and reads the
- * transport protocol and destination port when they can be trusted.
+ * Packet parsing for the XDP program: a cursor walks Ethernet (up to
+ * SLUICE_MAX_VLAN_DEPTH tags), IPv4 or IPv6 (a bounded extension-header walk),
+ * and reads the transport protocol and destination port when they are there.
  *
  * What cannot be read is not guessed: a packet whose protocol or ports are
- * unknown (non-first fragment, truncated or unknown transport header, too many
- * extension headers) says so, and rule matching treats unknown selectors as
- * matching, so that hiding a header never slips a packet past a limit.
+ * unknown (a later fragment, a truncated transport header, an extension chain
+ * beyond the bound) says so, and rule matching never lets an allow match on
+ * an unknown selector and charges the strictest rule the packet may belong to.
+ * Fragments are tied to their datagram by the caller (struct sluice_frag_key).
  */
 #ifndef SLUICE_PARSE_H
 #define SLUICE_PARSE_H
@@ -27,6 +28,9 @@
 #ifndef ETH_P_8021AD
 #define ETH_P_8021AD 0x88A8
 #endif
+#define ETH_P_PPPOE_SESSION 0x8864
+#define ETH_P_MPLS_UNICAST  0x8847
+#define ETH_P_MPLS_MULTI    0x8848
 
 #define IPV6_NEXTHDR_HOP      0
 #define IPV6_NEXTHDR_ROUTING  43
@@ -36,21 +40,36 @@
 #define IPPROTO_ICMPV6_NUM    58
 
 #define IPV4_FRAG_OFFSET_MASK 0x1fff
+#define IPV4_FRAG_MORE        0x2000
+#define IPV6_FRAG_OFFSET_MASK 0xfff8
+#define IPV6_FRAG_MORE        0x0001
 
-struct hdr_cursor {
-	void *pos;
+/* parse_packet's verdicts on a frame. */
+enum parse_result {
+	PARSE_IP = 1,         /* an IP packet; struct packet_info is filled */
+	PARSE_NOT_IP = 0,     /* another EtherType: untouched */
+	PARSE_MALFORMED = -1, /* truncated or inconsistent: the stack drops it too */
+	PARSE_TOO_DEEP = -2,  /* more VLAN tags than we walk: the stack would deliver it */
 };
 
-/* What the data plane knows about a packet once parsed. */
+/* packet_info.flags */
+#define PKT_FIRST_FRAG 0x1 /* the first fragment of a datagram: its ports are remembered */
+#define PKT_LATER_FRAG 0x2 /* a later fragment: its ports come from the first one */
+#define PKT_TINY_FRAG  0x4 /* a first fragment too short to hold its ports: an attack */
+#define PKT_ENCAP      0x8 /* IP in IP, GRE, ESP, PPPoE, MPLS: judged by the outer header */
+#define PKT_COVERED    0x10 /* set by the program: some rule covers the source address */
+
+/* What the data plane knows about a packet once parsed. Host order unless named addr. */
 struct packet_info {
 	__u8  saddr[16];   /* network order; IPv4 in the first 4 bytes */
-	__u32 l3_len;      /* bytes from the IP header to the end of the frame */
-	__u16 dport;       /* host order; valid when ports_known */
+	__u32 l3_len;      /* the IP total length: what byte rates charge (no Ethernet padding) */
+	__u16 hdr_len;     /* IP header, options and extension headers, plus the TCP/UDP header */
+	__u16 dport;       /* valid when ports_known */
 	__u8  family;      /* 4 or 6 */
 	__u8  proto;       /* enum sluice_proto for TCP/UDP/ICMP(v6), else the IP protocol */
 	__u8  proto_known;
 	__u8  ports_known;
-	__u8  fragment;    /* a non-first fragment */
+	__u8  flags;       /* PKT_* */
 };
 
 struct vlan_hdr {
@@ -66,196 +85,260 @@ struct ipv6_ext_hdr {
 struct ipv6_frag_hdr {
 	__u8   nexthdr;
 	__u8   reserved;
-	__be16 frag_off; /* offset in 8-byte units << 3 | flags */
+	__be16 frag_off; /* offset in 8-byte units << 3 | M flag */
 	__be32 id;
 };
 
-/* Ethernet and up to SLUICE_MAX_VLAN_DEPTH tags. Returns the EtherType of the
- * payload in network order, or -1 if the frame is truncated or too deeply tagged. */
-static __always_inline int parse_ethhdr(struct hdr_cursor *c, void *data_end)
+static __always_inline int is_vlan(__be16 proto)
 {
-	struct ethhdr *eth = c->pos;
+	return proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD);
+}
+
+/* Ethernet and up to SLUICE_MAX_VLAN_DEPTH tags. Returns the EtherType of the
+ * payload in network order, PARSE_MALFORMED if truncated, PARSE_TOO_DEEP if
+ * still tagged after the bound; *l3_off is where the payload begins. */
+static __always_inline int parse_ethhdr(void *data, void *data_end, __u32 *l3_off)
+{
+	struct ethhdr *eth = data;
+	__u32 off = sizeof(*eth);
 	__be16 proto;
 	int i;
 
 	if ((void *)(eth + 1) > data_end)
-		return -1;
-	c->pos = eth + 1;
+		return PARSE_MALFORMED;
 	proto = eth->h_proto;
 
 #pragma unroll
 	for (i = 0; i < SLUICE_MAX_VLAN_DEPTH; i++) {
-		struct vlan_hdr *vlan = c->pos;
+		struct vlan_hdr *vlan = data + off;
 
-		if (proto != bpf_htons(ETH_P_8021Q) && proto != bpf_htons(ETH_P_8021AD))
+		if (!is_vlan(proto))
 			break;
 		if ((void *)(vlan + 1) > data_end)
-			return -1;
-		c->pos = vlan + 1;
+			return PARSE_MALFORMED;
 		proto = vlan->encap_proto;
+		off += sizeof(*vlan);
 	}
-	if (proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD))
-		return -1;
+	*l3_off = off;
+	if (is_vlan(proto))
+		return PARSE_TOO_DEEP;
 	return proto;
 }
 
-/* IPv4 with options skipped. Returns the IP protocol, or -1 if malformed. */
-static __always_inline int parse_ipv4(struct hdr_cursor *c, void *data_end,
-				      struct packet_info *pkt)
+/* Records a known upper-layer protocol. IP in IP, GRE and ESP carry other
+ * packets, which are judged by this outer header. */
+static __always_inline void set_proto(struct packet_info *pkt, int ipproto)
 {
-	struct iphdr *iph = c->pos;
-	__u32 hdr_len;
+	pkt->proto_known = 1;
+	pkt->proto = ipproto == IPPROTO_ICMP || ipproto == IPPROTO_ICMPV6_NUM ? SLUICE_PROTO_ICMP : ipproto;
+	if (ipproto == IPPROTO_IPIP || ipproto == IPPROTO_IPV6 || ipproto == IPPROTO_GRE ||
+	    ipproto == IPPROTO_ESP)
+		pkt->flags |= PKT_ENCAP;
+}
+
+/* Headers deeper than this are not in the linear part of any frame; the bound
+ * also lets the verifier see the offsets converge. */
+#define SLUICE_MAX_HDR_OFF 4096
+
+/*
+ * The transport header at `off` (bytes from the frame's start): the protocol,
+ * and the destination port of TCP and UDP when their first four bytes are in
+ * the datagram, which ends at l3_end. A first fragment too short for its ports
+ * is marked PKT_TINY_FRAG.
+ */
+static __always_inline void parse_l4(void *data, void *data_end, __u32 off, __u32 l3_end,
+				     struct packet_info *pkt, int ipproto)
+{
+	__be16 *ports;
+
+	set_proto(pkt, ipproto);
+	if (ipproto != IPPROTO_TCP && ipproto != IPPROTO_UDP)
+		return;
+	if (off > SLUICE_MAX_HDR_OFF)
+		goto unknown;
+	ports = data + off;
+	if ((void *)(ports + 2) > data_end || off + 4 > l3_end)
+		goto unknown;
+	pkt->dport = bpf_ntohs(ports[1]);
+	pkt->ports_known = 1;
+	if (ipproto == IPPROTO_UDP) {
+		pkt->hdr_len += sizeof(struct udphdr);
+	} else {
+		struct tcphdr *tcph = (void *)ports;
+
+		if ((void *)(tcph + 1) <= data_end)
+			pkt->hdr_len += tcph->doff * 4;
+	}
+	return;
+unknown:
+	if (pkt->flags & PKT_FIRST_FRAG)
+		pkt->flags |= PKT_TINY_FRAG;
+}
+
+/* IPv4 with options skipped (enum parse_result). A later fragment has its
+ * protocol (reassembly keys on it) but no ports. Fills *fk for any fragment. */
+static __always_inline int parse_ipv4(void *data, void *data_end, __u32 l3_off,
+				      struct packet_info *pkt, struct sluice_frag_key *fk)
+{
+	struct iphdr *iph = data + l3_off;
+	__u32 hdr_len, tot_len, avail;
+	__u16 frag;
 
 	if ((void *)(iph + 1) > data_end)
-		return -1;
+		return PARSE_MALFORMED;
 	if (iph->version != 4 || iph->ihl < 5)
-		return -1;
+		return PARSE_MALFORMED;
 	hdr_len = iph->ihl * 4;
-	if (c->pos + hdr_len > data_end)
-		return -1;
+	if ((void *)iph + hdr_len > data_end)
+		return PARSE_MALFORMED;
+	/* The stack drops a datagram longer than its frame or shorter than its
+	 * header; 0 is BIG TCP's "as long as the frame". */
+	avail = data_end - (void *)iph;
+	tot_len = bpf_ntohs(iph->tot_len);
+	if (tot_len == 0)
+		tot_len = avail;
+	if (tot_len < hdr_len || tot_len > avail)
+		return PARSE_MALFORMED;
 
 	pkt->family = 4;
+	pkt->l3_len = tot_len;
+	pkt->hdr_len = hdr_len;
 	__builtin_memcpy(pkt->saddr, &iph->saddr, 4);
-	/* Every fragment of a datagram carries its protocol and reassembly keys on
-	 * it, so the protocol of a non-first fragment is trusted; its ports are not there. */
-	if (iph->frag_off & bpf_htons(IPV4_FRAG_OFFSET_MASK))
-		pkt->fragment = 1;
-	c->pos += hdr_len;
-	return iph->protocol;
+
+	frag = bpf_ntohs(iph->frag_off);
+	if (frag & (IPV4_FRAG_OFFSET_MASK | IPV4_FRAG_MORE)) {
+		__builtin_memset(fk, 0, sizeof(*fk));
+		fk->family = 4;
+		fk->proto = iph->protocol;
+		fk->id = iph->id;
+		__builtin_memcpy(fk->saddr, &iph->saddr, 4);
+		__builtin_memcpy(fk->daddr, &iph->daddr, 4);
+		if (frag & IPV4_FRAG_OFFSET_MASK) {
+			pkt->flags |= PKT_LATER_FRAG;
+			set_proto(pkt, iph->protocol);
+			return PARSE_IP;
+		}
+		pkt->flags |= PKT_FIRST_FRAG;
+	}
+	parse_l4(data, data_end, l3_off + hdr_len, l3_off + tot_len, pkt, iph->protocol);
+	return PARSE_IP;
+}
+
+static __always_inline int is_ipv6_ext(__u8 nexthdr)
+{
+	return nexthdr == IPV6_NEXTHDR_HOP || nexthdr == IPV6_NEXTHDR_ROUTING ||
+	       nexthdr == IPV6_NEXTHDR_DEST || nexthdr == IPV6_NEXTHDR_AUTH ||
+	       nexthdr == IPV6_NEXTHDR_FRAGMENT;
 }
 
 /*
- * IPv6 and its extension headers, at most SLUICE_MAX_IPV6_EXT_HDRS of them.
- * Returns the upper-layer protocol, -2 if it cannot be known (chain too long or
- * a non-first fragment: RFC 8200 uses only the first fragment's next header),
- * or -1 if the fixed header is truncated.
+ * IPv6 and at most SLUICE_MAX_IPV6_EXT_HDRS extension headers (enum
+ * parse_result). The protocol stays unknown for a chain longer than the bound
+ * or cut short, and for a later fragment (RFC 8200 uses only the first
+ * fragment's next header). Fills *fk for any fragment. A global function, so
+ * the verifier checks the walk once, not once per VLAN depth.
  */
-static __always_inline int parse_ipv6(struct hdr_cursor *c, void *data_end,
-				      struct packet_info *pkt)
+__noinline int sluice_parse_ipv6(struct xdp_md *ctx, __u32 l3_off, struct packet_info *pkt,
+				 struct sluice_frag_key *fk)
 {
-	struct ipv6hdr *ip6h = c->pos;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ipv6hdr *ip6h;
+	__u32 avail, payload, off, l3_end;
 	__u8 nexthdr;
 	int i;
 
+	if (!pkt || !fk || l3_off > SLUICE_MAX_HDR_OFF) /* the verifier needs both */
+		return PARSE_MALFORMED;
+	ip6h = data + l3_off;
 	if ((void *)(ip6h + 1) > data_end)
-		return -1;
+		return PARSE_MALFORMED;
 	if (ip6h->version != 6)
-		return -1;
+		return PARSE_MALFORMED;
+	avail = data_end - (void *)ip6h;
+	payload = bpf_ntohs(ip6h->payload_len);
+	/* 0 is a jumbogram or BIG TCP: as long as the frame. */
+	pkt->l3_len = payload ? sizeof(*ip6h) + payload : avail;
+	if (pkt->l3_len > avail)
+		return PARSE_MALFORMED;
 
 	pkt->family = 6;
 	__builtin_memcpy(pkt->saddr, &ip6h->saddr, 16);
-	c->pos = ip6h + 1;
+	l3_end = l3_off + pkt->l3_len;
+	off = l3_off + sizeof(*ip6h);
 	nexthdr = ip6h->nexthdr;
 
 	for (i = 0; i < SLUICE_MAX_IPV6_EXT_HDRS; i++) {
-		struct ipv6_ext_hdr *ext = c->pos;
+		__u8 *hdr;
+		__u16 frag;
 
-		switch (nexthdr) {
-		case IPV6_NEXTHDR_HOP:
-		case IPV6_NEXTHDR_ROUTING:
-		case IPV6_NEXTHDR_DEST:
-			if ((void *)(ext + 1) > data_end)
-				return -2;
-			nexthdr = ext->nexthdr;
-			c->pos += (ext->hdrlen + 1) * 8;
+		if (!is_ipv6_ext(nexthdr))
 			break;
-		case IPV6_NEXTHDR_AUTH:
-			if ((void *)(ext + 1) > data_end)
-				return -2;
-			nexthdr = ext->nexthdr;
-			c->pos += (ext->hdrlen + 2) * 4;
-			break;
-		case IPV6_NEXTHDR_FRAGMENT: {
-			struct ipv6_frag_hdr *frag = c->pos;
-
-			if ((void *)(frag + 1) > data_end)
-				return -2;
-			if (frag->frag_off & bpf_htons(0xfff8)) {
-				pkt->fragment = 1;
-				return -2;
-			}
-			nexthdr = frag->nexthdr;
-			c->pos = frag + 1;
-			break;
+		if (off > SLUICE_MAX_HDR_OFF)
+			return PARSE_IP; /* protocol unknown */
+		hdr = data + off;
+		/* Every extension header is at least 8 bytes long. */
+		if ((void *)(hdr + 8) > data_end || off + 8 > l3_end)
+			goto cut_short;
+		if (nexthdr != IPV6_NEXTHDR_FRAGMENT) {
+			off += nexthdr == IPV6_NEXTHDR_AUTH ? (hdr[1] + 2) * 4 : (hdr[1] + 1) * 8;
+			nexthdr = hdr[0];
+			continue;
 		}
-		default:
-			return nexthdr;
+		frag = bpf_ntohs(((struct ipv6_frag_hdr *)hdr)->frag_off);
+		nexthdr = hdr[0];
+		off += sizeof(struct ipv6_frag_hdr);
+		if (!(frag & (IPV6_FRAG_OFFSET_MASK | IPV6_FRAG_MORE)))
+			continue; /* an atomic fragment: a whole packet */
+		__builtin_memset(fk, 0, sizeof(*fk));
+		fk->family = 6;
+		fk->id = ((struct ipv6_frag_hdr *)hdr)->id;
+		__builtin_memcpy(fk->saddr, &ip6h->saddr, 16);
+		__builtin_memcpy(fk->daddr, &ip6h->daddr, 16);
+		if (frag & IPV6_FRAG_OFFSET_MASK) {
+			pkt->flags |= PKT_LATER_FRAG;
+			return PARSE_IP;
 		}
+		pkt->flags |= PKT_FIRST_FRAG;
 	}
+	pkt->hdr_len = off - l3_off;
 	/* Still an extension header after the bound: the protocol stays unknown. */
-	return -2;
-}
-
-/* Reads the destination port of TCP and UDP when the header is all there. */
-static __always_inline void parse_l4(struct hdr_cursor *c, void *data_end,
-				     struct packet_info *pkt, int ipproto)
-{
-	pkt->proto_known = 1;
-	switch (ipproto) {
-	case IPPROTO_TCP: {
-		struct tcphdr *tcph = c->pos;
-
-		pkt->proto = SLUICE_PROTO_TCP;
-		if (pkt->fragment)
-			return;
-		if ((void *)(tcph + 1) > data_end || tcph->doff < 5)
-			return;
-		pkt->dport = bpf_ntohs(tcph->dest);
-		pkt->ports_known = 1;
-		return;
-	}
-	case IPPROTO_UDP: {
-		struct udphdr *udph = c->pos;
-
-		pkt->proto = SLUICE_PROTO_UDP;
-		if (pkt->fragment)
-			return;
-		if ((void *)(udph + 1) > data_end)
-			return;
-		pkt->dport = bpf_ntohs(udph->dest);
-		pkt->ports_known = 1;
-		return;
-	}
-	case IPPROTO_ICMP:
-	case IPPROTO_ICMPV6_NUM:
-		pkt->proto = SLUICE_PROTO_ICMP;
-		return;
-	default:
-		pkt->proto = ipproto;
-		return;
-	}
+	if (is_ipv6_ext(nexthdr))
+		return PARSE_IP;
+	parse_l4(data, data_end, off, l3_end, pkt, nexthdr);
+	return PARSE_IP;
+cut_short:
+	/* A first fragment must hold the whole chain (RFC 8200). */
+	if (pkt->flags & PKT_FIRST_FRAG)
+		pkt->flags |= PKT_TINY_FRAG;
+	return PARSE_IP;
 }
 
 /*
- * Parses a whole frame. Returns 1 for an IP packet whose source is known
- * (pkt filled), 0 for a frame that is not IP, -1 for a malformed frame.
- * *payload is set to where the bytes after L2 begin, for byte counters.
+ * Parses a whole frame (enum parse_result). For PARSE_IP, *pkt is filled, and
+ * *fk too if the packet is a fragment (pkt->flags says which kind).
+ * *l3_off is set to where the bytes after L2 begin.
  */
-static __always_inline int parse_packet(void *data, void *data_end, struct packet_info *pkt,
-					void **payload)
+static __always_inline int parse_packet(struct xdp_md *ctx, struct packet_info *pkt,
+					struct sluice_frag_key *fk, __u32 *l3_off)
 {
-	struct hdr_cursor c = { .pos = data };
-	int eth_proto, ipproto;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	int eth_proto;
 
-	*payload = data;
-	eth_proto = parse_ethhdr(&c, data_end);
+	*l3_off = 0;
+	eth_proto = parse_ethhdr(data, data_end, l3_off);
 	if (eth_proto < 0)
-		return -1;
-	*payload = c.pos;
+		return eth_proto;
 
 	if (eth_proto == bpf_htons(ETH_P_IP))
-		ipproto = parse_ipv4(&c, data_end, pkt);
-	else if (eth_proto == bpf_htons(ETH_P_IPV6))
-		ipproto = parse_ipv6(&c, data_end, pkt);
-	else
-		return 0;
-	if (ipproto == -1)
-		return -1;
-
-	pkt->l3_len = data_end - *payload;
-	if (ipproto >= 0)
-		parse_l4(&c, data_end, pkt, ipproto);
-	return 1;
+		return parse_ipv4(data, data_end, *l3_off, pkt, fk);
+	if (eth_proto == bpf_htons(ETH_P_IPV6))
+		return sluice_parse_ipv6(ctx, *l3_off, pkt, fk);
+	if (eth_proto == bpf_htons(ETH_P_PPPOE_SESSION) || eth_proto == bpf_htons(ETH_P_MPLS_UNICAST) ||
+	    eth_proto == bpf_htons(ETH_P_MPLS_MULTI))
+		pkt->flags |= PKT_ENCAP;
+	return PARSE_NOT_IP;
 }
 
 #endif /* SLUICE_PARSE_H */

@@ -2,15 +2,17 @@
 /*
  * Sluice XDP program: per-source rate limiting at layer 3/4.
  *
- * For each frame: parse (parse.h), find the rules covering the source address
- * with one lookup (a multibit table for IPv4, an LPM trie for IPv6; the
- * controller compiles each prefix's candidate list, most specific first), take
- * the first rule whose protocol and port match, then allow, deny, or charge the
- * source's bucket (sluice_algos.h): IPv4 buckets in a set table of our own,
- * IPv6 buckets in an LRU hash.
+ * For each frame: parse (parse.h); a later fragment takes its datagram's
+ * protocol and port from the fragment table; find the rules covering the
+ * source address with one lookup (a multibit table for IPv4, an LPM trie for
+ * IPv6; the controller compiles each prefix's candidate list, most specific
+ * first), take the first rule whose protocol and port match (or, when they
+ * are unknown, the strictest rule the packet may belong to), then allow, deny,
+ * or charge the source's bucket (sluice_algos.h): IPv4 buckets in a set table
+ * of our own, IPv6 buckets in an LRU hash.
  *
- * Fail-open: whenever the program cannot decide, the frame passes and a global
- * counter says why.
+ * Every frame lands in exactly one verdict counter. Fail-open: whenever the
+ * program cannot decide, the frame passes and a counter says why.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -144,6 +146,22 @@ struct {
 	__type(value, struct sluice_meta);
 } SLUICE_MAP_META SEC(".maps");
 
+/* The first fragment's protocol and port, by datagram (see sluice_abi.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, SLUICE_FRAG_ENTRIES);
+	__type(key, struct sluice_frag_key);
+	__type(value, struct sluice_frag_info);
+} SLUICE_MAP_FRAGS SEC(".maps");
+
+/* Each attached interface's MTU by ifindex: a longer frame is a super-packet. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SLUICE_MAX_IFACES);
+	__type(key, __u32);
+	__type(value, __u32);
+} SLUICE_MAP_IFACE_MTU SEC(".maps");
+
 static __always_inline void count_global(__u32 idx, __u64 bytes)
 {
 	struct sluice_counter *c = bpf_map_lookup_elem(&SLUICE_MAP_COUNTERS, &idx);
@@ -176,6 +194,11 @@ static __always_inline __u64 now_ns(const struct sluice_rule *rule)
 
 	return t ? *t : 0;
 }
+
+static __always_inline __u64 frag_clock(void)
+{
+	return now_ns(NULL);
+}
 #else
 static __always_inline __u64 now_ns(const struct sluice_rule *rule)
 {
@@ -183,16 +206,37 @@ static __always_inline __u64 now_ns(const struct sluice_rule *rule)
 		return bpf_ktime_get_coarse_ns();
 	return bpf_ktime_get_ns();
 }
+
+static __always_inline __u64 frag_clock(void)
+{
+	return bpf_ktime_get_coarse_ns();
+}
 #endif
 
-/* A selector the packet cannot show (unknown protocol or ports) matches. */
-static __always_inline int rule_matches(const struct sluice_rule *r, const struct packet_info *pkt)
+enum rule_match {
+	MATCH_NO,    /* a selector the packet shows differs */
+	MATCH_MAYBE, /* a selector the rule has cannot be read from the packet */
+	MATCH_YES,
+};
+
+static __always_inline enum rule_match rule_matches(const struct sluice_rule *r,
+						    const struct packet_info *pkt)
 {
-	if (r->proto != SLUICE_PROTO_ANY && pkt->proto_known && r->proto != pkt->proto)
-		return 0;
-	if (pkt->ports_known && (pkt->dport < r->dport_lo || pkt->dport > r->dport_hi))
-		return 0;
-	return 1;
+	enum rule_match m = MATCH_YES;
+
+	if (r->proto != SLUICE_PROTO_ANY) {
+		if (!pkt->proto_known)
+			m = MATCH_MAYBE;
+		else if (r->proto != pkt->proto)
+			return MATCH_NO;
+	}
+	if (r->dport_lo != 0 || r->dport_hi != 0xffff) {
+		if (!pkt->ports_known)
+			m = MATCH_MAYBE;
+		else if (pkt->dport < r->dport_lo || pkt->dport > r->dport_hi)
+			return MATCH_NO;
+	}
+	return m;
 }
 
 /* The match list for an IPv4 source: at most three array lookups. */
@@ -231,12 +275,21 @@ static __always_inline const struct sluice_match_list *lookup_v4(const __u8 *sad
 	return bpf_map_lookup_elem(&SLUICE_MAP_LISTS_V4, &e);
 }
 
-/* The first candidate rule that matches, or NULL. *slot_out gets its slot;
- * *vanished is set if a listed slot was emptied by a concurrent update. */
+/*
+ * The rule that decides the packet, or NULL. With every selector known, that
+ * is the first candidate that matches. A candidate that may match (an unknown
+ * protocol or port) is weighed with the rest, up to the first that surely
+ * matches: an allow never matches on an unknown selector, and of the others
+ * the strictest decides (the earlier on a tie), so hiding a header never
+ * moves a packet to a laxer rule. *slot_out gets its slot; *vanished is set
+ * if a listed slot was emptied by a concurrent update.
+ */
 static __always_inline const struct sluice_rule *
-match_rule(const struct packet_info *pkt, __u32 *slot_out, int *vanished)
+match_rule(struct packet_info *pkt, __u32 *slot_out, int *vanished)
 {
 	const struct sluice_match_list *list;
+	__u64 best_strictness = 0;
+	int found = 0;
 	__u32 i, n;
 
 	if (pkt->family == 4) {
@@ -249,10 +302,14 @@ match_rule(const struct packet_info *pkt, __u32 *slot_out, int *vanished)
 	}
 	if (!list)
 		return NULL;
+	pkt->flags |= PKT_COVERED;
 
+	/* The best candidate is kept as a slot, not a pointer, so that the
+	 * verifier's states converge across iterations. */
 	n = list->count;
 	for (i = 0; i < SLUICE_MAX_CANDIDATES; i++) {
 		const struct sluice_rule *r;
+		enum rule_match m;
 		__u32 slot;
 
 		if (i >= n)
@@ -263,12 +320,20 @@ match_rule(const struct packet_info *pkt, __u32 *slot_out, int *vanished)
 			*vanished = 1;
 			continue;
 		}
-		if (rule_matches(r, pkt)) {
+		m = rule_matches(r, pkt);
+		if (m == MATCH_NO || (m == MATCH_MAYBE && r->action == SLUICE_ACTION_ALLOW))
+			continue;
+		if (!found || r->strictness > best_strictness) {
+			found = 1;
+			best_strictness = r->strictness;
 			*slot_out = slot;
-			return r;
 		}
+		if (m == MATCH_YES)
+			break;
 	}
-	return NULL;
+	if (!found)
+		return NULL;
+	return bpf_map_lookup_elem(&SLUICE_MAP_RULES, slot_out);
 }
 
 /* Masks an address in place to its first `bits` bits. */
@@ -332,6 +397,13 @@ static __always_inline int gcra_form(const struct sluice_rule *rule)
 	       (rule->algo == SLUICE_ALGO_TOKEN_BUCKET && !rule->bucket.warmup);
 }
 
+/* Ticks a charge of `cost` (packets, or bytes) takes from a bucket rule. */
+static __always_inline __u64 cost_ticks(const struct sluice_rule *rule, __u64 cost)
+{
+	return sluice_charge_ticks(rule->bucket.inc_mult, rule->inc_shift, cost,
+				   rule->unit == SLUICE_UNIT_BYTES ? SLUICE_MAX_COST : 1);
+}
+
 /* One decision of a bucket algorithm on state the caller owns. */
 static __always_inline int decide(union sluice_algo_state *s, const struct sluice_rule *rule,
 				  __u64 now, __u64 cost)
@@ -339,8 +411,7 @@ static __always_inline int decide(union sluice_algo_state *s, const struct sluic
 	__u64 next;
 
 	if (gcra_form(rule)) {
-		if (!sluice_gcra_admit(s->gcra.tat, sluice_ns_to_ticks(now),
-				       sluice_cost_ticks(rule->bucket.inc_mult, rule->inc_shift, cost),
+		if (!sluice_gcra_admit(s->gcra.tat, sluice_ns_to_ticks(now), cost_ticks(rule, cost),
 				       rule->bucket.capacity, &next))
 			return 0;
 		s->gcra.tat = next;
@@ -355,8 +426,7 @@ static __always_inline int decide(union sluice_algo_state *s, const struct sluic
 					    rule->window.window_ns, rule->window.limit, cost);
 	default:
 		return sluice_tb_admit(&s->tb.tokens, &s->tb.last, &s->tb.cold, sluice_ns_to_ticks(now),
-				       sluice_cost_ticks(rule->bucket.inc_mult, rule->inc_shift, cost),
-				       rule->bucket.capacity, rule->bucket.warmup);
+				       cost_ticks(rule, cost), rule->bucket.capacity, rule->bucket.warmup);
 	}
 }
 
@@ -364,7 +434,7 @@ static __always_inline int decide(union sluice_algo_state *s, const struct sluic
 static __always_inline enum bucket_result gcra_cas(__u64 *tat_word, const struct sluice_rule *rule,
 						    __u64 now, __u64 cost)
 {
-	__u64 inc = sluice_cost_ticks(rule->bucket.inc_mult, rule->inc_shift, cost);
+	__u64 inc = cost_ticks(rule, cost);
 	__u64 now_t = sluice_ns_to_ticks(now);
 	__u64 tat, next;
 	int i;
@@ -379,15 +449,28 @@ static __always_inline enum bucket_result gcra_cas(__u64 *tat_word, const struct
 	return BUCKET_CONTENDED;
 }
 
+/* What a packet is charged: the wire packets and bytes it carries (a
+ * super-packet carries several), and its cost in the rule's unit. */
+struct charge {
+	__u64 packets;
+	__u64 bytes;
+};
+
+/* The cost of a charge in the rule's unit. */
+static __always_inline __u64 charge_cost(const struct sluice_rule *rule, const struct charge *ch)
+{
+	return rule->unit == SLUICE_UNIT_BYTES ? ch->bytes : ch->packets;
+}
+
 static __always_inline void count_source(struct sluice_source_counters *c, enum bucket_result res,
-					 __u64 l3_len)
+					 const struct charge *ch)
 {
 	if (res == BUCKET_PASS) {
-		__sync_fetch_and_add(&c->passed_packets, 1);
-		__sync_fetch_and_add(&c->passed_bytes, l3_len);
+		__sync_fetch_and_add(&c->passed_packets, ch->packets);
+		__sync_fetch_and_add(&c->passed_bytes, ch->bytes);
 	} else if (res == BUCKET_DROP || res == BUCKET_CONTENDED) {
-		__sync_fetch_and_add(&c->dropped_packets, 1);
-		__sync_fetch_and_add(&c->dropped_bytes, l3_len);
+		__sync_fetch_and_add(&c->dropped_packets, ch->packets);
+		__sync_fetch_and_add(&c->dropped_bytes, ch->bytes);
 	}
 }
 
@@ -401,41 +484,43 @@ static __always_inline void count_source(struct sluice_source_counters *c, enum 
 /* A new bucket, already holding the decision on its first packet. */
 static __always_inline enum bucket_result init_state(struct sluice_source_state *init,
 						      const struct sluice_rule *rule, __u64 now,
-						      __u64 cost, __u64 l3_len)
+						      const struct charge *ch)
 {
 	enum bucket_result res;
 
-	if (!gcra_form(rule) && rule->algo == SLUICE_ALGO_TOKEN_BUCKET)
+	if (gcra_form(rule))
+		init->algo.gcra.tat = sluice_ns_to_ticks(now); /* a full bucket, now */
+	else if (rule->algo == SLUICE_ALGO_TOKEN_BUCKET)
 		sluice_tb_init(&init->algo.tb.tokens, &init->algo.tb.last, &init->algo.tb.cold,
 			       sluice_ns_to_ticks(now), rule->bucket.capacity, rule->bucket.warmup);
-	res = decide(&init->algo, rule, now, cost) ? BUCKET_PASS : BUCKET_DROP;
-	count_source(&init->cnt, res, l3_len);
+	res = decide(&init->algo, rule, now, charge_cost(rule, ch)) ? BUCKET_PASS : BUCKET_DROP;
+	count_source(&init->cnt, res, ch);
 	return res;
 }
 
 /* Charges an existing bucket. */
 static __always_inline enum bucket_result charge_state(struct sluice_source_state *st,
 							const struct sluice_rule *rule, __u64 now,
-							__u64 cost, __u64 l3_len)
+							const struct charge *ch)
 {
 	enum bucket_result res;
 
 	if (gcra_form(rule)) {
-		res = gcra_cas(&st->algo.gcra.tat, rule, now, cost);
+		res = gcra_cas(&st->algo.gcra.tat, rule, now, charge_cost(rule, ch));
 	} else if (bucket_trylock(&st->lock)) {
-		res = decide(&st->algo, rule, now, cost) ? BUCKET_PASS : BUCKET_DROP;
+		res = decide(&st->algo, rule, now, charge_cost(rule, ch)) ? BUCKET_PASS : BUCKET_DROP;
 		bucket_unlock(&st->lock);
 	} else {
 		res = BUCKET_CONTENDED;
 	}
-	count_source(&st->cnt, res, l3_len);
+	count_source(&st->cnt, res, ch);
 	return res;
 }
 
-/* IPv6: charges `cost` units to the bucket at `key` in the LRU table. */
+/* IPv6: charges a packet to the bucket at `key` in the LRU table. */
 static __always_inline enum bucket_result charge_bucket(void *sources, void *key,
 							 const struct sluice_rule *rule, __u64 now,
-							 __u64 cost, __u64 l3_len)
+							 const struct charge *ch)
 {
 	struct sluice_source_state *st;
 	enum bucket_result res;
@@ -445,7 +530,7 @@ static __always_inline enum bucket_result charge_bucket(void *sources, void *key
 	if (!st) {
 		struct sluice_source_state init = {};
 
-		res = init_state(&init, rule, now, cost, l3_len);
+		res = init_state(&init, rule, now, ch);
 		err = bpf_map_update_elem(sources, key, &init, BPF_NOEXIST);
 		if (err == 0) {
 			count_global(SLUICE_CNT_INFO_NEW_BUCKET, 0);
@@ -458,7 +543,7 @@ static __always_inline enum bucket_result charge_bucket(void *sources, void *key
 		if (!st)
 			return BUCKET_FAIL_TABLE;
 	}
-	return charge_state(st, rule, now, cost, l3_len);
+	return charge_state(st, rule, now, ch);
 }
 
 /* The way of `set` holding `key`, or -1; *busy is set to 1 + a way being written. */
@@ -527,8 +612,8 @@ static __always_inline void consider_set(struct sluice_set_v4 *set, __u32 stamp,
  * one; the copy found second is never charged again and ages out.
  */
 static __always_inline int insert_v4(struct sluice_set_v4 *a, struct sluice_set_v4 *b, __u64 key,
-				     const struct sluice_rule *rule, __u64 now, __u64 cost,
-				     __u64 l3_len, enum bucket_result *out)
+				     const struct sluice_rule *rule, __u64 now, const struct charge *ch,
+				     enum bucket_result *out)
 {
 	struct sluice_source_state init = {};
 	struct victim v = {};
@@ -546,7 +631,7 @@ static __always_inline int insert_v4(struct sluice_set_v4 *a, struct sluice_set_
 	if (__sync_val_compare_and_swap(&v.set->key[w], v.key, SLUICE_KEY_BUSY) != v.key)
 		return -1;
 
-	res = init_state(&init, rule, now, cost, l3_len);
+	res = init_state(&init, rule, now, ch);
 	st = &v.set->way[w];
 	/* The lock word is left alone: a CPU still holding it on the evicted
 	 * bucket releases it. */
@@ -567,7 +652,7 @@ static __always_inline int insert_v4(struct sluice_set_v4 *a, struct sluice_set_
 
 /* IPv4: finds or creates the bucket of `key` in the set-associative table. */
 static __always_inline enum bucket_result charge_v4(__u64 key, const struct sluice_rule *rule,
-						     __u64 now, __u64 cost, __u64 l3_len)
+						     __u64 now, const struct charge *ch)
 {
 	const struct sluice_config *cfg;
 	struct sluice_set_v4 *a, *b, *set;
@@ -605,7 +690,7 @@ static __always_inline enum bucket_result charge_v4(__u64 key, const struct slui
 			wait_published(b, busy_b - 1);
 			continue;
 		}
-		if (insert_v4(a, b, key, rule, now, cost, l3_len, &res) == 0)
+		if (insert_v4(a, b, key, rule, now, ch, &res) == 0)
 			return res;
 	}
 	return BUCKET_FAIL_TABLE;
@@ -615,14 +700,14 @@ found:
 	stamp = (__u32)(now >> SLUICE_STAMP_SHIFT);
 	if (set->seen[w] != stamp)
 		set->seen[w] = stamp; /* written once per stamp: the tag line stays shared */
-	return charge_state(&set->way[w], rule, now, cost, l3_len);
+	return charge_state(&set->way[w], rule, now, ch);
 }
 
 /* A sliding-log bucket: created empty from the zero template, then decided
  * under its lock like the other multi-word algorithms. */
 static __always_inline enum bucket_result charge_log(void *logs, void *key,
 						      const struct sluice_rule *rule, __u64 now,
-						      __u64 l3_len)
+						      const struct charge *ch)
 {
 	struct sluice_log_state *st;
 	enum bucket_result res;
@@ -646,24 +731,21 @@ static __always_inline enum bucket_result charge_log(void *logs, void *key,
 	}
 	if (bucket_trylock(&st->lock)) {
 		res = sluice_log_admit(st->ring, &st->head, now, rule->window.window_ns,
-				       (__u32)rule->window.limit) ? BUCKET_PASS : BUCKET_DROP;
+				       (__u32)rule->window.limit, ch->packets) ? BUCKET_PASS : BUCKET_DROP;
 		bucket_unlock(&st->lock);
 	} else {
 		res = BUCKET_CONTENDED;
 	}
-	count_source(&st->cnt, res, l3_len);
+	count_source(&st->cnt, res, ch);
 	return res;
 }
 
 static __always_inline enum bucket_result apply_limit(const struct packet_info *pkt,
-						       const struct sluice_rule *rule)
+						       const struct sluice_rule *rule,
+						       const struct charge *ch)
 {
 	int log = rule->algo == SLUICE_ALGO_SLIDING_LOG;
 	__u64 now = now_ns(rule);
-	__u64 cost = 1;
-
-	if (rule->unit == SLUICE_UNIT_BYTES)
-		cost = pkt->l3_len < SLUICE_MAX_COST ? pkt->l3_len : SLUICE_MAX_COST;
 
 	if (pkt->family == 4) {
 		struct sluice_src_v4 key = { .rule_id = rule->id };
@@ -672,32 +754,177 @@ static __always_inline enum bucket_result apply_limit(const struct packet_info *
 		__builtin_memcpy(key.addr, pkt->saddr, 4);
 		mask_addr(key.addr, 1, rule->per_prefix);
 		if (log)
-			return charge_log(&SLUICE_MAP_LOGS_V4, &key, rule, now, pkt->l3_len);
+			return charge_log(&SLUICE_MAP_LOGS_V4, &key, rule, now, ch);
 		__builtin_memcpy(&addr, key.addr, 4);
-		return charge_v4(sluice_src4_key(rule->id, addr), rule, now, cost, pkt->l3_len);
+		return charge_v4(sluice_src4_key(rule->id, addr), rule, now, ch);
 	} else {
 		struct sluice_src_v6 key = { .rule_id = rule->id };
 
 		__builtin_memcpy(key.addr, pkt->saddr, 16);
 		mask_addr(key.addr, 4, rule->per_prefix);
 		if (log)
-			return charge_log(&SLUICE_MAP_LOGS_V6, &key, rule, now, pkt->l3_len);
-		return charge_bucket(&SLUICE_MAP_SOURCES_V6, &key, rule, now, cost, pkt->l3_len);
+			return charge_log(&SLUICE_MAP_LOGS_V6, &key, rule, now, ch);
+		return charge_bucket(&SLUICE_MAP_SOURCES_V6, &key, rule, now, ch);
 	}
 }
 
-SEC("xdp")
+/* A later fragment takes its datagram's protocol and port, remembered when
+ * the first fragment passed. */
+static __always_inline void recall_first_fragment(struct packet_info *pkt,
+						  const struct sluice_frag_key *fk)
+{
+	const struct sluice_frag_info *fi = bpf_map_lookup_elem(&SLUICE_MAP_FRAGS, fk);
+
+	if (!fi || frag_clock() - fi->first_ns > SLUICE_FRAG_TIMEOUT_NS)
+		return;
+	pkt->proto = fi->proto;
+	pkt->proto_known = 1;
+	pkt->dport = fi->dport;
+	pkt->ports_known = fi->ports_known;
+}
+
+static __always_inline void remember_first_fragment(const struct packet_info *pkt,
+						    const struct sluice_frag_key *fk)
+{
+	struct sluice_frag_info fi = {
+		.first_ns = frag_clock(),
+		.dport = pkt->dport,
+		.proto = pkt->proto,
+		.ports_known = pkt->ports_known,
+	};
+
+	bpf_map_update_elem(&SLUICE_MAP_FRAGS, fk, &fi, BPF_ANY);
+}
+
+/*
+ * The wire packets and bytes a frame carries. A TCP or UDP frame longer than
+ * its interface's MTU is a super-packet (GRO in generic mode, BIG TCP): it is
+ * charged as the segments it was or will be cut into, each with its headers.
+ */
+static __always_inline void wire_charge(const struct xdp_md *ctx, const struct packet_info *pkt,
+					struct charge *ch)
+{
+	__u32 ifindex = ctx->ingress_ifindex, mtu = SLUICE_DEFAULT_MTU, *m;
+	__u64 segment, segs;
+
+	ch->packets = 1;
+	ch->bytes = pkt->l3_len;
+	if (pkt->l3_len <= SLUICE_DEFAULT_MTU || !pkt->ports_known)
+		return;
+	m = bpf_map_lookup_elem(&SLUICE_MAP_IFACE_MTU, &ifindex);
+	if (m)
+		mtu = *m;
+	if (pkt->l3_len <= mtu || pkt->hdr_len >= mtu)
+		return;
+	segment = mtu - pkt->hdr_len;
+	segs = (pkt->l3_len - pkt->hdr_len + segment - 1) / segment;
+	ch->packets = segs;
+	ch->bytes = pkt->l3_len + (segs - 1) * pkt->hdr_len;
+}
+
+/* The verdict counter of a limit rule's bucket result. */
+static __always_inline __u32 limit_verdict(enum bucket_result res, const struct sluice_rule *rule)
+{
+	int shadow = rule->flags & SLUICE_RULE_SHADOW;
+
+	switch (res) {
+	case BUCKET_PASS:
+		return SLUICE_CNT_PASS_LIMIT;
+	case BUCKET_DROP:
+		return shadow ? SLUICE_CNT_PASS_SHADOW : SLUICE_CNT_DROP_RATE;
+	case BUCKET_CONTENDED:
+		return shadow ? SLUICE_CNT_PASS_SHADOW : SLUICE_CNT_DROP_CONTENTION;
+	default:
+		return SLUICE_CNT_FAILOPEN_TABLE;
+	}
+}
+
+static __always_inline void count_rule(__u32 slot, enum bucket_result res, const struct charge *ch)
+{
+	struct sluice_rule_counters *rc = rule_counters(slot);
+
+	if (!rc)
+		return;
+	switch (res) {
+	case BUCKET_PASS:
+		rc->passed_packets += ch->packets;
+		rc->passed_bytes += ch->bytes;
+		break;
+	case BUCKET_CONTENDED:
+		rc->dropped_contention += ch->packets;
+		/* fallthrough */
+	case BUCKET_DROP:
+		rc->dropped_packets += ch->packets;
+		rc->dropped_bytes += ch->bytes;
+		break;
+	case BUCKET_FAIL_TABLE:
+		rc->failopen_table += ch->packets;
+		break;
+	}
+}
+
+/* Decides an IP packet: the verdict counter it lands in. A global function,
+ * so the verifier checks it once rather than once per parsing path. */
+__noinline __u32 decide_packet(struct xdp_md *ctx, struct packet_info *pkt,
+			       const struct sluice_frag_key *fk)
+{
+	const struct sluice_rule *rule;
+	enum bucket_result res;
+	struct charge ch;
+	__u32 slot = 0, verdict;
+	int vanished = 0;
+
+	if (!pkt || !fk) /* the verifier needs it: a global function's pointers may be NULL */
+		return SLUICE_CNT_FAILOPEN_PARSE;
+	if (pkt->flags & PKT_LATER_FRAG) {
+		count_global(SLUICE_CNT_INFO_FRAGMENT, pkt->l3_len);
+		recall_first_fragment(pkt, fk);
+	}
+	if (pkt->flags & PKT_ENCAP)
+		count_global(SLUICE_CNT_INFO_ENCAPSULATED, pkt->l3_len);
+	if (!pkt->ports_known && (!pkt->proto_known || pkt->proto == SLUICE_PROTO_TCP ||
+				  pkt->proto == SLUICE_PROTO_UDP))
+		count_global(SLUICE_CNT_INFO_L4_UNKNOWN, pkt->l3_len);
+
+	rule = match_rule(pkt, &slot, &vanished);
+	if (!rule)
+		return vanished ? SLUICE_CNT_FAILOPEN_RULE : SLUICE_CNT_PASS_NO_MATCH;
+	/* A first fragment too short for its ports hides them from every
+	 * fragment of its datagram: nothing legitimate is sent that way. */
+	if (pkt->flags & PKT_TINY_FRAG)
+		return SLUICE_CNT_DROP_MALFORMED;
+
+	wire_charge(ctx, pkt, &ch);
+	if (rule->action == SLUICE_ACTION_ALLOW) {
+		res = BUCKET_PASS;
+		verdict = SLUICE_CNT_PASS_ALLOW;
+	} else if (rule->action == SLUICE_ACTION_DENY) {
+		res = BUCKET_DROP;
+		verdict = (rule->flags & SLUICE_RULE_SHADOW) ? SLUICE_CNT_PASS_SHADOW : SLUICE_CNT_DROP_DENY;
+	} else {
+		res = apply_limit(pkt, rule, &ch);
+		verdict = limit_verdict(res, rule);
+	}
+	count_rule(slot, res, &ch);
+	return verdict;
+}
+
+/* The bytes after L2 of a frame that was not parsed as IP: what its counter counts. */
+static __always_inline __u32 bytes_after(void *data, void *data_end, __u32 l3_off)
+{
+	void *l3 = data + (l3_off & (SLUICE_MAX_HDR_OFF - 1)); /* the verifier wants it bounded */
+
+	return l3 < data_end ? data_end - l3 : 0;
+}
+
+SEC("xdp.frags")
 int SLUICE_PROG_NAME(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct packet_info pkt = {};
-	struct sluice_rule_counters *rc;
-	const struct sluice_rule *rule;
-	enum bucket_result res;
-	void *payload;
-	__u32 slot = 0;
-	int vanished = 0;
+	struct sluice_frag_key fk;
+	__u32 verdict, l3_off, frame_l3;
 	int parsed;
 
 #ifdef SLUICE_BENCH_SOURCES
@@ -705,63 +932,30 @@ int SLUICE_PROG_NAME(struct xdp_md *ctx)
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
 #endif
-	parsed = parse_packet(data, data_end, &pkt, &payload);
-	if (parsed <= 0) {
-		count_global(parsed == 0 ? SLUICE_CNT_PASS_NOT_IP : SLUICE_CNT_FAILOPEN_PARSE,
-			     data_end - payload);
-		return XDP_PASS;
+	parsed = parse_packet(ctx, &pkt, &fk, &l3_off);
+	frame_l3 = bytes_after(data, data_end, l3_off);
+	switch (parsed) {
+	case PARSE_IP:
+		verdict = decide_packet(ctx, &pkt, &fk);
+		break;
+	case PARSE_NOT_IP:
+		if (pkt.flags & PKT_ENCAP)
+			count_global(SLUICE_CNT_INFO_ENCAPSULATED, frame_l3);
+		verdict = SLUICE_CNT_PASS_NOT_IP;
+		break;
+	case PARSE_TOO_DEEP:
+		verdict = SLUICE_CNT_DROP_MALFORMED;
+		break;
+	default:
+		verdict = SLUICE_CNT_FAILOPEN_PARSE;
+		break;
 	}
-	if (pkt.fragment)
-		count_global(SLUICE_CNT_INFO_FRAGMENT, pkt.l3_len);
-	if (!pkt.ports_known && (!pkt.proto_known || pkt.proto == SLUICE_PROTO_TCP ||
-				 pkt.proto == SLUICE_PROTO_UDP))
-		count_global(SLUICE_CNT_INFO_L4_UNKNOWN, pkt.l3_len);
-
-	rule = match_rule(&pkt, &slot, &vanished);
-	if (!rule) {
-		count_global(vanished ? SLUICE_CNT_FAILOPEN_RULE : SLUICE_CNT_PASS_NO_MATCH,
-			     pkt.l3_len);
-		return XDP_PASS;
-	}
-	rc = rule_counters(slot);
-
-	if (rule->action == SLUICE_ACTION_ALLOW) {
-		res = BUCKET_PASS;
-		count_global(SLUICE_CNT_PASS_ALLOW, pkt.l3_len);
-	} else if (rule->action == SLUICE_ACTION_DENY) {
-		res = BUCKET_DROP;
-		count_global((rule->flags & SLUICE_RULE_SHADOW) ? SLUICE_CNT_PASS_SHADOW : SLUICE_CNT_DROP_DENY,
-			     pkt.l3_len);
-	} else {
-		res = apply_limit(&pkt, rule);
-		count_global(res == BUCKET_PASS ? SLUICE_CNT_PASS_LIMIT :
-			     res == BUCKET_FAIL_TABLE ? SLUICE_CNT_FAILOPEN_TABLE :
-			     (rule->flags & SLUICE_RULE_SHADOW) ? SLUICE_CNT_PASS_SHADOW :
-			     res == BUCKET_CONTENDED ? SLUICE_CNT_DROP_CONTENTION :
-						       SLUICE_CNT_DROP_RATE,
-			     pkt.l3_len);
-	}
-
-	if (rc) {
-		switch (res) {
-		case BUCKET_PASS:
-			rc->passed_packets++;
-			rc->passed_bytes += pkt.l3_len;
-			break;
-		case BUCKET_CONTENDED:
-			rc->dropped_contention++;
-			/* fallthrough */
-		case BUCKET_DROP:
-			rc->dropped_packets++;
-			rc->dropped_bytes += pkt.l3_len;
-			break;
-		case BUCKET_FAIL_TABLE:
-			rc->failopen_table++;
-			break;
-		}
-	}
-	if ((res == BUCKET_DROP || res == BUCKET_CONTENDED) && !(rule->flags & SLUICE_RULE_SHADOW))
+	count_global(verdict, parsed == PARSE_IP ? pkt.l3_len : frame_l3);
+	if ((SLUICE_DROP_VERDICTS >> verdict) & 1)
 		return XDP_DROP;
+	/* Only where a rule covers the source: the table is kept for them. */
+	if ((pkt.flags & (PKT_FIRST_FRAG | PKT_TINY_FRAG | PKT_COVERED)) == (PKT_FIRST_FRAG | PKT_COVERED))
+		remember_first_fragment(&pkt, &fk);
 	return XDP_PASS;
 }
 

@@ -36,6 +36,8 @@
 #define SLUICE_MAP_COUNTERS      sluice_cnt
 #define SLUICE_MAP_META          sluice_meta
 #define SLUICE_MAP_CONFIG        sluice_cfg
+#define SLUICE_MAP_FRAGS         sluice_frags
+#define SLUICE_MAP_IFACE_MTU     sluice_ifmtu
 #define SLUICE_PROG_NAME         sluice_xdp
 
 #define SLUICE_STR_(x) #x
@@ -49,8 +51,13 @@
 #define SLUICE_DEFAULT_MAX_LOG_SOURCES 16384 /* sliding-log buckets are 552 bytes */
 #define SLUICE_MAX_LOG             64 /* sliding-log: packets remembered per bucket */
 #define SLUICE_MAX_CANDIDATES      15 /* rules that may cover one address */
-#define SLUICE_MAX_VLAN_DEPTH      2  /* 802.1ad + 802.1Q */
-#define SLUICE_MAX_IPV6_EXT_HDRS   8  /* extension headers walked before giving up */
+#define SLUICE_MAX_VLAN_DEPTH      8  /* VLAN tags walked; a deeper stack is dropped */
+#define SLUICE_MAX_IPV6_EXT_HDRS   12 /* extension headers walked; beyond, the protocol is unknown */
+#define SLUICE_FRAG_ENTRIES        8192 /* datagrams whose first fragment is remembered */
+#define SLUICE_FRAG_TIMEOUT_NS     30000000000ULL /* as the kernel's ipfrag_time */
+#define SLUICE_MAX_IFACES          256
+#define SLUICE_DEFAULT_MTU         1500 /* of an interface the controller did not record */
+#define SLUICE_MAX_RULE_ID         0xfffffffeu /* a key with id 0xffffffff could be SLUICE_KEY_BUSY */
 #define SLUICE_CAS_RETRIES         8  /* compare-and-swap attempts per packet */
 #define SLUICE_LOCK_RETRIES        256 /* bucket lock attempts before giving up */
 #define SLUICE_NAME_LEN            32
@@ -111,14 +118,21 @@ enum sluice_counter_index {
 	SLUICE_CNT_FAILOPEN_PARSE,     /* malformed L2/L3: no source to charge */
 	SLUICE_CNT_FAILOPEN_RULE,      /* a rule slot vanished under an update */
 	SLUICE_CNT_FAILOPEN_TABLE,     /* bucket could not be created */
+	SLUICE_CNT_DROP_MALFORMED,     /* hides its source or ports but would be delivered:
+				        * more VLAN tags than walked, a tiny first fragment */
 	SLUICE_CNT_VERDICT_END,
 	SLUICE_CNT_INFO_FRAGMENT = SLUICE_CNT_VERDICT_END, /* non-first fragments */
 	SLUICE_CNT_INFO_L4_UNKNOWN,    /* ports/protocol unreadable: matched conservatively */
 	SLUICE_CNT_INFO_NEW_BUCKET,    /* buckets created (evicting when the table is full) */
 	SLUICE_CNT_INFO_EVICTED,       /* IPv4: a bucket evicted to make room for a new one */
 	SLUICE_CNT_INFO_EVICTED_ACTIVE,/* IPv4: ...of a source seen in the last second: table too small */
+	SLUICE_CNT_INFO_ENCAPSULATED,  /* IP in IP, GRE, ESP, PPPoE, MPLS: judged by the outer header */
 	SLUICE_CNT_MAX,
 };
+
+/* The verdict counters whose frames are dropped; every other verdict passes. */
+#define SLUICE_DROP_VERDICTS ((1u << SLUICE_CNT_DROP_RATE) | (1u << SLUICE_CNT_DROP_DENY) | \
+			      (1u << SLUICE_CNT_DROP_CONTENTION) | (1u << SLUICE_CNT_DROP_MALFORMED))
 
 struct sluice_counter {
 	__u64 packets;
@@ -161,6 +175,11 @@ struct sluice_rule {
 	__u8  algo;       /* enum sluice_algo */
 	__u8  flags;      /* SLUICE_RULE_* */
 	__u8  pad;
+	/* How few packets the rule lets through, compared when a packet's
+	 * protocol or port is unknown and the strictest rule it may belong to
+	 * decides: 0 allow, 1 shadow, ~0 deny, else ns per packet (a byte rate's
+	 * packet is 1,500 bytes). */
+	__u64 strictness;
 	union {
 		struct {
 			__u64 inc_mult; /* ticks per unit, scaled by 2^inc_shift, rounded up */
@@ -174,7 +193,7 @@ struct sluice_rule {
 		} window;
 	};
 };
-SLUICE_ASSERT_SIZE(struct sluice_rule, 40);
+SLUICE_ASSERT_SIZE(struct sluice_rule, 48);
 
 /* The user's view of a rule, kept beside it for the controller only. */
 struct sluice_rule_info {
@@ -231,6 +250,30 @@ struct sluice_match_list {
 	__u32 slots[SLUICE_MAX_CANDIDATES];
 };
 SLUICE_ASSERT_SIZE(struct sluice_match_list, 64);
+
+/*
+ * Fragments: a later fragment carries no ports, so the first fragment's are
+ * remembered (when it passes) under the datagram's reassembly key, and a later
+ * fragment is judged as its datagram. An LRU hash of SLUICE_FRAG_ENTRIES.
+ */
+struct sluice_frag_key {
+	__u8  family;
+	__u8  proto;    /* IPv4: the IP protocol (reassembly keys on it); IPv6: 0 */
+	__u16 pad;
+	__be32 id;      /* IPv4's 16-bit id, or IPv6's fragment header id */
+	__u8  saddr[16];
+	__u8  daddr[16];
+};
+SLUICE_ASSERT_SIZE(struct sluice_frag_key, 40);
+
+struct sluice_frag_info {
+	__u64 first_ns; /* when the first fragment passed */
+	__u16 dport;      /* host order, when ports_known */
+	__u8  proto;      /* enum sluice_proto, or the IP protocol */
+	__u8  ports_known;
+	__u8  pad[4];
+};
+SLUICE_ASSERT_SIZE(struct sluice_frag_info, 16);
 
 /* Bucket keys: one bucket per (rule, source address masked to per_prefix). */
 struct sluice_src_v4 {

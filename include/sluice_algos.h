@@ -14,8 +14,11 @@
  * burst + rate * D units pass.
  *
  * Time is counted in ticks of 1/64 ns so that intervals of fast rates keep
- * their precision. Tick values wrap (after 9 years of uptime) and are compared
- * as signed differences. No kernel or libc dependency: plain C on both sides.
+ * their precision. Tick values wrap after 2^58 ns (9.1 years) of uptime and
+ * are compared as signed differences, which hold for intervals up to 2^63
+ * ticks (4.5 years): a new bucket therefore starts at `now`, never at 0, or
+ * every new source would read as 4.5 years in debt once uptime passes 2^57 ns.
+ * No kernel or libc dependency: plain C on both sides.
  */
 #ifndef SLUICE_ALGOS_H
 #define SLUICE_ALGOS_H
@@ -25,7 +28,9 @@
 
 #define SLUICE_TICK_SHIFT 6 /* ticks per nanosecond = 2^6 */
 
-/* Largest cost of one packet in bytes mode; longer frames are charged this. */
+/* The controller scales a byte rate so that a packet of up to SLUICE_MAX_COST
+ * bytes costs no more than 2^60 ticks; a larger one (a super-packet) is
+ * charged in chunks of that size (sluice_charge_ticks). */
 #define SLUICE_MAX_COST 65535ULL
 
 /* Range limits the controller enforces when it compiles a rule, so that none
@@ -47,6 +52,24 @@ static inline __u64 sluice_cost_ticks(__u64 inc_mult, __u8 inc_shift, __u64 cost
 	__u64 round = (1ULL << inc_shift) - 1;
 
 	return (cost * inc_mult + round) >> inc_shift;
+}
+
+/* Ticks a charge of `cost` units takes, however large: packets (chunk 1) or
+ * bytes (chunk SLUICE_MAX_COST) are charged a chunk at a time, each rounded
+ * up. A charge beyond any capacity saturates at SLUICE_MAX_CAPACITY_TICKS + 1,
+ * which no bucket admits. */
+static inline __u64 sluice_charge_ticks(__u64 inc_mult, __u8 inc_shift, __u64 cost, __u64 chunk)
+{
+	__u64 chunks, per_chunk, ticks;
+
+	if (cost <= chunk)
+		return sluice_cost_ticks(inc_mult, inc_shift, cost);
+	chunks = cost / chunk;
+	per_chunk = sluice_cost_ticks(inc_mult, inc_shift, chunk);
+	if (per_chunk && chunks > SLUICE_MAX_CAPACITY_TICKS / per_chunk)
+		return SLUICE_MAX_CAPACITY_TICKS + 1;
+	ticks = chunks * per_chunk + sluice_cost_ticks(inc_mult, inc_shift, cost % chunk);
+	return ticks > SLUICE_MAX_CAPACITY_TICKS ? SLUICE_MAX_CAPACITY_TICKS + 1 : ticks;
 }
 
 /*
@@ -182,26 +205,47 @@ static inline int sluice_sliding_admit(__u64 *window, __u64 *cur, __u64 *prev, _
 
 /*
  * Sliding log: the times of the last `limit` passes, in a ring whose `head`
- * is the oldest. A packet passes if that oldest pass is at least a window ago
- * (or the ring is not yet full); then its time replaces it. Exact: never more
+ * is the oldest. A packet of `cost` packets (a super-packet carries several)
+ * passes if the cost-th oldest pass is at least a window ago (or that slot was
+ * never used); then its time replaces the `cost` oldest. Exact: never more
  * than `limit` passes in any window of window_ns. Only passes are logged, so a
  * client that backs off recovers one window after its last pass. A clock
  * behind the newest entry is logged as the newest time (no credit gained).
  */
 static inline int sluice_log_admit(__u64 *ring, __u32 *head, __u64 now_ns, __u64 window_ns,
-				   __u32 limit)
+				   __u32 limit, __u64 cost)
 {
 	__u32 h = *head < limit ? *head : 0;
 	__u32 newest = (h ? h : limit) - 1;
-	__u64 oldest = ring[h & (SLUICE_MAX_LOG - 1)];
-	__u64 stamp = now_ns;
+	__u32 last = h + (__u32)cost - 1, i;
+	__u64 stamp = now_ns, oldest;
 
+	if (cost == 0 || cost > limit)
+		return 0;
+	if (last >= limit)
+		last -= limit;
+	oldest = ring[last & (SLUICE_MAX_LOG - 1)];
 	if (oldest && (__s64)(now_ns - oldest) < (__s64)window_ns)
 		return 0;
 	if ((__s64)(ring[newest & (SLUICE_MAX_LOG - 1)] - now_ns) > 0)
 		stamp = ring[newest & (SLUICE_MAX_LOG - 1)];
 	ring[h & (SLUICE_MAX_LOG - 1)] = stamp;
-	*head = h + 1 == limit ? 0 : h + 1;
+	if (cost > 1) {
+		/* Unrolled with no early exit: a verifier sees one path, not 64. */
+#ifdef __clang__
+#pragma unroll
+#endif
+		for (i = 1; i < SLUICE_MAX_LOG; i++) {
+			__u32 idx = h + i < limit ? h + i : h + i - limit;
+
+			if (i < cost)
+				ring[idx & (SLUICE_MAX_LOG - 1)] = stamp;
+		}
+	}
+	h += (__u32)cost;
+	if (h >= limit)
+		h -= limit;
+	*head = h;
 	return 1;
 }
 

@@ -6,6 +6,7 @@
 #include <linux/magic.h>
 #include <net/if.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -84,6 +85,20 @@ uint32_t resolve_ifindex(const std::string &ifname, const char *verb)
 	if (!idx)
 		throw Error(std::string("cannot ") + verb + " " + ifname + ": no such interface");
 	return idx;
+}
+
+// The interface's MTU: the data plane charges a longer frame (a GRO or BIG
+// TCP super-packet) as the wire packets it carries.
+uint32_t interface_mtu(const std::string &ifname)
+{
+	UniqueFd sock(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+	struct ifreq req = {};
+	if (!sock || ifname.size() >= sizeof(req.ifr_name))
+		throw_errno("cannot read the MTU of " + ifname, sock ? ENAMETOOLONG : errno);
+	std::memcpy(req.ifr_name, ifname.c_str(), ifname.size());
+	if (ioctl(sock.get(), SIOCGIFMTU, &req))
+		throw_errno("cannot read the MTU of " + ifname, errno);
+	return static_cast<uint32_t>(req.ifr_mtu);
 }
 
 // Link pins are named ns<netns inode>-if<ifindex>-<mode>: an ifindex is only
@@ -316,6 +331,8 @@ void Instance::attach(const std::string &ifname, XdpMode mode, const TableSizes 
 	}
 	if (!prog_fd)
 		throw_errno("cannot open the pinned program", errno);
+	uint32_t mtu = interface_mtu(ifname);
+	map_update(maps().iface_mtu.get(), &ifindex, &mtu, "interface MTU");
 
 	LIBBPF_OPTS(bpf_link_create_opts, opts,
 		    .flags = mode == XdpMode::native ? XDP_FLAGS_DRV_MODE : XDP_FLAGS_SKB_MODE);

@@ -28,6 +28,8 @@ const MapRef MAP_REFS[] = {
 	{SLUICE_STR(SLUICE_MAP_COUNTERS), &MapSet::counters},
 	{SLUICE_STR(SLUICE_MAP_META), &MapSet::meta},
 	{SLUICE_STR(SLUICE_MAP_CONFIG), &MapSet::config},
+	{SLUICE_STR(SLUICE_MAP_FRAGS), &MapSet::frags},
+	{SLUICE_STR(SLUICE_MAP_IFACE_MTU), &MapSet::iface_mtu},
 };
 
 } // namespace

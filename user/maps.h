@@ -18,7 +18,7 @@ namespace sluice {
 /// Descriptors of every map the program uses, in one place.
 struct MapSet {
 	UniqueFd rules, rule_info, rule_counters, dir4_sel, dir4_top, dir4_blocks, lists4, match6, src4, src6,
-		logs4, logs6, counters, meta, config;
+		logs4, logs6, counters, meta, config, frags, iface_mtu;
 
 	/// Opens the maps pinned under dir (by their ABI names).
 	static MapSet open_pinned(const std::string &dir);

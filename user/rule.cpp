@@ -177,6 +177,21 @@ bool rule_is(const InstalledRule &r, std::string_view key)
 	return r.spec.name == key || std::to_string(r.id) == key;
 }
 
+uint64_t strictness(const RuleSpec &s)
+{
+	if (s.action == Action::allow)
+		return 0;
+	if (s.shadow)
+		return 1; // passes everything
+	if (s.action == Action::deny)
+		return UINT64_MAX;
+	// Nanoseconds per packet at the sustained rate; a byte rate's packet is
+	// 1,500 bytes (12,000 bits).
+	unsigned __int128 unit = s.rate.unit == RateUnit::packets ? 1 : s.rate.unit == RateUnit::bytes ? 1500 : 12000;
+	unsigned __int128 ns = unit * s.rate.period_ns / std::max<uint64_t>(s.rate.amount, 1);
+	return static_cast<uint64_t>(std::clamp<unsigned __int128>(ns, 2, UINT64_MAX - 1));
+}
+
 struct sluice_rule to_datapath(const InstalledRule &r)
 {
 	struct sluice_rule dp = {};
@@ -187,6 +202,7 @@ struct sluice_rule to_datapath(const InstalledRule &r)
 	dp.dport_lo = s.dport.lo;
 	dp.dport_hi = s.dport.hi;
 	dp.flags = s.shadow ? SLUICE_RULE_SHADOW : 0;
+	dp.strictness = strictness(s);
 	if (s.action != Action::limit)
 		return dp;
 	dp.algo = static_cast<__u8>(s.algo);

@@ -83,6 +83,10 @@ bool same_selector(const RuleSpec &a, const RuleSpec &b);
 /// True if `key` names the rule: its name, or its id in decimal.
 bool rule_is(const InstalledRule &r, std::string_view key);
 
+/// How few packets a rule lets through (struct sluice_rule's strictness):
+/// when a packet's protocol or port cannot be read, the strictest rule it may
+/// belong to decides.
+uint64_t strictness(const RuleSpec &spec);
 struct sluice_rule to_datapath(const InstalledRule &r);
 /// The kernel's coarse clock resolution (one scheduler tick), 0 if unknown.
 uint64_t coarse_clock_tick_ns();

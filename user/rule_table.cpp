@@ -83,6 +83,9 @@ std::vector<InstalledRule> RuleTable::add_many(std::vector<RuleSpec> specs)
 		} catch (const Error &e) {
 			throw Error(where + e.what());
 		}
+		if (next_id > SLUICE_MAX_RULE_ID)
+			throw Error("rule ids are used up (" + std::to_string(SLUICE_MAX_RULE_ID) +
+				    " rules were added since the first attach); detach and attach again");
 		uint32_t id = next_id++;
 		if (spec.name.empty()) {
 			spec.name = "rule" + std::to_string(id);

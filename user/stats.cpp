@@ -16,8 +16,9 @@ namespace {
 const char *const COUNTER_NAMES[] = {
 	"pass_not_ip",     "pass_no_match",  "pass_allow",    "pass_limit",
 	"pass_shadow",     "drop_rate",      "drop_deny",     "drop_contention",
-	"failopen_parse",  "failopen_rule",  "failopen_table", "fragments",
-	"l4_unknown",      "new_buckets",   "evicted",       "evicted_active",
+	"failopen_parse",  "failopen_rule",  "failopen_table", "drop_malformed",
+	"fragments",       "l4_unknown",     "new_buckets",   "evicted",
+	"evicted_active",  "encapsulated",
 };
 static_assert(std::size(COUNTER_NAMES) == SLUICE_CNT_MAX, "a name for every counter");
 
@@ -64,12 +65,15 @@ const char *counter_name(int index) { return COUNTER_NAMES[index]; }
 VerdictTotals verdict_totals(const Stats &s)
 {
 	VerdictTotals t;
-	for (int i = SLUICE_CNT_PASS_NOT_IP; i <= SLUICE_CNT_PASS_SHADOW; i++)
-		t.passed += s.global[i].packets;
-	for (int i = SLUICE_CNT_DROP_RATE; i <= SLUICE_CNT_DROP_CONTENTION; i++)
-		t.dropped += s.global[i].packets;
-	for (int i = SLUICE_CNT_FAILOPEN_PARSE; i <= SLUICE_CNT_FAILOPEN_TABLE; i++)
-		t.failopen += s.global[i].packets;
+	for (int i = 0; i < SLUICE_CNT_VERDICT_END; i++) {
+		uint64_t n = s.global[i].packets;
+		if ((SLUICE_DROP_VERDICTS >> i) & 1)
+			t.dropped += n;
+		else if (i >= SLUICE_CNT_FAILOPEN_PARSE && i <= SLUICE_CNT_FAILOPEN_TABLE)
+			t.failopen += n;
+		else
+			t.passed += n;
+	}
 	return t;
 }
 

@@ -224,3 +224,23 @@ TEST(Algorithms, ShadowRulesPassEverythingAndCountWhatTheyWouldDrop)
 	EXPECT_EQ(j["sources"][0]["would_drop_packets"], would);
 	EXPECT_EQ(j["sources"][0]["passed_packets"], flood.size());
 }
+
+// Ticks are nanoseconds << 6: a new bucket that started at TAT 0 read as 4.5
+// years in debt once uptime passed 2^57 ns, and every new source was dropped.
+// Sources new after 4.5 years, and across the tick counter's wrap at 9.1
+// years, get their burst and their rate.
+TEST(Algorithms, NewSourcesPassAfterYearsOfUptimeAndAcrossTheTickWrap)
+{
+	const uint64_t starts[] = {(1ULL << 57) - 10 * SEC, (1ULL << 57) + SEC, (1ULL << 58) - 2 * SEC};
+	for (Algo algo : {Algo::token_bucket, Algo::gcra}) {
+		for (uint64_t start : starts) {
+			Replayer replayer(rule(algo, "1000/s"));
+			Trace trace;
+			for (uint32_t i = 0; i < 50; i++)
+				trace.push_back({.t_ns = start + i * 100 * MS, .source = i % 5});
+			std::vector<bool> passed = replayer.run(trace);
+			EXPECT_EQ(std::count(passed.begin(), passed.end(), true), 50)
+				<< algo_name(algo) << " from " << start << " ns of uptime";
+		}
+	}
+}

@@ -274,7 +274,7 @@ TEST_F(Defect, D1_FragmentsOfPort53DatagramsAreNotAllowedByAPort123Allow)
 	EXPECT_EQ(passed, 5) << "the port-53 burst, fragments included";
 	EXPECT_EQ(counter("pass_allow"), 0u);
 	// A port-123 datagram's fragments are allowed, every one.
-	PacketSpec ntp{.dport = 123, .payload = 64, .frag_id = 500};
+	PacketSpec ntp{.dport = 123, .frag_id = 500, .payload = 64};
 	int ntp_passed = 0;
 	for (const auto &f : build_fragments(ntp, {{0, 40, true}, {40, len - 40, false}}))
 		ntp_passed += send(f, 1, "port-123 datagram");
@@ -291,7 +291,7 @@ TEST(DefectClock, D1_AFirstFragmentIsRememberedFor30Seconds)
 	put.add({"ntp-ok", "192.0.2.0/24", A::allow, "", 0, 17, 123, 0});
 	put.add({"dns", "192.0.2.0/24", A::limit, "1/h", 5, 17, 53, HOUR_NS});
 	const uint64_t t0 = 1000ull * 1000000000ull, s = 1000000000ull;
-	PacketSpec ntp{.dport = 123, .payload = 64, .frag_id = 42};
+	PacketSpec ntp{.dport = 123, .frag_id = 42, .payload = 64};
 	auto f = build_fragments(ntp, {{0, 24, true}, {24, 24, true}, {48, 24, false}});
 	put.set_clock(t0);
 	EXPECT_EQ(put.run(f[0]), XDP_PASS);
@@ -312,15 +312,15 @@ TEST_F(Defect, D1_APortScopedDenyDropsOnlyItsOwnPortsFragments)
 	put.add({"dns-deny6", "2001:db8::/32", A::deny, "", 0, 17, 53, 0});
 	for (const char *src : {"192.0.2.10", "2001:db8::10"}) {
 		for (auto [proto, port] : {std::pair<uint8_t, uint16_t>{17, 5353}, {6, 80}}) {
-			PacketSpec p{.src = src, .proto = proto, .dport = port, .payload = 64,
-				     .frag_id = 7000u + port};
+			PacketSpec p{.src = src, .proto = proto, .dport = port, .frag_id = 7000u + port,
+				     .payload = 64};
 			size_t len = fragmentable_length(p);
 			int passed = 0;
 			for (const auto &f : build_fragments(p, {{0, 40, true}, {40, len - 40, false}}))
 				passed += send(f, 1, std::string(src) + " fragments to " + std::to_string(port));
 			EXPECT_EQ(passed, 2) << src << " port " << port;
 		}
-		PacketSpec dns{.src = src, .payload = 64, .frag_id = 8000};
+		PacketSpec dns{.src = src, .frag_id = 8000, .payload = 64};
 		size_t len = fragmentable_length(dns);
 		int passed = 0;
 		for (const auto &f : build_fragments(dns, {{0, 40, true}, {40, len - 40, false}}))
@@ -359,7 +359,7 @@ TEST_F(Defect, D3_ExactlyEightAndTwelveExtensionHeadersStillReadThePort)
 TEST_F(Defect, D10_BytesExcludeEthernetPaddingAndEncapsulationIsCounted)
 {
 	put.add({"bytes", "192.0.2.0/24", A::limit, "1KB/h", 3000, 0, 0, HOUR_NS});
-	PacketSpec small{.payload = 0, .eth_padding = 18}; // 28 bytes of IP in a 60-byte frame
+	PacketSpec small{.payload = 0, .padding = 18}; // 28 bytes of IP in a 60-byte frame
 	ASSERT_EQ(build_packet(small).size(), 60u);
 	for (int i = 0; i < 10; i++)
 		EXPECT_EQ(put.run(build_packet(small)), XDP_PASS);

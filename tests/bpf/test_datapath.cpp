@@ -17,116 +17,13 @@
 #include "packet.h"
 #include "rule_table.h"
 #include "stats.h"
+#include "fixture.h"
 
 using namespace sluice;
+using namespace sluice::test;
 using sluice::test::PacketSpec;
 using Frag = PacketSpec::Frag;
 
-namespace {
-
-class Datapath : public ::testing::Test {
-protected:
-	void SetUp() override
-	{
-		ASSERT_EQ(geteuid(), 0u) << "BPF tests load a real XDP program and must run as root";
-		set_libbpf_verbose(false);
-		prog_ = std::make_unique<LoadedProgram>(TableSizes{4096, 256});
-		maps_ = prog_->maps();
-		table_ = std::make_unique<RuleTable>(maps_);
-	}
-
-	/// Runs one frame `repeat` times and returns the XDP verdict.
-	int run_frame(const std::vector<uint8_t> &frame, uint32_t repeat = 1)
-	{
-		LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = frame.data(),
-			    .data_size_in = static_cast<__u32>(frame.size()), .repeat = static_cast<int>(repeat));
-		int err = bpf_prog_test_run_opts(prog_->prog_fd(), &opts);
-		EXPECT_EQ(err, 0) << "BPF_PROG_TEST_RUN failed: " << strerror(errno);
-		return static_cast<int>(opts.retval);
-	}
-	int run(const PacketSpec &spec, uint32_t repeat = 1) { return run_frame(test::build_packet(spec), repeat); }
-
-	InstalledRule add(const char *cidr, const char *rate, uint64_t burst, const char *name = "",
-			  Proto proto = Proto::any, PortRange ports = {}, int per = -1)
-	{
-		RuleSpec s;
-		s.name = name;
-		s.cidr = parse_cidr(cidr);
-		s.rate = parse_rate(rate);
-		s.burst = burst;
-		s.proto = proto;
-		s.dport = ports;
-		s.per_prefix = per;
-		return table_->add(s);
-	}
-	InstalledRule add_action(const char *cidr, Action a, const char *name = "", Proto proto = Proto::any,
-				 PortRange ports = {})
-	{
-		RuleSpec s;
-		s.name = name;
-		s.cidr = parse_cidr(cidr);
-		s.action = a;
-		s.proto = proto;
-		s.dport = ports;
-		return table_->add(s);
-	}
-
-	Stats stats(const std::string &rule = "") { return collect_stats(maps_, {0, rule}); }
-	uint64_t global(int index) { return stats().global[index].packets; }
-
-	/// The bucket of `source` under rule `rule`; fails the test if absent.
-	SourceStats source(const std::string &src, const std::string &rule)
-	{
-		for (const auto &s : stats().sources)
-			if (s.source == src && s.rule == rule)
-				return s;
-		ADD_FAILURE() << "no bucket for " << src << " under " << rule;
-		return {};
-	}
-
-	/// Runs `frame` `per_thread` times on CPU 0 and CPU 1 at once; returns the seconds taken.
-	/// Seconds a rule's clock may read late: a tick for the coarse clock.
-	double clock_lag(const InstalledRule &r)
-	{
-		struct sluice_rule dp = {};
-		EXPECT_EQ(bpf_map_lookup_elem(maps_.rules.get(), &r.slot, &dp), 0);
-		return (dp.flags & SLUICE_RULE_COARSE_CLOCK) ? double(coarse_clock_tick_ns()) / 1e9 : 0;
-	}
-
-	double flood_from_two_cpus(const std::vector<uint8_t> &frame, uint32_t per_thread)
-	{
-		std::atomic<int> ready{0};
-		auto worker = [&](int cpu) {
-			cpu_set_t set;
-			CPU_ZERO(&set);
-			CPU_SET(cpu, &set);
-			pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-			ready++;
-			while (ready < 2) {
-			}
-			run_frame(frame, per_thread);
-		};
-		auto start = std::chrono::steady_clock::now();
-		std::thread a(worker, 0), b(worker, 1);
-		a.join();
-		b.join();
-		return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-	}
-
-	std::unique_ptr<LoadedProgram> prog_;
-	MapSet maps_;
-	std::unique_ptr<RuleTable> table_;
-};
-
-/// One row of the parsing table: a frame, its verdict and the counter it lands in.
-struct ParseCase {
-	const char *description;
-	PacketSpec pkt;
-	int verdict;
-	int counter;
-};
-
-} // namespace
 
 TEST_F(Datapath, ParsesEveryEncapsulationAndNeverOpensABypass)
 {
@@ -143,7 +40,10 @@ TEST_F(Datapath, ParsesEveryEncapsulationAndNeverOpensABypass)
 		{"source outside the prefix", {.src = "192.0.3.10"}, XDP_PASS, SLUICE_CNT_PASS_NO_MATCH},
 		{"802.1Q tag", {.vlan_tpids = {0x8100}}, XDP_DROP, SLUICE_CNT_DROP_DENY},
 		{"QinQ 802.1ad + 802.1Q", {.vlan_tpids = {0x88a8, 0x8100}}, XDP_DROP, SLUICE_CNT_DROP_DENY},
-		{"three tags: fail open", {.vlan_tpids = {0x88a8, 0x8100, 0x8100}}, XDP_PASS, SLUICE_CNT_FAILOPEN_PARSE},
+		{"three tags: judged", {.vlan_tpids = {0x88a8, 0x8100, 0x8100}}, XDP_DROP, SLUICE_CNT_DROP_DENY},
+		{"eight tags: judged", {.vlan_tpids = std::vector<uint16_t>(8, 0x8100)}, XDP_DROP, SLUICE_CNT_DROP_DENY},
+		{"nine tags: dropped, the source cannot be read", {.vlan_tpids = std::vector<uint16_t>(9, 0x8100)},
+		 XDP_DROP, SLUICE_CNT_DROP_MALFORMED},
 		{"IPv4 with 40 bytes of options", {.ipv4_option_bytes = 40}, XDP_DROP, SLUICE_CNT_DROP_DENY},
 		{"IPv4 ihl 4: fail open", {.ipv4_ihl = 4}, XDP_PASS, SLUICE_CNT_FAILOPEN_PARSE},
 		{"IPv4 ihl beyond the frame: fail open", {.ipv4_ihl = 15, .payload = 0, .truncate = 14 + 40}, XDP_PASS,
@@ -153,8 +53,11 @@ TEST_F(Datapath, ParsesEveryEncapsulationAndNeverOpensABypass)
 		{"ARP passes untouched", {.ethertype = 0x0806}, XDP_PASS, SLUICE_CNT_PASS_NOT_IP},
 		{"IPv4 first fragment with ports", {.frag = Frag::first}, XDP_DROP, SLUICE_CNT_DROP_DENY},
 		{"IPv4 later fragment: no ports, still charged", {.frag = Frag::later}, XDP_DROP, SLUICE_CNT_DROP_DENY},
-		{"UDP header cut to 4 bytes: charged", {.payload = 0, .truncate = 14 + 20 + 4}, XDP_DROP,
-		 SLUICE_CNT_DROP_DENY},
+		{"UDP header of 4 bytes: ports read", {.l4_bytes = 4}, XDP_DROP, SLUICE_CNT_DROP_DENY},
+		{"UDP header of 3 bytes: charged", {.l4_bytes = 3}, XDP_DROP, SLUICE_CNT_DROP_DENY},
+		{"frame cut inside the datagram: the stack drops it", {.payload = 0, .truncate = 14 + 20 + 4}, XDP_PASS,
+		 SLUICE_CNT_FAILOPEN_PARSE},
+		{"Ethernet padding after UDP/54", {.dport = 54, .padding = 20}, XDP_PASS, SLUICE_CNT_PASS_NO_MATCH},
 		{"IPv6 UDP/53", {.src = v6}, XDP_DROP, SLUICE_CNT_DROP_DENY},
 		{"IPv6 UDP/54", {.src = v6, .dport = 54}, XDP_PASS, SLUICE_CNT_PASS_NO_MATCH},
 		{"IPv6 ICMPv6", {.src = v6, .proto = 58}, XDP_PASS, SLUICE_CNT_PASS_NO_MATCH},
@@ -162,14 +65,20 @@ TEST_F(Datapath, ParsesEveryEncapsulationAndNeverOpensABypass)
 		{"IPv6 behind AH", {.src = v6, .ipv6_ext = {51}}, XDP_DROP, SLUICE_CNT_DROP_DENY},
 		{"IPv6 hop-by-hop then UDP/54", {.src = v6, .dport = 54, .ipv6_ext = {0}}, XDP_PASS,
 		 SLUICE_CNT_PASS_NO_MATCH},
-		{"IPv6 chain past the bound: charged", {.src = v6, .ipv6_ext = {60, 60, 60, 60, 60, 60, 60, 60, 60}},
-		 XDP_DROP, SLUICE_CNT_DROP_DENY},
-		{"IPv6 chain past the bound, UDP/54: still charged",
-		 {.src = v6, .dport = 54, .ipv6_ext = {60, 60, 60, 60, 60, 60, 60, 60, 60}}, XDP_DROP,
+		{"IPv6 chain of 8, UDP/5353: read", {.src = v6, .dport = 5353, .ipv6_ext = std::vector<uint8_t>(8, 60)},
+		 XDP_PASS, SLUICE_CNT_PASS_NO_MATCH},
+		{"IPv6 chain of 12, UDP/54: read", {.src = v6, .dport = 54, .ipv6_ext = std::vector<uint8_t>(12, 60)},
+		 XDP_PASS, SLUICE_CNT_PASS_NO_MATCH},
+		{"IPv6 chain of 12, UDP/53", {.src = v6, .ipv6_ext = std::vector<uint8_t>(12, 60)}, XDP_DROP,
 		 SLUICE_CNT_DROP_DENY},
+		{"IPv6 chain past the bound: charged", {.src = v6, .ipv6_ext = std::vector<uint8_t>(13, 60)}, XDP_DROP,
+		 SLUICE_CNT_DROP_DENY},
+		{"IPv6 chain past the bound, UDP/54: still charged",
+		 {.src = v6, .dport = 54, .ipv6_ext = std::vector<uint8_t>(13, 60)}, XDP_DROP, SLUICE_CNT_DROP_DENY},
 		{"IPv6 first fragment UDP/54: ports read", {.src = v6, .dport = 54, .frag = Frag::first}, XDP_PASS,
 		 SLUICE_CNT_PASS_NO_MATCH},
-		{"IPv6 later fragment: charged", {.src = v6, .frag = Frag::later}, XDP_DROP, SLUICE_CNT_DROP_DENY},
+		{"IPv6 later fragment of another datagram: charged", {.src = v6, .frag = Frag::later, .frag_id = 0x5678},
+		 XDP_DROP, SLUICE_CNT_DROP_DENY},
 		{"IPv6 header cut short: fail open", {.src = v6, .truncate = 14 + 30}, XDP_PASS, SLUICE_CNT_FAILOPEN_PARSE},
 	};
 	for (const auto &c : cases) {

@@ -120,12 +120,12 @@ void ipv4_headers(Builder &b)
 	b.one("ipv4_total_length_below_header", {.ipv4_total_length = 19});
 	b.one("ipv4_total_length_one_over_frame", {.ipv4_total_length = 20 + 8 + 33});
 	b.one("ipv4_total_length_65535", {.ipv4_total_length = 65535});
-	b.one("ipv4_padding_to_minimum_frame", {.payload = 0, .eth_padding = 18}, true);
-	b.one("ipv4_padding_1_byte", {.eth_padding = 1});
-	b.one("ipv4_padding_200_bytes", {.eth_padding = 200});
+	b.one("ipv4_padding_to_minimum_frame", {.payload = 0, .padding = 18}, true);
+	b.one("ipv4_padding_1_byte", {.padding = 1});
+	b.one("ipv4_padding_200_bytes", {.padding = 200});
 	// Two bytes of UDP in the datagram; padding after it spells port 123.
 	b.custom("ipv4_short_udp_padding_spells_port_123", false, [](const std::string &src, const std::string &dst) {
-		PacketSpec p{.src = src, .dst = dst, .sport = 123, .eth_padding = 20, .l4_bytes = 2};
+		PacketSpec p{.src = src, .dst = dst, .l4_bytes = 2, .padding = 20, .sport = 123};
 		auto f = build_packet(p);
 		f[f.size() - 20] = 0;
 		f[f.size() - 19] = 123;
@@ -133,8 +133,8 @@ void ipv4_headers(Builder &b)
 	});
 	b.one("ipv4_version_6_in_ipv4_ethertype", {.ip_version = 6});
 	b.one("ipv6_version_4_in_ipv6_ethertype", {.src = V6, .ip_version = 4});
-	b.one("ipv4_udp_header_cut_to_4_bytes", {.payload = 0, .l4_bytes = 4});
-	b.one("ipv4_udp_header_cut_to_2_bytes", {.payload = 0, .l4_bytes = 2});
+	b.one("ipv4_udp_header_cut_to_4_bytes", {.l4_bytes = 4, .payload = 0});
+	b.one("ipv4_udp_header_cut_to_2_bytes", {.l4_bytes = 2, .payload = 0});
 	b.one("ipv4_tcp_header_cut_to_8_bytes", {.proto = 6, .dport = 22, .l4_bytes = 8});
 }
 
@@ -143,8 +143,8 @@ void fragments(Builder &b, bool v6)
 	const std::string fam = v6 ? "ipv6_" : "ipv4_";
 	std::vector<std::pair<uint8_t, uint16_t>> ports = {{17, 53}, {17, 123}, {17, 5353}, {6, 22}, {6, 80}};
 	for (auto [proto, port] : ports) {
-		PacketSpec p{.src = v6 ? V6 : "192.0.2.10", .proto = proto, .dport = port, .payload = 64,
-			     .frag_id = port + (proto == 6 ? 1000u : 0u)};
+		PacketSpec p{.src = v6 ? V6 : "192.0.2.10", .proto = proto, .dport = port, .frag_id = port + (proto == 6 ? 1000u : 0u),
+			     .payload = 64};
 		size_t len = fragmentable_length(p);
 		std::string n = fam + "frag_" + port_name(proto, port) + "_";
 		bool e2e = port == 123 || port == 53 || port == 22;
@@ -174,13 +174,13 @@ void fragments(Builder &b, bool v6)
 	}
 	// Chosen fragment ids: 0 and the largest.
 	for (uint32_t id : {0u, v6 ? 0xffffffffu : 0xffffu}) {
-		PacketSpec p{.src = v6 ? V6 : "192.0.2.10", .dport = 123, .payload = 64, .frag_id = id};
+		PacketSpec p{.src = v6 ? V6 : "192.0.2.10", .dport = 123, .frag_id = id, .payload = 64};
 		size_t len = fragmentable_length(p);
 		b.frags(fam + "frag_udp123_id_" + std::to_string(id), p, {{0, 24, true}, {24, len - 24, false}});
 	}
 	if (v6) {
 		// The fragment ends inside the extension header that follows the fragment header.
-		PacketSpec p{.src = V6, .ipv6_ext = {EXT_FRAGMENT, EXT_DEST}, .payload = 64, .frag_id = 77};
+		PacketSpec p{.src = V6, .ipv6_ext = {EXT_FRAGMENT, EXT_DEST}, .frag_id = 77, .payload = 64};
 		size_t len = fragmentable_length(p);
 		b.frags("ipv6_frag_first_ends_inside_the_chain", p, {{0, 4, true}, {8, len - 8, false}});
 		b.frags("ipv6_frag_first_holds_only_the_chain", p, {{0, 8, true}, {8, len - 8, false}});
@@ -198,8 +198,8 @@ void fragments(Builder &b, bool v6)
 		// A first fragment with two bytes of UDP; the padding after it spells port 123.
 		b.custom("ipv4_frag_tiny_first_padding_spells_port_123", false,
 			 [](const std::string &src, const std::string &dst) {
-				 PacketSpec p{.src = src, .dst = dst, .frag = Frag::first, .sport = 123, .eth_padding = 30,
-					      .l4_bytes = 2};
+				 PacketSpec p{.src = src, .dst = dst, .frag = Frag::first, .l4_bytes = 2, .padding = 30,
+					      .sport = 123};
 				 auto f = build_packet(p);
 				 f[f.size() - 30] = 0;
 				 f[f.size() - 29] = 123;
@@ -251,13 +251,13 @@ void ipv6_chains(Builder &b)
 	b.one("ipv6_jumbo_option", {.src = V6, .ipv6_jumbo = true});
 	b.one("ipv6_payload_length_0_no_jumbo", {.src = V6, .ipv6_payload_length = 0});
 	b.one("ipv6_payload_length_one_over_frame", {.src = V6, .ipv6_payload_length = 8 + 33});
-	b.one("ipv6_padding_after_payload", {.src = V6, .eth_padding = 24});
+	b.one("ipv6_padding_after_payload", {.src = V6, .padding = 24});
 	b.one("ipv6_udp_header_cut_to_2_bytes", {.src = V6, .l4_bytes = 2});
 	b.one("ipv6_icmpv6", {.src = V6, .proto = 58});
 	// The chain runs past the payload length; the padding after it is a UDP header to port 123.
 	b.custom("ipv6_chain_runs_into_padding", true, [](const std::string &src, const std::string &dst) {
-		PacketSpec p{.src = src, .dst = dst, .dport = 123, .ipv6_ext = {EXT_DEST}, .payload = 0, .eth_padding = 8,
-			     .l4_bytes = 0};
+		PacketSpec p{.src = src, .dst = dst, .dport = 123, .ipv6_ext = {EXT_DEST}, .l4_bytes = 0, .payload = 0,
+			     .padding = 8};
 		auto f = build_packet(p);
 		size_t at = f.size() - 8; // the padding
 		f[at + 2] = 0;

@@ -209,7 +209,7 @@ std::vector<uint8_t> l2_header(const PacketSpec &s)
 	std::vector<uint8_t> f = {0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1};
 	for (size_t i = 0; i < s.vlan_tpids.size(); i++) {
 		put16(f, s.vlan_tpids[i]);
-		put16(f, i < s.vlan_ids.size() ? s.vlan_ids[i] : 100);
+		put16(f, i < s.vlan_ids.size() ? s.vlan_ids[i] : s.vlan_id);
 	}
 	return f;
 }
@@ -360,7 +360,7 @@ std::vector<uint8_t> assemble(const Layout &L, const PacketSpec &s, size_t offse
 	set_ip_lengths(f, ip_at, L.v6, ip_len, s, L.v6_jumbo);
 	if (L.pppoe_len_at != NPOS)
 		set16(f, L.pppoe_len_at, static_cast<uint16_t>(2 + ip_len));
-	f.insert(f.end(), s.eth_padding, s.padding_byte);
+	f.insert(f.end(), s.padding, s.padding_byte);
 
 	if (s.truncate && s.truncate < f.size()) {
 		f.resize(s.truncate);
@@ -510,7 +510,7 @@ std::vector<std::pair<std::string, size_t>> header_boundaries(const PacketSpec &
 size_t l3_length(const PacketSpec &s)
 {
 	size_t l2 = s.ethertype ? 14 + 4 * s.vlan_tpids.size() : layout(s).l2.size();
-	return build_packet(s).size() - l2;
+	return build_packet(s).size() - l2 - (s.ethertype ? 0 : s.padding);
 }
 
 std::string hex_dump(const std::vector<uint8_t> &frame)

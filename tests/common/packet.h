@@ -35,28 +35,29 @@ struct PacketSpec {
 	uint8_t proto = 17;             ///< IP protocol: 17 UDP, 6 TCP, 1 ICMP, 58 ICMPv6
 	uint16_t dport = 53;
 	std::vector<uint16_t> vlan_tpids; ///< outermost first: 0x88a8, 0x8100
+	uint16_t vlan_id = 100;           ///< of every tag (vlan_ids overrides per tag); 0 makes priority tags
 	uint16_t ethertype = 0;           ///< set to send a non-IP frame (0x0806 ARP)
 	int ipv4_option_bytes = 0;        ///< 0-40 bytes of NOP options, padded with EOL to 4-byte words
 	int ipv4_ihl = -1;                ///< override the header length field
 	std::vector<uint8_t> ipv6_ext;    ///< extension header types, in order (see Ipv6Ext)
 	enum class Frag { none, first, later } frag = Frag::none;
+	uint32_t frag_id = 0x1234;        ///< IPv4 (low 16 bits) or IPv6 fragment id
+	int l4_bytes = -1;                ///< keep only this many bytes of transport header and
+	                                  ///< payload; the IP lengths say so (a tiny first fragment)
 	size_t payload = 32;  ///< bytes after the transport header
 	size_t truncate = 0;  ///< if set, cut the frame to this many bytes
+	size_t padding = 0;   ///< Ethernet padding after the datagram, outside its length
 
 	// --- Adversarial shapes; every default leaves the frame as above. ---
-	std::vector<uint16_t> vlan_ids;   ///< VLAN id of each tag in vlan_tpids; missing ones are 100
+	std::vector<uint16_t> vlan_ids;   ///< VLAN id of each tag in vlan_tpids; missing ones are vlan_id
 	uint16_t sport = 40000;
 	std::vector<uint8_t> ipv4_options; ///< raw option bytes (padded with EOL); overrides ipv4_option_bytes
 	int ip_version = -1;              ///< override the version nibble
 	int ipv4_total_length = -1;       ///< override tot_len (0 = "the whole frame", as BIG TCP)
 	int ipv6_payload_length = -1;     ///< override payload_len
-	size_t eth_padding = 0;           ///< bytes after the IP datagram, outside its length
 	uint8_t padding_byte = 0;         ///< what the padding holds (a parser must not read it)
-	uint32_t frag_id = 0x1234;        ///< IPv4 (low 16 bits) or IPv6 fragment id
 	int frag_offset = -1;             ///< bytes, a multiple of 8: overrides what `frag` implies
 	int more_fragments = -1;          ///< 0 or 1: overrides what `frag` implies
-	int l4_bytes = -1;                ///< keep only this many bytes of transport header and
-	                                  ///< payload; the IP lengths say so (a tiny first fragment)
 	std::vector<uint8_t> ipv6_ext_len; ///< per extension header: its length field (default 0;
 	                                   ///< AH: 4); 8-byte units beyond the first, AH 4-byte units - 2
 	bool ipv6_jumbo = false;          ///< hop-by-hop jumbo payload option first, payload_len 0
@@ -92,7 +93,7 @@ size_t fragmentable_length(const PacketSpec &spec);
 /// every boundary: {name, offset}, in frame order.
 std::vector<std::pair<std::string, size_t>> header_boundaries(const PacketSpec &spec);
 
-/// Bytes from the IP header to the end of the frame: what byte counters count.
+/// Bytes of the IP datagram (padding excluded): what byte counters count.
 size_t l3_length(const PacketSpec &spec);
 
 /// The frame as hex, 16 bytes a line (for failure messages).

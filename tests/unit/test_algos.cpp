@@ -195,20 +195,43 @@ TEST(SlidingLog, NeverMoreThanNInAnyWindow)
 	__u32 head = 0;
 	const uint64_t W = SEC;
 	for (int i = 0; i < 4; i++)
-		ASSERT_TRUE(sluice_log_admit(ring, &head, 10 * SEC + i * 100 * MS, W, 4));
-	EXPECT_FALSE(sluice_log_admit(ring, &head, 10 * SEC + 999 * MS, W, 4));
-	EXPECT_TRUE(sluice_log_admit(ring, &head, 11 * SEC, W, 4)) << "the first pass is a window old";
-	EXPECT_FALSE(sluice_log_admit(ring, &head, 11 * SEC + 50 * MS, W, 4));
-	EXPECT_TRUE(sluice_log_admit(ring, &head, 11 * SEC + 100 * MS, W, 4));
+		ASSERT_TRUE(sluice_log_admit(ring, &head, 10 * SEC + i * 100 * MS, W, 4, 1));
+	EXPECT_FALSE(sluice_log_admit(ring, &head, 10 * SEC + 999 * MS, W, 4, 1));
+	EXPECT_TRUE(sluice_log_admit(ring, &head, 11 * SEC, W, 4, 1)) << "the first pass is a window old";
+	EXPECT_FALSE(sluice_log_admit(ring, &head, 11 * SEC + 50 * MS, W, 4, 1));
+	EXPECT_TRUE(sluice_log_admit(ring, &head, 11 * SEC + 100 * MS, W, 4, 1));
 }
 
 TEST(SlidingLog, AClockBehindTheNewestPassGainsNothing)
 {
 	__u64 ring[SLUICE_MAX_LOG] = {};
 	__u32 head = 0;
-	ASSERT_TRUE(sluice_log_admit(ring, &head, 20 * SEC, SEC, 2));
-	ASSERT_TRUE(sluice_log_admit(ring, &head, 5 * SEC, SEC, 2)) << "not full yet";
+	ASSERT_TRUE(sluice_log_admit(ring, &head, 20 * SEC, SEC, 2, 1));
+	ASSERT_TRUE(sluice_log_admit(ring, &head, 5 * SEC, SEC, 2, 1)) << "not full yet";
 	EXPECT_EQ(ring[1], 20 * SEC) << "logged as the newest time, not the earlier one";
-	EXPECT_FALSE(sluice_log_admit(ring, &head, 20 * SEC + 999 * MS, SEC, 2));
-	EXPECT_TRUE(sluice_log_admit(ring, &head, 21 * SEC, SEC, 2));
+	EXPECT_FALSE(sluice_log_admit(ring, &head, 20 * SEC + 999 * MS, SEC, 2, 1));
+	EXPECT_TRUE(sluice_log_admit(ring, &head, 21 * SEC, SEC, 2, 1));
+}
+
+TEST(SlidingLog, ASuperPacketTakesOneEntryPerWirePacket)
+{
+	__u64 ring[SLUICE_MAX_LOG] = {};
+	__u32 head = 0;
+	ASSERT_TRUE(sluice_log_admit(ring, &head, 10 * SEC, SEC, 4, 3)) << "3 of 4 fit an empty window";
+	EXPECT_FALSE(sluice_log_admit(ring, &head, 10 * SEC + 1 * MS, SEC, 4, 2)) << "5 would exceed 4";
+	EXPECT_TRUE(sluice_log_admit(ring, &head, 10 * SEC + 2 * MS, SEC, 4, 1));
+	EXPECT_FALSE(sluice_log_admit(ring, &head, 11 * SEC - 1, SEC, 4, 1));
+	EXPECT_TRUE(sluice_log_admit(ring, &head, 11 * SEC, SEC, 4, 3)) << "the three of 10 s are a window old";
+	EXPECT_FALSE(sluice_log_admit(ring, &head, 11 * SEC, SEC, 4, 5)) << "more than the limit never passes";
+}
+
+TEST(Charge, ASuperPacketIsChargedInChunksAndSaturates)
+{
+	// 1000/s: 10^6 ns = 64e6 ticks a packet, exact at shift 0.
+	EXPECT_EQ(sluice_charge_ticks(64000000, 0, 1, 1), 64000000u);
+	EXPECT_EQ(sluice_charge_ticks(64000000, 0, 44, 1), 44u * 64000000u);
+	// Bytes: 1 tick a byte; 200,000 bytes is three whole chunks and the rest.
+	EXPECT_EQ(sluice_charge_ticks(1, 0, 200000, SLUICE_MAX_COST), 200000u);
+	EXPECT_EQ(sluice_charge_ticks(1ULL << 59, 0, 5, 1), SLUICE_MAX_CAPACITY_TICKS + 1)
+		<< "more than any capacity saturates instead of wrapping";
 }

@@ -44,16 +44,16 @@ TEST(Oracle, Ipv4HeaderAndTotalLengthRules)
 	FrameFacts whole = inspect_frame(build_packet({.ipv4_total_length = 0}));
 	EXPECT_EQ(whole.kind, Kind::ip);
 	EXPECT_EQ(whole.ip_bytes, 60u);
-	FrameFacts padded = inspect_frame(build_packet({.payload = 0, .eth_padding = 18}));
+	FrameFacts padded = inspect_frame(build_packet({.payload = 0, .padding = 18}));
 	EXPECT_EQ(padded.ip_bytes, 28u) << "padding is not charged";
-	FrameFacts short_udp = inspect_frame(build_packet({.eth_padding = 20, .l4_bytes = 2}));
+	FrameFacts short_udp = inspect_frame(build_packet({.l4_bytes = 2, .padding = 20}));
 	EXPECT_EQ(short_udp.kind, Kind::ip);
 	EXPECT_FALSE(short_udp.ports_known) << "ports are never read from the padding";
 }
 
 TEST(Oracle, FragmentsOfEveryKind)
 {
-	PacketSpec p{.dport = 123, .payload = 64, .frag_id = 4321};
+	PacketSpec p{.dport = 123, .frag_id = 4321, .payload = 64};
 	size_t len = fragmentable_length(p);
 	ASSERT_EQ(len, 72u);
 	auto frames = build_fragments(p, {{0, 24, true}, {24, 24, true}, {48, len - 48, false}});
@@ -69,7 +69,7 @@ TEST(Oracle, FragmentsOfEveryKind)
 		EXPECT_TRUE(inspect_frame(build_fragments(p, {{0, tiny, true}})[0]).tiny_first) << tiny;
 	EXPECT_FALSE(inspect_frame(build_fragments(p, {{0, 4, true}})[0]).tiny_first);
 
-	PacketSpec v6{.src = "2001:db8::1", .dport = 123, .payload = 64, .frag_id = 0xdeadbeef};
+	PacketSpec v6{.src = "2001:db8::1", .dport = 123, .frag_id = 0xdeadbeef, .payload = 64};
 	auto f6 = build_fragments(v6, {{0, 24, true}, {24, fragmentable_length(v6) - 24, false}});
 	FrameFacts a = inspect_frame(f6[0]), b = inspect_frame(f6[1]);
 	EXPECT_EQ(a.frag, FrameFacts::Frag::first);

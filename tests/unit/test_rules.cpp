@@ -244,3 +244,29 @@ TEST(RuleMaps, TheCoarseClockOnlyWhereATickIsSmallBesideTheRule)
 	deny.spec.action = Action::deny;
 	EXPECT_FALSE(coarse_clock_suits(to_datapath(deny), tick));
 }
+
+TEST(Strictness, DenyAboveSlowerLimitsAboveFasterOnesAboveShadowAndAllow)
+{
+	auto spec = [](Action a, const char *rate = "", bool shadow = false) {
+		RuleSpec s;
+		s.cidr = parse_cidr("10.0.0.0/8");
+		s.action = a;
+		if (*rate)
+			s.rate = parse_rate(rate);
+		s.shadow = shadow;
+		return s;
+	};
+	uint64_t deny = strictness(spec(Action::deny));
+	uint64_t per_hour = strictness(spec(Action::limit, "1/h"));
+	uint64_t per_second = strictness(spec(Action::limit, "1000/s"));
+	uint64_t bytes = strictness(spec(Action::limit, "1500B/s"));
+	uint64_t shadow = strictness(spec(Action::limit, "1/h", true));
+	uint64_t allow = strictness(spec(Action::allow));
+	EXPECT_GT(deny, per_hour);
+	EXPECT_GT(per_hour, per_second);
+	EXPECT_EQ(bytes, 1000000000u) << "a 1,500-byte packet a second";
+	EXPECT_EQ(per_second, 1000000u);
+	EXPECT_GT(per_second, shadow);
+	EXPECT_GT(shadow, allow);
+	EXPECT_EQ(strictness(spec(Action::deny, "", true)), shadow) << "a shadow deny passes everything too";
+}

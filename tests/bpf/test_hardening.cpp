@@ -1,0 +1,191 @@
+// The ways around a rule that an attacker tries, each reproduced as the issue
+// that found it describes it: unknown selectors that matched allow rules,
+// tiny and later fragments, deep VLAN stacks, the IPv6 chain bound,
+// super-packets, padding, encapsulation and the rule id space. Each test
+// failed on the program before these fixes.
+#include <gtest/gtest.h>
+
+#include "fixture.h"
+
+using namespace sluice;
+using namespace sluice::test;
+using Frag = PacketSpec::Frag;
+
+namespace {
+
+const std::string V6 = "2001:db8::10";
+
+} // namespace
+
+// Defect 1: an allow on another protocol matched IPv6 packets whose protocol
+// could not be read, so a /32 under `--rate 1/h` passed everything.
+TEST_F(Datapath, AnAllowNeverMatchesAPacketWhoseProtocolIsUnknown)
+{
+	add_action("2001:db8::/32", Action::allow, "icmp-ok", Proto::icmp);
+	add("2001:db8::/32", "1/h", 1, "slow");
+
+	// Later fragments with no first fragment seen: the protocol is unknown.
+	int passed = 0;
+	for (uint32_t id = 1; id <= 5; id++)
+		passed += run({.src = V6, .frag = Frag::later, .frag_id = id}) == XDP_PASS;
+	EXPECT_EQ(passed, 1) << "one packet of burst, then the limit";
+	// A chain past the bound hides the protocol too.
+	EXPECT_EQ(run({.src = V6, .ipv6_ext = std::vector<uint8_t>(13, 60)}), XDP_DROP);
+	// Behind 9 destination options (within the bound) UDP is read, and limited.
+	EXPECT_EQ(run({.src = V6, .ipv6_ext = std::vector<uint8_t>(9, 60)}), XDP_DROP);
+	EXPECT_EQ(run({.src = V6, .proto = 58}), XDP_PASS) << "real ICMPv6 is allowed";
+	EXPECT_EQ(global(SLUICE_CNT_PASS_ALLOW), 1u) << "only the ICMPv6 packet";
+}
+
+// Defect 1: a port-53 allow inside a denied /112 let TCP to port 22 through
+// behind a long extension chain.
+TEST_F(Datapath, AnAllowedPortInsideADenyDoesNotOpenOtherTraffic)
+{
+	add_action("2001:db8::/112", Action::deny, "blocked");
+	add_action("2001:db8::/112", Action::allow, "dns", Proto::udp, {53, 53});
+	EXPECT_EQ(run({.src = V6}), XDP_PASS) << "DNS is allowed";
+	EXPECT_EQ(run({.src = V6, .proto = 6, .dport = 22, .ipv6_ext = std::vector<uint8_t>(13, 60)}), XDP_DROP);
+	EXPECT_EQ(run({.src = V6, .proto = 6, .dport = 22, .ipv6_ext = std::vector<uint8_t>(9, 60)}), XDP_DROP);
+	EXPECT_EQ(run({.src = V6, .frag = Frag::later, .frag_id = 7}), XDP_DROP)
+		<< "a later fragment with no first one seen is not allowed";
+	EXPECT_EQ(global(SLUICE_CNT_PASS_ALLOW), 1u);
+}
+
+// Defect 1: SYNs to port 22 as first fragments holding 8 bytes of TCP were
+// charged to the port-80 rule beside it.
+TEST_F(Datapath, AShortFirstFragmentIsJudgedByItsPorts)
+{
+	add("192.0.2.0/24", "1000000/s", 1000000, "web", Proto::tcp, {80, 80});
+	add("192.0.2.0/24", "1/h", 2, "ssh", Proto::tcp, {22, 22});
+	int passed = 0;
+	for (uint32_t id = 1; id <= 10; id++)
+		passed += run({.proto = 6, .dport = 22, .frag = Frag::first, .frag_id = id, .l4_bytes = 8}) == XDP_PASS;
+	EXPECT_EQ(passed, 2) << "the ssh rule's burst";
+	EXPECT_EQ(source("192.0.2.10", "ssh").dropped_packets, 8u);
+	EXPECT_EQ(rule_counters("web").passed_packets, 0u);
+}
+
+// A first fragment too short to hold its ports hides them from its whole
+// datagram: dropped where a rule may apply, untouched where none does.
+TEST_F(Datapath, ATinyFirstFragmentIsDroppedWhereARuleMayApply)
+{
+	add("192.0.2.0/24", "1000000/s", 1000000, "web", Proto::tcp, {80, 80});
+	for (int bytes : {0, 1, 2, 3}) {
+		EXPECT_EQ(run({.proto = 6, .dport = 80, .frag = Frag::first, .l4_bytes = bytes}), XDP_DROP) << bytes;
+		EXPECT_EQ(run({.src = "198.51.100.7", .proto = 6, .frag = Frag::first, .l4_bytes = bytes}), XDP_PASS)
+			<< "no rule covers this source";
+	}
+	EXPECT_EQ(run({.src = V6, .proto = 6, .frag = Frag::first, .l4_bytes = 2}), XDP_PASS) << "no IPv6 rule";
+	add_action("2001:db8::/32", Action::allow, "v6-web", Proto::tcp, {80, 80});
+	add("2001:db8::/32", "1/h", 1, "v6");
+	EXPECT_EQ(run({.src = V6, .proto = 6, .dport = 80, .frag = Frag::first, .l4_bytes = 2}), XDP_DROP);
+	EXPECT_EQ(global(SLUICE_CNT_DROP_MALFORMED), 5u);
+	EXPECT_EQ(global(SLUICE_CNT_PASS_NO_MATCH), 5u);
+}
+
+// Defect 1: later fragments of port-53 datagrams passed as the port-123 allow
+// beside the port-53 limit; a port-scoped deny dropped later fragments of
+// every port. A later fragment is now judged as its datagram.
+TEST_F(Datapath, LaterFragmentsAreJudgedAsTheirDatagram)
+{
+	add("192.0.2.0/24", "1/h", 2, "dns", Proto::udp, {53, 53});
+	add_action("192.0.2.0/24", Action::allow, "ntp", Proto::udp, {123, 123});
+	add_action("2001:db8::/32", Action::deny, "no-dns6", Proto::udp, {53, 53});
+
+	// Port-53 datagrams: the first fragment's port follows its later fragments.
+	EXPECT_EQ(run({.frag = Frag::first, .frag_id = 1}), XDP_PASS);
+	EXPECT_EQ(run({.frag = Frag::later, .frag_id = 1}), XDP_PASS) << "the second token";
+	EXPECT_EQ(run({.frag = Frag::later, .frag_id = 1}), XDP_DROP) << "charged to dns, not allowed by ntp";
+	// Later fragments whose first fragment was never seen: the strictest rule.
+	EXPECT_EQ(run({.frag = Frag::later, .frag_id = 2}), XDP_DROP);
+	// NTP datagrams: allowed in full, whatever the dns bucket holds.
+	EXPECT_EQ(run({.dport = 123, .frag = Frag::first, .frag_id = 3}), XDP_PASS);
+	for (int i = 0; i < 3; i++)
+		EXPECT_EQ(run({.dport = 123, .frag = Frag::later, .frag_id = 3}), XDP_PASS);
+	EXPECT_EQ(rule_counters("ntp").passed_packets, 4u);
+	EXPECT_EQ(rule_counters("dns").passed_packets, 2u);
+
+	// IPv6: a deny of port 53 leaves the fragments of other ports alone.
+	EXPECT_EQ(run({.src = V6, .dport = 443, .frag = Frag::first, .frag_id = 9}), XDP_PASS);
+	EXPECT_EQ(run({.src = V6, .dport = 443, .frag = Frag::later, .frag_id = 9}), XDP_PASS);
+	EXPECT_EQ(run({.src = V6, .dport = 443, .frag = Frag::later, .frag_id = 10}), XDP_DROP)
+		<< "no first fragment seen: the deny may apply";
+	EXPECT_EQ(run({.src = V6, .frag = Frag::first, .frag_id = 11}), XDP_DROP);
+	EXPECT_EQ(run({.src = V6, .frag = Frag::later, .frag_id = 11}), XDP_DROP)
+		<< "a denied first fragment is not remembered";
+}
+
+// Defect 2: three or more priority tags failed open, and the kernel strips
+// them and delivers the packet.
+TEST_F(Datapath, VlanStacksUpToEightTagsAreJudged)
+{
+	add_action("192.0.2.0/24", Action::deny, "blocked");
+	for (size_t tags = 0; tags <= 8; tags++) {
+		for (uint16_t vid : {0, 100}) {
+			PacketSpec p{.vlan_tpids = std::vector<uint16_t>(tags, tags % 2 ? 0x88a8 : 0x8100), .vlan_id = vid};
+			EXPECT_EQ(run(p), XDP_DROP) << tags << " tags, VLAN id " << vid;
+		}
+	}
+	EXPECT_EQ(run({.vlan_tpids = std::vector<uint16_t>(9, 0x8100), .vlan_id = 0}), XDP_DROP);
+	EXPECT_EQ(global(SLUICE_CNT_DROP_DENY), 18u);
+	EXPECT_EQ(global(SLUICE_CNT_DROP_MALFORMED), 1u);
+	EXPECT_EQ(global(SLUICE_CNT_FAILOPEN_PARSE), 0u);
+}
+
+// Defect 9: a super-packet (generic-mode GRO, BIG TCP) counted as one packet.
+TEST_F(Datapath, ASuperPacketIsChargedAsTheWirePacketsItCarries)
+{
+	auto r = add("192.0.2.0/24", "1/h", 10, "tcp", Proto::tcp);
+	// 40 bytes of headers and 2,960 of payload: three 1,500-byte wire packets.
+	PacketSpec big{.proto = 6, .dport = 80, .payload = 2960};
+	ASSERT_EQ(l3_length(big), 3000u);
+	EXPECT_EQ(run(big), XDP_PASS);
+	EXPECT_EQ(run(big), XDP_PASS);
+	EXPECT_EQ(run(big), XDP_PASS);
+	EXPECT_EQ(run(big), XDP_DROP) << "nine of ten packets are used; three more do not fit";
+	EXPECT_EQ(run({.proto = 6, .dport = 80}), XDP_PASS) << "one small packet still fits";
+	auto s = source("192.0.2.10", "tcp");
+	EXPECT_EQ(s.passed_packets, 10u);
+	EXPECT_EQ(s.passed_bytes, 3 * (3000u + 2 * 40u) + 72u);
+	EXPECT_EQ(s.dropped_packets, 3u);
+	(void)r;
+}
+
+// Defect 10: byte rates charged the Ethernet padding of short frames.
+TEST_F(Datapath, ByteRatesChargeTheIpTotalLengthNotThePadding)
+{
+	add("192.0.2.0/24", "1500B/h", 1500, "bytes");
+	PacketSpec small{.payload = 32, .padding = 40};
+	ASSERT_EQ(l3_length(small), 60u);
+	for (int i = 0; i < 25; i++)
+		EXPECT_EQ(run(small), XDP_PASS) << i;
+	EXPECT_EQ(run(small), XDP_DROP) << "25 x 60 bytes fill 1,500";
+	EXPECT_EQ(source("192.0.2.10", "bytes").passed_bytes, 1500u);
+}
+
+// Defect 10: encapsulated traffic is judged by its outer header, and counted.
+TEST_F(Datapath, EncapsulatedTrafficIsJudgedByItsOuterHeaderAndCounted)
+{
+	add_action("192.0.2.0/24", Action::deny, "tunnels-only", Proto::udp, {53, 53});
+	add("192.0.2.0/24", "1/h", 1, "outer");
+	EXPECT_EQ(run({.proto = 47}), XDP_PASS) << "GRE: charged to the outer rule";
+	EXPECT_EQ(run({.proto = 4}), XDP_DROP);
+	EXPECT_EQ(run({.proto = 41}), XDP_DROP);
+	EXPECT_EQ(run({.ethertype = 0x8864}), XDP_PASS) << "PPPoE: not IP at this layer";
+	EXPECT_EQ(global(SLUICE_CNT_INFO_ENCAPSULATED), 4u);
+	EXPECT_EQ(source("192.0.2.10", "outer").dropped_packets, 2u);
+}
+
+// Defect 10: an id of 0xffffffff could make a bucket key equal to the table's
+// "being written" marker.
+TEST_F(Datapath, RuleIdsStopBeforeTheBusyMarker)
+{
+	uint32_t zero = 0;
+	struct sluice_meta meta = {};
+	ASSERT_EQ(bpf_map_lookup_elem(maps_.meta.get(), &zero, &meta), 0);
+	meta.next_rule_id = SLUICE_MAX_RULE_ID;
+	ASSERT_EQ(bpf_map_update_elem(maps_.meta.get(), &zero, &meta, 0), 0);
+	EXPECT_EQ(add("192.0.2.0/24", "10/s", 5, "last").id, SLUICE_MAX_RULE_ID);
+	EXPECT_THROW(add("198.51.100.0/24", "10/s", 5, "one-too-many"), Error);
+	EXPECT_EQ(table_->list().size(), 1u) << "nothing was added";
+}
