@@ -14,7 +14,8 @@
 //     during the run), and a port-scoped source at most its two limits' bursts
 //     of what those limits must charge.
 // The first violating frame is printed in hex with the seed, the shape and the
-// mutations that made it; SLUICE_FUZZ_SEED replays a run.
+// mutations that made it; SLUICE_FUZZ_SEED replays a run, SLUICE_FUZZ_TRACE=ADDR
+// prints every frame from one source.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -288,6 +289,7 @@ TEST(Fuzz, MutatedFramesKeepTheInvariants)
 	ProgramUnderTest put(1u << 18); // room for every source the mutations make: no eviction
 	put.add_roles();
 	const std::vector<Seed> seeds = seed_frames();
+	const char *trace = std::getenv("SLUICE_FUZZ_TRACE"); // a source address: print its every frame
 	Mutator mut(seed);
 
 	// Later fragments are judged by what the program remembered of their first:
@@ -350,7 +352,7 @@ TEST(Fuzz, MutatedFramesKeepTheInvariants)
 				continue;
 			}
 			if (got == XDP_PASS && facts.kind == FrameFacts::Kind::ip && facts.frag == FrameFacts::Frag::first &&
-			    facts.ports_known) {
+			    facts.proto_known && (facts.ports_known || (facts.proto != 6 && facts.proto != 17))) {
 				remembered[Oracle::frag_key(facts)] = Clock::now();
 				put.oracle.remember_fragment(facts);
 			}
@@ -365,6 +367,11 @@ TEST(Fuzz, MutatedFramesKeepTheInvariants)
 				limited |= name.rfind("limited", 0) == 0;
 				port_scoped |= name.rfind("dns", 0) == 0;
 			}
+			if (trace && src == trace)
+				std::printf("trace %llu: %s; oracle %s %s (%s); program %s %s\n  from %s\n",
+					    (unsigned long long)runs, facts.describe().c_str(),
+					    exp.xdp == -1 ? "limit" : xdp_name(exp.xdp), exp.counter.c_str(), exp.why.c_str(),
+					    xdp_name(got), moved.verdict.c_str(), origin.c_str());
 			std::string bad;
 			if (got == XDP_PASS && (limited || port_scoped) && pass_history[src].size() < 400)
 				pass_history[src] += " " + moved.verdict;

@@ -184,6 +184,13 @@ void fragments(Builder &b, bool v6)
 		size_t len = fragmentable_length(p);
 		b.frags("ipv6_frag_first_ends_inside_the_chain", p, {{0, 4, true}, {8, len - 8, false}});
 		b.frags("ipv6_frag_first_holds_only_the_chain", p, {{0, 8, true}, {8, len - 8, false}});
+		// A first fragment whose chain runs past the bound after the fragment header:
+		// its protocol is unknown, so its later fragments must stay unknown too.
+		PacketSpec deep{.src = V6, .ipv6_ext = {EXT_FRAGMENT, 60, 60, 60, 60, 60, 60, 60, 60, 60, 60, 60, 60},
+				.frag_id = 78, .payload = 64};
+		size_t deep_len = fragmentable_length(deep);
+		b.frags("ipv6_frag_first_chain_past_the_bound_then_later", deep,
+			{{0, deep_len - 48, true}, {deep_len - 48, 48, false}});
 		b.one("ipv6_atomic_fragment_udp53", {.src = V6, .ipv6_ext = {EXT_FRAGMENT}});
 		b.one("ipv6_atomic_fragment_udp123", {.src = V6, .dport = 123, .ipv6_ext = {EXT_FRAGMENT}}, true);
 		b.one("ipv6_atomic_fragment_tcp22", {.src = V6, .proto = 6, .dport = 22, .ipv6_ext = {EXT_FRAGMENT}});

@@ -259,8 +259,13 @@ Oracle::FragKey Oracle::frag_key(const FrameFacts &f)
 
 void Oracle::remember_fragment(const FrameFacts &f)
 {
-	if (f.kind == FrameFacts::Kind::ip && f.frag == FrameFacts::Frag::first && f.ports_known)
-		frags_[frag_key(f)] = {f.proto, f.dport};
+	// A first fragment that names its datagram: its ports were read, or its
+	// protocol has none (ICMP, GRE, 156...). One that hides them (a chain past
+	// the bound, a tiny header) names nothing and is not remembered.
+	bool port_proto = f.proto == 6 || f.proto == 17;
+	if (f.kind == FrameFacts::Kind::ip && f.frag == FrameFacts::Frag::first && f.proto_known &&
+	    (f.ports_known || !port_proto))
+		frags_[frag_key(f)] = {f.proto, f.dport, f.ports_known};
 }
 
 uint64_t &Oracle::tokens(size_t rule, const FrameFacts &f)
@@ -303,7 +308,8 @@ Expected Oracle::decide(const FrameFacts &in, bool track_state)
 	if (f.frag == FrameFacts::Frag::later) {
 		auto it = frags_.find(frag_key(f));
 		if (it != frags_.end()) {
-			f.proto_known = f.ports_known = true;
+			f.proto_known = true;
+			f.ports_known = it->second.ports_known;
 			f.proto = it->second.proto;
 			f.dport = it->second.dport;
 			e.why = "later fragment judged as its first; ";

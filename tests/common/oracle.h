@@ -88,12 +88,13 @@ public:
 	/// open: xdp -1, counter "limit" (the fuzzer tracks state from the program).
 	Expected decide(const FrameFacts &f, bool track_state = true);
 
-	/// The fragment table, written when a first fragment whose ports were read
-	/// passes: keyed by (family, IPv4 protocol or 0, id, source, destination).
+	/// The fragment table, written when a first fragment that names its
+	/// datagram (ports read, or a protocol without ports) passes: keyed by (family, IPv4 protocol or 0, id, source, destination).
 	using FragKey = std::tuple<int, uint8_t, uint32_t, std::array<uint8_t, 16>, std::array<uint8_t, 16>>;
 	struct FragEntry {
 		uint8_t proto;
 		uint16_t dport;
+		bool ports_known;
 	};
 	void remember_fragment(const FrameFacts &f);
 	void forget_fragments() { frags_.clear(); }
