@@ -177,7 +177,16 @@ unknown:
 
 /* IPv4 with options skipped (enum parse_result). A later fragment has its
  * protocol (reassembly keys on it) but no ports. Fills *fk for any fragment. */
-static __always_inline int parse_ipv4(void *data, void *data_end, __u32 l3_off,
+/* Bytes from `l3_off` to the end of the frame, fragments of a multi-buffer
+ * frame included (generic mode hands those to an xdp.frags program). */
+static __always_inline __u32 datagram_room(struct xdp_md *ctx, __u32 l3_off, __u32 linear)
+{
+	__u32 len = bpf_xdp_get_buff_len(ctx);
+
+	return len > l3_off ? len - l3_off : linear;
+}
+
+static __always_inline int parse_ipv4(struct xdp_md *ctx, void *data, void *data_end, __u32 l3_off,
 				      struct packet_info *pkt, struct sluice_frag_key *fk)
 {
 	struct iphdr *iph = data + l3_off;
@@ -195,6 +204,8 @@ static __always_inline int parse_ipv4(void *data, void *data_end, __u32 l3_off,
 	 * header; 0 is BIG TCP's "as long as the frame". */
 	avail = data_end - (void *)iph;
 	tot_len = bpf_ntohs(iph->tot_len);
+	if (tot_len == 0 || tot_len > avail)
+		avail = datagram_room(ctx, l3_off, avail);
 	if (tot_len == 0)
 		tot_len = avail;
 	if (tot_len < hdr_len || tot_len > avail)
@@ -258,6 +269,8 @@ __noinline int sluice_parse_ipv6(struct xdp_md *ctx, __u32 l3_off, struct packet
 	avail = data_end - (void *)ip6h;
 	payload = bpf_ntohs(ip6h->payload_len);
 	/* 0 is a jumbogram or BIG TCP: as long as the frame. */
+	if (!payload || sizeof(*ip6h) + payload > avail)
+		avail = datagram_room(ctx, l3_off, avail);
 	pkt->l3_len = payload ? sizeof(*ip6h) + payload : avail;
 	if (pkt->l3_len > avail)
 		return PARSE_MALFORMED;
@@ -332,7 +345,7 @@ static __always_inline int parse_packet(struct xdp_md *ctx, struct packet_info *
 		return eth_proto;
 
 	if (eth_proto == bpf_htons(ETH_P_IP))
-		return parse_ipv4(data, data_end, *l3_off, pkt, fk);
+		return parse_ipv4(ctx, data, data_end, *l3_off, pkt, fk);
 	if (eth_proto == bpf_htons(ETH_P_IPV6))
 		return sluice_parse_ipv6(ctx, *l3_off, pkt, fk);
 	if (eth_proto == bpf_htons(ETH_P_PPPOE_SESSION) || eth_proto == bpf_htons(ETH_P_MPLS_UNICAST) ||

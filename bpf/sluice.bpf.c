@@ -917,6 +917,19 @@ static __always_inline __u32 bytes_after(void *data, void *data_end, __u32 l3_of
 	return l3 < data_end ? data_end - l3 : 0;
 }
 
+/* The verdict counter of a frame that is not an IP packet we can judge. */
+static __always_inline __u32 unparsed_verdict(int parsed)
+{
+	switch (parsed) {
+	case PARSE_NOT_IP:
+		return SLUICE_CNT_PASS_NOT_IP;
+	case PARSE_TOO_DEEP:
+		return SLUICE_CNT_DROP_MALFORMED;
+	default:
+		return SLUICE_CNT_FAILOPEN_PARSE;
+	}
+}
+
 SEC("xdp.frags")
 int SLUICE_PROG_NAME(struct xdp_md *ctx)
 {
@@ -924,7 +937,7 @@ int SLUICE_PROG_NAME(struct xdp_md *ctx)
 	void *data_end = (void *)(long)ctx->data_end;
 	struct packet_info pkt = {};
 	struct sluice_frag_key fk;
-	__u32 verdict, l3_off, frame_l3;
+	__u32 verdict, l3_off;
 	int parsed;
 
 #ifdef SLUICE_BENCH_SOURCES
@@ -933,24 +946,17 @@ int SLUICE_PROG_NAME(struct xdp_md *ctx)
 	data_end = (void *)(long)ctx->data_end;
 #endif
 	parsed = parse_packet(ctx, &pkt, &fk, &l3_off);
-	frame_l3 = bytes_after(data, data_end, l3_off);
-	switch (parsed) {
-	case PARSE_IP:
+	if (parsed == PARSE_IP) {
 		verdict = decide_packet(ctx, &pkt, &fk);
-		break;
-	case PARSE_NOT_IP:
+		count_global(verdict, pkt.l3_len);
+	} else {
+		__u32 bytes = bytes_after(data, data_end, l3_off);
+
 		if (pkt.flags & PKT_ENCAP)
-			count_global(SLUICE_CNT_INFO_ENCAPSULATED, frame_l3);
-		verdict = SLUICE_CNT_PASS_NOT_IP;
-		break;
-	case PARSE_TOO_DEEP:
-		verdict = SLUICE_CNT_DROP_MALFORMED;
-		break;
-	default:
-		verdict = SLUICE_CNT_FAILOPEN_PARSE;
-		break;
+			count_global(SLUICE_CNT_INFO_ENCAPSULATED, bytes);
+		verdict = unparsed_verdict(parsed);
+		count_global(verdict, bytes);
 	}
-	count_global(verdict, parsed == PARSE_IP ? pkt.l3_len : frame_l3);
 	if ((SLUICE_DROP_VERDICTS >> verdict) & 1)
 		return XDP_DROP;
 	/* Only where a rule covers the source: the table is kept for them. */
