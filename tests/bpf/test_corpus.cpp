@@ -374,3 +374,42 @@ TEST_F(Defect, D10_BytesExcludeEthernetPaddingAndEncapsulationIsCounted)
 	ASSERT_GE(i, 0) << "this build has no `encapsulated` counter";
 	EXPECT_EQ(fresh.read_counters()[i], 5u) << "IPIP, IPv6-in-IPv4, GRE, ESP, PPPoE";
 }
+
+// ---------------------------------------------------------------------------
+// Cases the corpus and the fuzzer found against the hardened program, named.
+
+// An IPv6 extension header whose length runs past the payload: the chain is
+// cut short, so the protocol is unknown (charged to the strictest rule), not
+// the next-header byte of a header that is not all there; in a first fragment
+// the chain stops before the upper-layer header: a tiny first fragment.
+TEST_F(Defect, Found_AnExtensionHeaderRunningPastThePayloadLeavesTheProtocolUnknown)
+{
+	put.add({"dns", "2001:db8::/32", A::limit, "1/h", 2, 17, 53, HOUR_NS});
+	put.add({"ntp-ok", "2001:db8::/32", A::allow, "", 0, 17, 123, 0});
+	// Destination options claiming 520 bytes in a 16-byte payload, naming protocol 156.
+	PacketSpec past{.src = "2001:db8::10", .proto = 156, .ipv6_ext = {EXT_DEST}, .truncate = 14 + 40 + 16,
+			.ipv6_ext_len = {64}, .lengths_follow_truncation = true};
+	EXPECT_EQ(send(past, 4, "a header past the payload"), 2) << "charged to the port-53 limit: its burst of 2";
+	PacketSpec first = past;
+	first.ipv6_ext = {EXT_FRAGMENT, EXT_DEST};
+	first.ipv6_ext_len = {0, 64};
+	first.frag = Frag::first;
+	first.truncate = 14 + 40 + 24;
+	EXPECT_EQ(send(first, 3, "the same in a first fragment"), 0);
+	EXPECT_EQ(counter("drop_malformed"), 3u);
+}
+
+// A first fragment whose protocol is unknown (its chain runs past the 12-header
+// bound after the fragment header) names nothing: its later fragments stay
+// unknown and are charged, not judged as "protocol 0" and passed.
+TEST_F(Defect, Found_AFirstFragmentOfUnknownProtocolDoesNotNameItsLaterFragments)
+{
+	put.add({"dns", "2001:db8::/32", A::limit, "1/h", 2, 17, 53, HOUR_NS});
+	PacketSpec deep{.src = "2001:db8::10",
+			.ipv6_ext = {EXT_FRAGMENT, 60, 60, 60, 60, 60, 60, 60, 60, 60, 60, 60, 60},
+			.frag_id = 99, .payload = 64};
+	size_t len = fragmentable_length(deep);
+	auto f = build_fragments(deep, {{0, len - 48, true}, {len - 48, 48, false}});
+	EXPECT_EQ(send(f[0], 1, "first fragment, chain past the bound"), 1) << "charged: the first token";
+	EXPECT_EQ(send(f[1], 3, "its later fragment"), 1) << "charged: the second token, then dropped";
+}
