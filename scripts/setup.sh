@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake pkg-config       # C++20 toolchain
   clang llvm                             # BPF target
+  libclang-rt-dev                        # libFuzzer and sanitizer runtimes for clang (scripts/fuzz.sh)
   libbpf-dev bpftool libelf-dev zlib1g-dev
   libcli11-dev nlohmann-json3-dev libgtest-dev
   iproute2 util-linux procps             # ip netns/veth, nsenter, pgrep (tests, demo)
@@ -33,6 +34,6 @@ if ! mount | grep -q ' /sys/fs/bpf type bpf'; then
 fi
 
 echo "== building"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_WERROR=ON >/dev/null
 cmake --build build -j"$(nproc)" >/dev/null
 echo "== built build/sluice"

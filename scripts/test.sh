@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test: unit, BPF (the real
 # program through BPF_PROG_TEST_RUN) and end-to-end (namespaces, veth, real
-# traffic). Fails, never skips, if the kernel tests cannot run.
+# traffic), then the parser fuzzers. Fails, never skips, if the kernel tests
+# cannot run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -18,3 +19,7 @@ for layer in unit bpf e2e; do
 done
 
 ctest --test-dir build --output-on-failure
+
+# The parser fuzzers, 60 s each; any finding fails the run.
+echo "== fuzz: parsers, 60 s each"
+./scripts/fuzz.sh 60

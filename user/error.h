@@ -4,14 +4,21 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace sluice {
 
 /// Thrown by the library; the CLI prints what() as one line and exits non-zero.
+/// Messages quote what the user typed, so the constructor escapes control
+/// characters (as \xNN): a newline, a NUL or a terminal escape in the input
+/// cannot split, cut short or repaint the line.
 class Error : public std::runtime_error {
 public:
-	using std::runtime_error::runtime_error;
+	explicit Error(const std::string &what);
 };
+
+/// text with every control character (below 0x20, and 0x7f) written as \xNN.
+std::string printable(std::string_view text);
 
 /// Throws Error("<what>: <strerror(err)>"). err may be negative (libbpf style).
 [[noreturn]] void throw_errno(const std::string &what, int err);

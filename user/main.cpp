@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "datapath.h"
+#include "rule_args.h"
 #include "rule_table.h"
 #include "stats.h"
 
@@ -90,98 +91,15 @@ std::vector<std::string> rule_cells(const InstalledRule &r)
 const std::vector<std::string> RULE_HEADER = {"ID",     "NAME", "CIDR", "PROTO", "DPORT",
 					      "ACTION", "ALGO", "RATE", "BURST", "PER"};
 
-/// What `rule add` takes, as typed; shared by `rule add` and `rule import`.
-struct RuleArgs {
-	std::string cidr, rate, burst, proto, dport, name, algo, warmup;
-	bool allow = false, deny = false, shadow = false;
-	int per = -1;
-};
-
-void add_rule_options(CLI::App *cmd, RuleArgs &a)
-{
-	cmd->add_option("CIDR", a.cidr, "Source prefix (IPv4 or IPv6)")->required();
-	auto *rate = cmd->add_option("--rate", a.rate, "Limit: 100/s, 6000/min, 10kbit/s, 1MB/s, 100/10s");
-	cmd->add_option("--burst", a.burst, "Bucket size in packets (or bytes for byte rates)");
-	auto *allow = cmd->add_flag("--allow", a.allow, "Never limit this traffic");
-	auto *deny = cmd->add_flag("--deny", a.deny, "Always drop this traffic");
-	rate->excludes(allow)->excludes(deny);
-	allow->excludes(deny);
-	cmd->add_option("--proto", a.proto, "tcp, udp or icmp");
-	cmd->add_option("--dport", a.dport, "Destination port or range P-Q (needs --proto tcp|udp)");
-	cmd->add_option("--per", a.per, "Bucket per prefix of this length (default: per address)");
-	cmd->add_option("--name", a.name, "Rule name (default rule<ID>)");
-	cmd->add_option("--algo", a.algo,
-			"token-bucket (default), gcra, fixed-window, sliding-log or sliding-window");
-	cmd->add_option("--warmup", a.warmup, "Token bucket: ramp from a third of the rate over this long");
-	cmd->add_flag("--shadow", a.shadow, "Count what the rule would drop, but pass it");
-}
-
-RuleSpec to_spec(const RuleArgs &a, bool per_given)
-{
-	RuleSpec spec;
-	spec.cidr = parse_cidr(a.cidr);
-	spec.name = a.name;
-	if (a.allow)
-		spec.action = Action::allow;
-	else if (a.deny)
-		spec.action = Action::deny;
-	else if (!a.rate.empty())
-		spec.rate = parse_rate(a.rate);
-	else
-		throw Error("rule add needs one of --rate RATE, --allow or --deny");
-	if (!a.burst.empty())
-		spec.burst = parse_count(a.burst, spec.rate.counts_bytes(), "burst");
-	if (!a.proto.empty())
-		spec.proto = parse_proto(a.proto);
-	if (!a.dport.empty())
-		spec.dport = parse_port_range(a.dport);
-	if (!a.algo.empty())
-		spec.algo = parse_algo(a.algo);
-	if (!a.warmup.empty())
-		spec.warmup_ns = parse_duration_ns(a.warmup, "--warmup");
-	if (per_given && a.per < 0)
-		throw Error("--per must be a prefix length of 0 or more");
-	spec.per_prefix = a.per;
-	spec.shadow = a.shadow;
-	return spec;
-}
-
-/// Reads rules for `rule import`: one `rule add` argument list per line;
-/// blank lines and lines starting with # are skipped.
+/// Opens a `rule import` file ("-" for stdin) and reads its rules.
 std::vector<RuleSpec> read_rule_file(const std::string &path)
 {
-	std::ifstream file;
-	if (path != "-") {
-		file.open(path);
-		if (!file)
-			throw Error("cannot read " + path + ": " + std::strerror(errno));
-	}
-	std::istream &in = path == "-" ? std::cin : file;
-	std::vector<RuleSpec> specs;
-	std::string line;
-	for (int n = 1; std::getline(in, line); n++) {
-		std::istringstream words(line);
-		std::vector<std::string> args;
-		for (std::string w; words >> w;)
-			args.push_back(w);
-		if (args.empty() || args[0][0] == '#')
-			continue;
-		std::reverse(args.begin(), args.end()); // CLI11 takes them last first
-		CLI::App parser{"rule"};
-		RuleArgs a;
-		add_rule_options(&parser, a);
-		try {
-			parser.parse(args);
-			specs.push_back(to_spec(a, parser.count("--per") > 0));
-		} catch (const CLI::ParseError &e) {
-			throw Error(path + " line " + std::to_string(n) + ": " + e.what());
-		} catch (const Error &e) {
-			throw Error(path + " line " + std::to_string(n) + ": " + e.what());
-		}
-	}
-	if (specs.empty())
-		throw Error(path + " holds no rules");
-	return specs;
+	if (path == "-")
+		return read_rule_lines(std::cin, path);
+	std::ifstream file(path);
+	if (!file)
+		throw Error("cannot read " + path + ": " + std::strerror(errno));
+	return read_rule_lines(file, path);
 }
 
 void cmd_status(const Instance &inst, bool json)
@@ -314,6 +232,7 @@ int main(int argc, char **argv)
 {
 	CLI::App app{"sluice: per-source rate limiting in XDP"};
 	app.require_subcommand(1);
+	app.set_version_flag("--version", std::string("sluice ") + SLUICE_VERSION);
 	bool verbose = false;
 	app.add_flag("-v,--verbose", verbose, "Show libbpf's messages (verifier log included)");
 
@@ -362,6 +281,8 @@ int main(int argc, char **argv)
 	} catch (const CLI::CallForHelp &e) {
 		return app.exit(e);
 	} catch (const CLI::CallForAllHelp &e) {
+		return app.exit(e);
+	} catch (const CLI::CallForVersion &e) {
 		return app.exit(e);
 	} catch (const CLI::ParseError &e) {
 		std::string msg = e.what();

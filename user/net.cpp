@@ -1,6 +1,7 @@
 #include "net.h"
 
 #include <arpa/inet.h>
+#include <cctype>
 #include <charconv>
 
 #include "error.h"
@@ -23,6 +24,9 @@ Cidr parse_cidr(std::string_view text)
 	std::string addr_text(text.substr(0, text.find('/')));
 	bool has_len = text.find('/') != std::string_view::npos;
 
+	// inet_pton reads up to a NUL; bytes after one must not be ignored.
+	if (addr_text.find('\0') != std::string::npos)
+		throw Error("invalid address '" + addr_text + "' in '" + std::string(text) + "'");
 	if (inet_pton(AF_INET, addr_text.c_str(), c.addr.data()) == 1)
 		c.family = 4;
 	else if (inet_pton(AF_INET6, addr_text.c_str(), c.addr.data()) == 1)
@@ -35,9 +39,11 @@ Cidr parse_cidr(std::string_view text)
 		std::string_view len = text.substr(text.find('/') + 1);
 		int v = -1;
 		auto [end, ec] = std::from_chars(len.data(), len.data() + len.size(), v);
-		if (len.empty() || ec != std::errc() || end != len.data() + len.size())
+		// Digits only: from_chars would read "-0" as 0.
+		if (len.empty() || !std::isdigit(static_cast<unsigned char>(len[0])) || ec != std::errc() ||
+		    end != len.data() + len.size())
 			throw Error("invalid prefix length in '" + std::string(text) + "'");
-		if (v < 0 || v > c.max_len())
+		if (v > c.max_len())
 			throw Error("prefix length " + std::string(len) + " is out of range for IPv" +
 				    std::to_string(c.family) + " (0-" + std::to_string(c.max_len()) +
 				    ") in '" + std::string(text) + "'");
@@ -70,8 +76,11 @@ std::string format_address(int family, const uint8_t *addr)
 std::string format_cidr(const Cidr &c)
 {
 	std::string s = format_address(c.family, c.addr.data());
-	if (c.prefix_len != c.max_len())
-		s += "/" + std::to_string(c.prefix_len);
+	if (c.prefix_len != c.max_len()) {
+		// Appended in two steps: GCC 12 at -O3 warns falsely (-Wrestrict) on "/" + to_string.
+		s += '/';
+		s += std::to_string(c.prefix_len);
+	}
 	return s;
 }
 

@@ -19,6 +19,7 @@ constexpr uint64_t NS_PER_SEC = 1000000000ULL;
 constexpr uint64_t MAX_PACKET_RATE = 1000000000ULL;  // per second
 constexpr uint64_t MAX_BYTE_RATE = 1000000000000ULL; // per second (8 Tbit/s)
 constexpr uint64_t MAX_FIELD = 1ULL << 50;            // amount and period as written
+constexpr uint64_t MAX_DIVISOR = 1000000000ULL;       // a number has at most 9 decimals
 
 struct Scaled {
 	uint64_t mantissa; // digits without the decimal point
@@ -38,7 +39,7 @@ Scaled parse_decimal(std::string_view s, std::string_view whole)
 		if (!std::isdigit(static_cast<unsigned char>(ch)))
 			throw Error("invalid number '" + std::string(s) + "' in '" + std::string(whole) + "'");
 		digits = true;
-		if (v.mantissa > MAX_FIELD || (dot && v.divisor >= NS_PER_SEC))
+		if (v.mantissa > MAX_FIELD || (dot && v.divisor >= MAX_DIVISOR))
 			throw Error("number '" + std::string(s) + "' is too large or too precise");
 		v.mantissa = v.mantissa * 10 + (ch - '0');
 		if (dot)
@@ -142,7 +143,8 @@ std::string format_period(uint64_t ns)
 		if (ns % unit_ns == 0)
 			return ns == unit_ns ? name : std::to_string(ns / unit_ns) + name;
 	}
-	return std::to_string(ns) + "ns";
+	// A fraction of a millisecond ("1.5ms"): the parser takes decimals, not ns.
+	return trim_decimal(ns, 1000000ULL) + "ms";
 }
 
 // Ticks one unit is worth, as the exact fraction num/den.
@@ -219,7 +221,10 @@ std::string format_rate(const Rate &r)
 		static const char *bit_prefix[] = {"bit", "kbit", "mbit", "gbit", "tbit"};
 		int p = 0;
 		uint64_t div = 1;
-		while (p < 4 && r.amount >= div * 1000) {
+		// A larger prefix only while the amount keeps at most 9 decimals,
+		// or the printed rate would not parse.
+		while (p < 4 && r.amount >= div * 1000 &&
+		       (div * 1000 <= MAX_DIVISOR || r.amount % (div * 1000 / MAX_DIVISOR) == 0)) {
 			div *= 1000;
 			p++;
 		}

@@ -1,6 +1,8 @@
 // Parsing what operators type: prefixes, rates, ports, counts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "error.h"
 #include "net.h"
 #include "rate.h"
@@ -48,6 +50,24 @@ TEST(Cidr, RejectsMalformedInputWithAReason)
 	}
 }
 
+TEST(Cidr, RejectsBytesAfterANul)
+{
+	// inet_pton stops at a NUL: everything after it was silently ignored.
+	using namespace std::string_view_literals;
+	EXPECT_THROW(parse_cidr("10.0.0.1\0junk"sv), Error);
+	EXPECT_THROW(parse_cidr("2001:db8::\0\0" "1/64"sv), Error);
+	EXPECT_THROW(parse_cidr("10.0.0.0\0/8"sv), Error);
+}
+
+TEST(Cidr, APrefixLengthIsDigitsOnly)
+{
+	// "-0" read as 0: '::/-0' was the whole IPv6 space.
+	EXPECT_THROW(parse_cidr("::/-0"), Error);
+	EXPECT_THROW(parse_cidr("10.0.0.0/-0"), Error);
+	EXPECT_THROW(parse_cidr("10.0.0.0/+8"), Error);
+	EXPECT_EQ(parse_cidr("10.0.0.0/08").prefix_len, 8);
+}
+
 TEST(Cidr, Containment)
 {
 	EXPECT_TRUE(cidr_contains(parse_cidr("10.0.0.0/8"), parse_cidr("10.1.0.0/16")));
@@ -86,6 +106,28 @@ TEST(Rate, FormatsCanonically)
 	EXPECT_EQ(format_rate(parse_rate("1250kB/s")), "1.25MB/s");
 	EXPECT_EQ(format_rate(parse_rate("10kbit/s")), "10kbit/s");
 	EXPECT_EQ(format_rate(parse_rate("5/h")), "5/h");
+}
+
+TEST(Rate, PeriodsBelowAMillisecondFormatToTextThatParses)
+{
+	// Printed as "1/1500000ns" before, which no parser accepts.
+	Rate r = parse_rate("1/1.5ms");
+	EXPECT_EQ(format_rate(r), "1/1.5ms");
+	EXPECT_EQ(parse_rate(format_rate(r)), r);
+	EXPECT_EQ(format_rate(parse_rate("3/0.25ms")), "3/0.25ms");
+	EXPECT_EQ(format_rate(parse_rate("1/0.000001ms")), "1/0.000001ms");
+	EXPECT_EQ(format_duration(parse_duration_ns("1.5ms", "--warmup")), "1.5ms");
+	EXPECT_EQ(format_duration(1500000000ULL), "1500ms");
+}
+
+TEST(Rate, LargeByteRatesFormatWithDecimalsTheParserTakes)
+{
+	// Printed as "1.234567890123TB/2s" before: 12 decimals, the parser takes 9.
+	Rate r = parse_rate("1234567890123B/2s");
+	EXPECT_EQ(format_rate(r), "1234.567890123GB/2s");
+	EXPECT_EQ(parse_rate(format_rate(r)), r);
+	EXPECT_EQ(format_rate(parse_rate("1.5TB/2s")), "1.5TB/2s");
+	EXPECT_EQ(format_rate(parse_rate("7000000000001bit/s")), "7000.000000001gbit/s");
 }
 
 TEST(Rate, RejectsZeroUnknownAndOverflowingRates)
@@ -134,4 +176,46 @@ TEST(Counts, ParsesBurstsInPacketsOrBytes)
 	EXPECT_THROW(parse_count("64kB", false, "burst"), Error);
 	EXPECT_THROW(parse_count("0", false, "burst"), Error);
 	EXPECT_THROW(parse_count("x", false, "burst"), Error);
+}
+
+namespace {
+
+// The message of the Error that parse() throws; fails the test if none.
+template <typename F>
+std::string error_of(F &&parse)
+{
+	try {
+		parse();
+	} catch (const Error &e) {
+		return e.what();
+	}
+	ADD_FAILURE() << "accepted";
+	return {};
+}
+
+bool one_printable_line(const std::string &msg)
+{
+	return std::none_of(msg.begin(), msg.end(), [](char c) {
+		return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+	});
+}
+
+} // namespace
+
+TEST(Errors, ControlCharactersFromTheInputAreEscapedSoTheMessageIsOneLine)
+{
+	std::string cidr = error_of([] { parse_cidr("10.0.0.0\n/8"); });
+	EXPECT_EQ(cidr, "invalid address '10.0.0.0\\x0a' in '10.0.0.0\\x0a/8'");
+	std::string rate = error_of([] { parse_rate("1\x1b[2J/s"); });
+	EXPECT_TRUE(one_printable_line(rate)) << rate;
+	EXPECT_NE(rate.find("\\x1b[2J"), std::string::npos) << rate;
+	std::string port = error_of([] { parse_port_range("80\r"); });
+	EXPECT_EQ(port, "invalid port '80\\x0d' in '80\\x0d' (0-65535)");
+	// A NUL would end the message early in what().
+	std::string nul = error_of([] { parse_rate(std::string_view("5\0x/s", 5)); });
+	EXPECT_NE(nul.find("5\\x00x"), std::string::npos) << nul;
+	std::string name = error_of([] { check_rule_name("a\tb"); });
+	EXPECT_TRUE(one_printable_line(name)) << name;
+	// Messages without control characters are unchanged.
+	EXPECT_EQ(error_of([] { parse_port_range("90-80"); }), "port range '90-80' is reversed");
 }
