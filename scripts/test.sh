@@ -18,8 +18,9 @@ for layer in unit bpf e2e; do
   echo "== ${layer}: ${n} tests"
 done
 
-ctest --test-dir build --output-on-failure
-
 # The parser fuzzers, 60 s each; any finding fails the run.
 echo "== fuzz: parsers, 60 s each"
 ./scripts/fuzz.sh 60
+
+# Last, so that its closing line ("N% tests passed, 0 tests failed out of N") ends the run.
+ctest --test-dir build --output-on-failure

@@ -92,14 +92,14 @@ const std::vector<std::string> RULE_HEADER = {"ID",     "NAME", "CIDR", "PROTO",
 					      "ACTION", "ALGO", "RATE", "BURST", "PER"};
 
 /// Opens a `rule import` file ("-" for stdin) and reads its rules.
-std::vector<RuleSpec> read_rule_file(const std::string &path)
+std::vector<RuleSpec> read_rule_file(const std::string &path, std::vector<std::string> &where)
 {
 	if (path == "-")
-		return read_rule_lines(std::cin, path);
+		return read_rule_lines(std::cin, path, &where);
 	std::ifstream file(path);
 	if (!file)
 		throw Error("cannot read " + path + ": " + std::strerror(errno));
-	return read_rule_lines(file, path);
+	return read_rule_lines(file, path, &where);
 }
 
 void cmd_status(const Instance &inst, bool json)
@@ -272,7 +272,7 @@ int main(int argc, char **argv)
 
 	StatsQuery query;
 	auto *stats = app.add_subcommand("stats", "Per-source, per-rule and global counters");
-	stats->add_option("--top", query.top, "Show the N sources with most drops");
+	stats->add_option("--top", query.top, "Show the N sources with most drops")->check(CLI::NonNegativeNumber);
 	stats->add_option("--rule", query.rule, "Only this rule's sources");
 	stats->add_flag("--json", json, "JSON output");
 
@@ -321,10 +321,11 @@ int main(int argc, char **argv)
 			InstalledRule r = RuleTable(maps).add(spec);
 			print_table(RULE_HEADER, {rule_cells(r)});
 		} else if (*import) {
-			std::vector<RuleSpec> specs = read_rule_file(import_path);
+			std::vector<std::string> where;
+			std::vector<RuleSpec> specs = read_rule_file(import_path, where);
 			auto lock = inst.lock(true);
 			MapSet maps = inst.maps();
-			auto added = RuleTable(maps).add_many(std::move(specs));
+			auto added = RuleTable(maps).add_many(std::move(specs), where);
 			std::cout << "imported " << added.size() << " rules (ids " << added.front().id << "-"
 				  << added.back().id << ")\n";
 		} else if (*del) {

@@ -1,6 +1,8 @@
 #include "net.h"
 
 #include <arpa/inet.h>
+
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 
@@ -54,6 +56,12 @@ Cidr parse_cidr(std::string_view text)
 	if (masked != c.addr)
 		throw Error("'" + std::string(text) + "' has host bits set; did you mean " +
 			    format_cidr(Cidr{c.family, masked, c.prefix_len}) + "?");
+	// IPv4 packets carry IPv4 addresses: an IPv4-mapped IPv6 prefix never matches.
+	static const uint8_t v4_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+	if (c.family == 6 && c.prefix_len >= 96 && std::equal(v4_mapped, v4_mapped + 12, c.addr.begin()))
+		throw Error("'" + std::string(text) + "' is an IPv4-mapped IPv6 address, which no packet carries; " +
+			    "write the IPv4 address " + format_address(4, c.addr.data() + 12) +
+			    (c.prefix_len == 128 ? "" : "/" + std::to_string(c.prefix_len - 96)));
 	return c;
 }
 

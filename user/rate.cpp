@@ -231,6 +231,26 @@ std::string format_rate(const Rate &r)
 		amount = trim_decimal(r.amount, div) +
 			 (r.unit == RateUnit::bytes ? byte_prefix[p] : bit_prefix[p]);
 	}
+	// A decimal packet rate ("0.5/s") is kept as 5 per 10 s: print it as written
+	// when that reads back as the same rate.
+	if (r.unit == RateUnit::packets) {
+		for (uint64_t unit_ns : {86400 * NS_PER_SEC, 3600 * NS_PER_SEC, 60 * NS_PER_SEC, NS_PER_SEC}) {
+			uint64_t scale = r.period_ns / unit_ns;
+			if (r.period_ns % unit_ns || scale < 10 || scale > MAX_DIVISOR)
+				continue;
+			uint64_t p10 = 1;
+			while (p10 < scale)
+				p10 *= 10;
+			if (p10 != scale || r.amount % 10 == 0)
+				continue;
+			std::string decimal = trim_decimal(r.amount, scale) + "/" + format_period(unit_ns);
+			try {
+				if (parse_rate(decimal) == r)
+					return decimal;
+			} catch (const Error &) {
+			}
+		}
+	}
 	return amount + "/" + format_period(r.period_ns);
 }
 
@@ -287,8 +307,10 @@ WindowParams compile_window(const Rate &rate)
 
 uint64_t parse_duration_ns(std::string_view text, const char *what)
 {
-	if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0])))
-		throw Error(std::string("invalid ") + what + " '" + std::string(text) + "' (e.g. 30s, 500ms, 2min)");
+	if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0])) ||
+	    !std::isalpha(static_cast<unsigned char>(text.back())))
+		throw Error(std::string("invalid ") + what + " '" + std::string(text) +
+			    "': a number and a unit (e.g. 30s, 500ms, 2min)");
 	return parse_period(text, text);
 }
 

@@ -115,6 +115,9 @@ void check_rule_name(std::string_view name)
 	}
 	if (name.empty() || name.size() >= SLUICE_NAME_LEN)
 		throw Error("rule name must be 1 to " + std::to_string(SLUICE_NAME_LEN - 1) + " characters");
+	// "--name --deny" must not take an option for a name.
+	if (!std::isalnum(static_cast<unsigned char>(name[0])))
+		throw Error("rule name '" + std::string(name) + "' must start with a letter or a digit");
 	if (all_digits)
 		throw Error("rule name '" + std::string(name) + "' is all digits and would read as a rule id");
 }
@@ -125,6 +128,8 @@ void validate_rule(RuleSpec &spec)
 		check_rule_name(spec.name);
 	if (!spec.dport.any() && spec.proto != Proto::tcp && spec.proto != Proto::udp)
 		throw Error("--dport needs --proto tcp or --proto udp");
+	if (spec.shadow && spec.action == Action::allow)
+		throw Error("--shadow applies to --rate and --deny rules: an allow rule drops nothing");
 	if (spec.action != Action::limit) {
 		if (spec.burst || spec.per_prefix >= 0 || spec.warmup_ns || spec.algo != Algo::token_bucket)
 			throw Error(std::string("--burst, --per, --algo and --warmup apply to --rate rules, not --") +

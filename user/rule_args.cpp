@@ -62,7 +62,7 @@ std::optional<RuleSpec> parse_rule_line(const std::string &line)
 {
 	std::istringstream words(line);
 	std::vector<std::string> args;
-	for (std::string w; words >> w;)
+	for (std::string w; words >> w && w[0] != '#';) // a comment runs to the end of the line
 		args.push_back(w);
 	if (args.empty() || args[0][0] == '#')
 		return std::nullopt;
@@ -79,14 +79,18 @@ std::optional<RuleSpec> parse_rule_line(const std::string &line)
 	return to_spec(a, parser.count("--per") > 0);
 }
 
-std::vector<RuleSpec> read_rule_lines(std::istream &in, const std::string &source)
+std::vector<RuleSpec> read_rule_lines(std::istream &in, const std::string &source,
+				      std::vector<std::string> *where)
 {
 	std::vector<RuleSpec> specs;
 	std::string line;
 	for (int n = 1; std::getline(in, line); n++) {
 		try {
-			if (auto spec = parse_rule_line(line))
+			if (auto spec = parse_rule_line(line)) {
 				specs.push_back(std::move(*spec));
+				if (where)
+					where->push_back(source + " line " + std::to_string(n));
+			}
 		} catch (const Error &e) {
 			throw Error(source + " line " + std::to_string(n) + ": " + e.what());
 		}

@@ -37,6 +37,9 @@ std::optional<RuleSpec> parse_rule_line(const std::string &line);
 
 /// Reads every line of a `rule import` file. Errors read "SOURCE line N: reason";
 /// a file without a single rule is an error too.
-std::vector<RuleSpec> read_rule_lines(std::istream &in, const std::string &source);
+/// `where`, if given, receives "SOURCE line N" for each rule, for the errors
+/// of a later step (RuleTable::add_many) to name the line.
+std::vector<RuleSpec> read_rule_lines(std::istream &in, const std::string &source,
+				      std::vector<std::string> *where = nullptr);
 
 } // namespace sluice

@@ -52,7 +52,7 @@ InstalledRule RuleTable::add(RuleSpec spec)
 	return add_many({std::move(spec)}).front();
 }
 
-std::vector<InstalledRule> RuleTable::add_many(std::vector<RuleSpec> specs)
+std::vector<InstalledRule> RuleTable::add_many(std::vector<RuleSpec> specs, const std::vector<std::string> &where_of)
 {
 	// Everything is checked before anything is written: one bad rule, no change.
 	std::vector<InstalledRule> before = list();
@@ -77,7 +77,9 @@ std::vector<InstalledRule> RuleTable::add_many(std::vector<RuleSpec> specs)
 	uint32_t slot = 0;
 	for (size_t i = 0; i < specs.size(); i++) {
 		RuleSpec &spec = specs[i];
-		std::string where = specs.size() > 1 ? "rule " + std::to_string(i + 1) + ": " : "";
+		std::string where = i < where_of.size() ? where_of[i] + ": "
+				    : specs.size() > 1 ? "rule " + std::to_string(i + 1) + ": "
+						       : "";
 		try {
 			validate_rule(spec);
 		} catch (const Error &e) {

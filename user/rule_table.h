@@ -25,7 +25,9 @@ public:
 
 	/// Installs many rules at once (all or none), with one compilation of the
 	/// match lists: the way to load thousands of rules.
-	std::vector<InstalledRule> add_many(std::vector<RuleSpec> specs);
+	/// `where` names each spec in errors (e.g. "rules.txt line 4"); by
+	/// default "rule N" in the list.
+	std::vector<InstalledRule> add_many(std::vector<RuleSpec> specs, const std::vector<std::string> &where = {});
 
 	/// Removes a rule by name or id, with its buckets and counters.
 	InstalledRule remove(std::string_view name_or_id);

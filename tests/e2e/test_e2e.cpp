@@ -423,6 +423,11 @@ TEST_F(EndToEnd, BadInputPrintsOneLineExitsNonZeroAndChangesNothing)
 		{{"rule", "add", "10.1.0.0/16", "--rate", "10/s", "--name", "base"}, "exists already"},
 		{{"rule", "add", "10.0.0.0/8", "--rate", "10/s"}, "same traffic"},
 		{{"rule", "del", "nosuch"}, "no rule named"},
+		{{"rule", "add", "10.1.0.0/16", "--rate", "10/s", "--name", "--deny"}, "must start with a letter"},
+		{{"rule", "add", "::ffff:10.1.0.0/112", "--rate", "10/s"}, "write the IPv4 address 10.1.0.0/16"},
+		{{"rule", "add", "10.1.0.0/16", "--allow", "--shadow"}, "--shadow applies to"},
+		{{"rule", "add", "10.1.0.0/16", "--rate", "10/s", "--warmup", "10"}, "a number and a unit"},
+		{{"stats", "--top", "-1"}, "--top"},
 		{{"stats", "--rule", "nosuch"}, "no rule named"},
 		{{"attach", "nosuchif0"}, "cannot attach to nosuchif0: no such interface"},
 		{{"detach", "nosuchif0"}, "no such interface"},
@@ -621,6 +626,17 @@ TEST_F(EndToEnd, ImportLoadsManyRulesAtOnceOrNone)
 	EXPECT_NE(r.exit_code, 0);
 	EXPECT_NE(r.err.find("line 2: burst must be greater than zero"), std::string::npos) << r.err;
 	EXPECT_EQ(cli_json({"rule", "list", "--json"}).size(), 1001u) << "the good first line was not applied";
+
+	// A problem found when the rules meet the table names the file's line too,
+	// and a trailing comment is no argument.
+	{
+		std::ofstream f(path);
+		f << "# header\n\n192.0.2.0/24 --rate 5/s --name fine   # ok\n198.51.100.0/24 --rate 5/s --name fine\n";
+	}
+	r = cli({"rule", "import", path});
+	EXPECT_NE(r.exit_code, 0);
+	EXPECT_NE(r.err.find(path + " line 4: a rule named 'fine' exists already"), std::string::npos) << r.err;
+	EXPECT_EQ(cli_json({"rule", "list", "--json"}).size(), 1001u);
 	unlink(path.c_str());
 }
 

@@ -219,3 +219,36 @@ TEST(Errors, ControlCharactersFromTheInputAreEscapedSoTheMessageIsOneLine)
 	// Messages without control characters are unchanged.
 	EXPECT_EQ(error_of([] { parse_port_range("90-80"); }), "port range '90-80' is reversed");
 }
+
+TEST(Cidr, AnIpv4MappedAddressIsRefusedWithTheIpv4Form)
+{
+	try {
+		parse_cidr("::ffff:10.0.0.1");
+		FAIL() << "accepted an address no packet carries";
+	} catch (const Error &e) {
+		EXPECT_NE(std::string(e.what()).find("write the IPv4 address 10.0.0.1"), std::string::npos) << e.what();
+	}
+	EXPECT_THROW(parse_cidr("::ffff:10.0.0.0/120"), Error);
+	EXPECT_THROW(parse_cidr("::ffff:0:0/96"), Error) << "the whole mapped range";
+	EXPECT_NO_THROW(parse_cidr("::/64")) << "a wider prefix is not all mapped";
+}
+
+TEST(Duration, ANumberWithoutAUnitIsRefusedClearly)
+{
+	try {
+		parse_duration_ns("10", "--warmup");
+		FAIL();
+	} catch (const Error &e) {
+		EXPECT_STREQ(e.what(), "invalid --warmup '10': a number and a unit (e.g. 30s, 500ms, 2min)");
+	}
+	EXPECT_EQ(parse_duration_ns("10s", "--warmup"), 10000000000u);
+}
+
+TEST(Rate, ADecimalPacketRatePrintsAsWritten)
+{
+	EXPECT_EQ(format_rate(parse_rate("0.5/s")), "0.5/s");
+	EXPECT_EQ(format_rate(parse_rate("2.5/min")), "2.5/min");
+	EXPECT_EQ(format_rate(parse_rate("100/10s")), "100/10s") << "a window as written";
+	EXPECT_EQ(format_rate(parse_rate("5/10s")), "0.5/s") << "the same rate, read back equal";
+	EXPECT_EQ(format_rate(parse_rate("0.25/s")), "0.25/s");
+}

@@ -48,6 +48,14 @@ TEST(RuleLine, SkipsBlankAndCommentLines)
 	EXPECT_FALSE(parse_rule_line("  #10.0.0.0/8 --deny"));
 }
 
+TEST(RuleLine, ATrailingCommentIsNotAnArgument)
+{
+	auto spec = parse_rule_line("10.0.0.0/8 --deny --name office   # the whole office");
+	ASSERT_TRUE(spec);
+	EXPECT_EQ(spec->name, "office");
+	EXPECT_EQ(spec->action, Action::deny);
+}
+
 TEST(RuleLine, ImportErrorsNameTheFileAndLine)
 {
 	EXPECT_EQ(import_error("10.0.0.0/8 --deny\n10.1.0.0/16 --rate 1/s --burst 0\n"),

@@ -270,3 +270,21 @@ TEST(Strictness, DenyAboveSlowerLimitsAboveFasterOnesAboveShadowAndAllow)
 	EXPECT_GT(shadow, allow);
 	EXPECT_EQ(strictness(spec(Action::deny, "", true)), shadow) << "a shadow deny passes everything too";
 }
+
+TEST(RuleValidation, ANameStartsWithALetterOrDigitSoAnOptionIsNeverAName)
+{
+	EXPECT_THROW(check_rule_name("--deny"), Error);
+	EXPECT_THROW(check_rule_name(".hidden"), Error);
+	EXPECT_NO_THROW(check_rule_name("web-1.v4_x"));
+}
+
+TEST(RuleValidation, ShadowIsForLimitsAndDenies)
+{
+	RuleSpec s;
+	s.cidr = parse_cidr("10.0.0.0/8");
+	s.action = Action::allow;
+	s.shadow = true;
+	EXPECT_THROW(validate_rule(s), Error);
+	s.action = Action::deny;
+	EXPECT_NO_THROW(validate_rule(s));
+}
