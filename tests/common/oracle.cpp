@@ -320,17 +320,6 @@ Expected Oracle::decide(const FrameFacts &in, bool track_state)
 			e.why = "later fragment, first unseen: ports unknown; ";
 		}
 	}
-	if (f.tiny_first) {
-		if (cands.empty()) {
-			e.counter = "pass_no_match";
-			e.why += "tiny first fragment, no rule covers it";
-		} else {
-			e.xdp = 1;
-			e.counter = "drop_malformed";
-			e.why += "tiny first fragment from a covered source";
-		}
-		return e;
-	}
 
 	int pproto = f.proto == 58 ? 1 : f.proto;
 	bool has_ports = pproto == 6 || pproto == 17;
@@ -359,6 +348,14 @@ Expected Oracle::decide(const FrameFacts &in, bool track_state)
 		e.why += cands.empty() ? "no rule covers it" : "no rule matches";
 		if (track_state)
 			remember_fragment(in);
+		return e;
+	}
+	if (f.tiny_first) {
+		// Where a rule may decide it (its ports unknown), a tiny first
+		// fragment is dropped, and charged to no bucket.
+		e.xdp = 1;
+		e.counter = "drop_malformed";
+		e.why += "tiny first fragment that a rule may decide";
 		return e;
 	}
 	size_t win = pool.back(); // the definite one, if any
