@@ -296,6 +296,8 @@ __noinline int sluice_parse_ipv6(struct xdp_md *ctx, __u32 l3_off, struct packet
 		if (nexthdr != IPV6_NEXTHDR_FRAGMENT) {
 			off += nexthdr == IPV6_NEXTHDR_AUTH ? (hdr[1] + 2) * 4 : (hdr[1] + 1) * 8;
 			nexthdr = hdr[0];
+			if (off > l3_end) /* a header longer than the datagram */
+				goto cut_short;
 			continue;
 		}
 		frag = bpf_ntohs(((struct ipv6_frag_hdr *)hdr)->frag_off);

@@ -1283,8 +1283,10 @@ int SLUICE_PROG_NAME(struct xdp_md *ctx)
 	}
 	if ((SLUICE_DROP_VERDICTS >> verdict) & 1)
 		return XDP_DROP;
-	/* Only where a rule covers the source: the table is kept for them. */
-	if ((pkt.flags & (PKT_FIRST_FRAG | PKT_TINY_FRAG | PKT_COVERED)) == (PKT_FIRST_FRAG | PKT_COVERED))
+	/* Only where a rule covers the source (the table is kept for them), and
+	 * only a first fragment that names its datagram's protocol. */
+	if ((pkt.flags & (PKT_FIRST_FRAG | PKT_TINY_FRAG | PKT_COVERED)) == (PKT_FIRST_FRAG | PKT_COVERED) &&
+	    pkt.proto_known)
 		remember_first_fragment(&pkt, &fk);
 	return XDP_PASS;
 }

@@ -410,12 +410,20 @@ void Instance::detach(const std::string &ifname)
 	if (!loaded())
 		throw Error(NOT_ATTACHED);
 	refuse_read_only(dir_);
-	uint32_t ifindex = resolve_ifindex(ifname, "detach from");
 	std::string pin;
-	for (XdpMode m : {XdpMode::native, XdpMode::generic}) {
-		std::string p = links_dir() + "/" + link_pin_name(current_netns(), ifindex, m);
-		if (access(p.c_str(), F_OK) == 0)
-			pin = p;
+	uint64_t netns = 0;
+	uint32_t pinned_ifindex = 0;
+	XdpMode pinned_mode;
+	if (parse_link_pin_name(ifname, netns, pinned_ifindex, pinned_mode) &&
+	    access((links_dir() + "/" + ifname).c_str(), F_OK) == 0) {
+		pin = links_dir() + "/" + ifname; // a link named by its pin, as status shows it
+	} else {
+		uint32_t ifindex = resolve_ifindex(ifname, "detach from");
+		for (XdpMode m : {XdpMode::native, XdpMode::generic}) {
+			std::string p = links_dir() + "/" + link_pin_name(current_netns(), ifindex, m);
+			if (access(p.c_str(), F_OK) == 0)
+				pin = p;
+		}
 	}
 	if (pin.empty())
 		throw Error("sluice is not attached to " + ifname);
@@ -457,6 +465,7 @@ Status Instance::status() const
 	uint64_t here = current_netns();
 	for (const auto &name : link_pins()) {
 		AttachedLink l;
+		l.pin = name;
 		uint32_t pinned_ifindex = 0;
 		if (!parse_link_pin_name(name, l.netns, pinned_ifindex, l.mode))
 			continue;

@@ -58,6 +58,7 @@ struct AttachedLink {
 	bool this_netns = false;
 	XdpMode mode = XdpMode::native;
 	uint32_t link_id = 0;
+	std::string pin; ///< the link's pin name, which `detach` also takes
 };
 
 struct Status {
@@ -98,7 +99,9 @@ public:
 	/// Attaches to an interface of the caller's network namespace, loading and
 	/// pinning the program first if this is the first interface.
 	void attach(const std::string &ifname, XdpMode mode, const TableSizes &sizes);
-	/// Detaches from one interface; the last detach unloads everything.
+	/// Detaches from one interface, named in the caller's network namespace
+	/// or by its link's pin name (the way to remove the link of an interface
+	/// or namespace that is gone); the last detach unloads everything.
 	void detach(const std::string &ifname);
 	/// Detaches from every interface and removes all pinned state.
 	void unload();

@@ -113,7 +113,9 @@ void cmd_status(const Instance &inst, bool json)
 					 {"ifindex", l.ifindex},
 					 {"netns", l.netns},
 					 {"mode", mode_name(l.mode)},
-					 {"link_id", l.link_id}});
+					 {"link_id", l.link_id},
+					 {"gone", l.ifindex == 0},
+					 {"pin", l.pin}});
 		nlohmann::ordered_json j = {{"loaded", s.loaded}, {"pin_dir", inst.pin_dir()}, {"links", links}};
 		if (s.loaded) {
 			j["loaded_at"] = s.loaded_ns / 1000000000ULL; // Unix time
@@ -141,7 +143,7 @@ void cmd_status(const Instance &inst, bool json)
 	for (const auto &l : s.links) {
 		std::cout << "  ";
 		if (!l.ifindex)
-			std::cout << "(interface gone)";
+			std::cout << "(interface or its namespace gone; `sluice detach " << l.pin << "` removes it)";
 		else if (!l.this_netns)
 			std::cout << "ifindex " << l.ifindex << " in network namespace " << l.netns;
 		else

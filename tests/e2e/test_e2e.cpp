@@ -761,3 +761,19 @@ TEST_F(EndToEnd, DetachRefusesAReadOnlyBpffsAndChangesNothing)
 	shell("mount -o remount,rw " + mnt);
 	expect_ok(cli({"detach", "--all"}));
 }
+
+// When an interface's network namespace is deleted, its link stayed pinned and
+// `detach IFACE` could not name it. Status names it, and detach takes that name.
+TEST_F(EndToEnd, TheLinkOfAVanishedNamespaceIsReportedAndDetachedByName)
+{
+	attach();
+	shell("ip netns del " + DST_NS);
+	json st = cli_json({"status", "--json"});
+	ASSERT_EQ(st["links"].size(), 1u);
+	EXPECT_TRUE(st["links"][0]["gone"].get<bool>());
+	std::string pin = st["links"][0]["pin"];
+	CommandResult text = cli({"status"});
+	EXPECT_NE(text.out.find("sluice detach " + pin), std::string::npos) << text.out;
+	expect_ok(cli({"detach", pin}));
+	EXPECT_FALSE(cli_json({"status", "--json"})["loaded"].get<bool>()) << "the last link gone, all is unloaded";
+}
