@@ -229,20 +229,7 @@ void section_per_packet(const Options &o, struct baselines_bpf *base)
 		for (int r = 0; r < o.rounds; r++) {
 			alone.push_back(test_run_ns(sl.prog->prog_fd(), frame, o.repeat));
 			double t[2] = {0, 0};
-			std::atomic<int> ready{0};
-			auto worker = [&](int cpu) {
-				cpu_set_t set;
-				CPU_ZERO(&set);
-				CPU_SET(cpu, &set);
-				pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-				ready++;
-				while (ready < 2) {
-				}
-				t[cpu] = test_run_ns(sl.prog->prog_fd(), frame, o.repeat);
-			};
-			std::thread a(worker, 0), b(worker, 1);
-			a.join();
-			b.join();
+			run_on_two_cpus([&](int cpu) { t[cpu] = test_run_ns(sl.prog->prog_fd(), frame, o.repeat); });
 			cpu0.push_back(t[0]);
 			cpu1.push_back(t[1]);
 		}

@@ -19,6 +19,7 @@
 
 #include "datapath.h"
 #include "packet.h"
+#include "process.h"
 #include "rule_table.h"
 #include "stats.h"
 
@@ -105,21 +106,8 @@ protected:
 
 	double flood_from_two_cpus(const std::vector<uint8_t> &frame, uint32_t per_thread)
 	{
-		std::atomic<int> ready{0};
-		auto worker = [&](int cpu) {
-			cpu_set_t set;
-			CPU_ZERO(&set);
-			CPU_SET(cpu, &set);
-			pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-			ready++;
-			while (ready < 2) {
-			}
-			run_frame(frame, per_thread);
-		};
 		auto start = std::chrono::steady_clock::now();
-		std::thread a(worker, 0), b(worker, 1);
-		a.join();
-		b.join();
+		run_on_two_cpus([&](int) { run_frame(frame, per_thread); });
 		return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 	}
 

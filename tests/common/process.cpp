@@ -10,6 +10,10 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <atomic>
+#include <thread>
+
+#include <pthread.h>
 
 namespace sluice::test {
 
@@ -85,6 +89,24 @@ int in_netns(const std::string &ns, const std::function<int()> &fn)
 		_exit(fn());
 	}
 	return wait_exit_code(pid);
+}
+
+void run_on_two_cpus(const std::function<void(int cpu)> &fn)
+{
+	std::atomic<int> ready{0};
+	auto worker = [&](int cpu) {
+		cpu_set_t set;
+		CPU_ZERO(&set);
+		CPU_SET(cpu, &set);
+		pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+		ready++;
+		while (ready < 2) {
+		}
+		fn(cpu);
+	};
+	std::thread a(worker, 0), b(worker, 1);
+	a.join();
+	b.join();
 }
 
 } // namespace sluice::test

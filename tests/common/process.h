@@ -23,4 +23,8 @@ void shell(const std::string &cmdline);
 /// (/run/netns/NAME) and returns the child's exit code. fn returns the exit code.
 int in_netns(const std::string &ns, const std::function<int()> &fn);
 
+/// Runs fn(0) and fn(1) on two threads pinned to CPU 0 and CPU 1, released at
+/// the same instant (as a multi-queue NIC spreads one flood), and waits for both.
+void run_on_two_cpus(const std::function<void(int cpu)> &fn);
+
 } // namespace sluice::test
