@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause) */
 /*
- * Packet parsing for the XDP program: a cursor walks Ethernet (up to
- * SLUICE_MAX_VLAN_DEPTH tags), IPv4 or IPv6 (a bounded extension-header walk),
- * and reads the transport protocol and destination port when they are there.
+ * Packet parsing for the XDP program: a byte offset from the frame's start
+ * walks Ethernet (up to SLUICE_MAX_VLAN_DEPTH tags), IPv4 or IPv6 (a bounded
+ * extension-header walk), and reads the transport protocol and destination
+ * port when they are there. Offsets, not a pointer cursor: the verifier needs
+ * them bounded (SLUICE_MAX_HDR_OFF) to see the walk's states converge.
  *
  * What cannot be read is not guessed: a packet whose protocol or ports are
  * unknown (a later fragment, a truncated transport header, an extension chain
