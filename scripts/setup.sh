@@ -10,6 +10,7 @@ packages=(
   libclang-rt-dev                        # libFuzzer and sanitizer runtimes for clang (scripts/fuzz.sh)
   libbpf-dev bpftool libelf-dev zlib1g-dev
   libcli11-dev nlohmann-json3-dev libgtest-dev
+  libyaml-cpp-dev                        # policy files (sluice apply, export)
   iproute2 util-linux procps             # ip netns/veth, nsenter, pgrep (tests, demo)
 )
 

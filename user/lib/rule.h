@@ -46,6 +46,9 @@ struct RuleSpec {
 	uint64_t warmup_ns = 0; ///< token bucket only: warm-up period, 0 for none
 	int per_prefix = -1; ///< limit rules only: bucket prefix length; -1 = per address
 	bool shadow = false; ///< count would-be drops but pass them
+	/// `--continue` (limit rules only): a packet this rule passes goes on to
+	/// the next matching rule instead of being decided here.
+	bool layered = false;
 
 	/// True for the algorithms with a burst (token bucket, GCRA).
 	bool has_burst() const { return algo == Algo::token_bucket || algo == Algo::gcra; }
