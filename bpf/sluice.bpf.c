@@ -27,17 +27,26 @@
 
 #define EEXIST 17
 
+/* The rule sets (see struct sluice_active): the live one's number. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, SLUICE_DEFAULT_MAX_RULES);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sluice_active);
+} SLUICE_MAP_ACTIVE SEC(".maps");
+
+/* Both sets' rules, by sluice_rule_index(slot, set). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * SLUICE_DEFAULT_MAX_RULES);
 	__type(key, __u32);
 	__type(value, struct sluice_rule);
 } SLUICE_MAP_RULES SEC(".maps");
 
-/* Controller-only view of each rule; the program never reads it. */
+/* Controller-only view of each rule, indexed as the rules; the program never reads it. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, SLUICE_DEFAULT_MAX_RULES);
+	__uint(max_entries, 2 * SLUICE_DEFAULT_MAX_RULES);
 	__type(key, __u32);
 	__type(value, struct sluice_rule_info);
 } SLUICE_MAP_RULE_INFO SEC(".maps");
@@ -52,13 +61,6 @@ struct {
 /* IPv4 rule lookup: two sets of a 16-8-8 table (see sluice_abi.h). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct sluice_dir_sel);
-} SLUICE_MAP_DIR4_SEL SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 2 * SLUICE_DIR_TOP_SIZE);
 	__type(key, __u32);
 	__type(value, __u32);
@@ -66,7 +68,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 2 * SLUICE_DEFAULT_MAX_RULES); /* two sets */
+	__uint(max_entries, 2 * 2 * SLUICE_DEFAULT_MAX_RULES); /* two sets of two blocks a rule */
 	__type(key, __u32);
 	__type(value, struct sluice_dir_block);
 } SLUICE_MAP_DIR4_BLOCKS SEC(".maps");
@@ -76,14 +78,15 @@ struct {
 	__uint(max_entries, 2 * (SLUICE_DEFAULT_MAX_RULES + 1)); /* two sets; index 0 unused */
 	__type(key, __u32);
 	__type(value, struct sluice_match_list);
-} SLUICE_MAP_LISTS_V4 SEC(".maps");
+} SLUICE_MAP_LISTS SEC(".maps");
 
+/* IPv6 rule lookup: both sets' prefixes, the set in the key's first byte. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, SLUICE_DEFAULT_MAX_RULES);
+	__uint(max_entries, 2 * SLUICE_DEFAULT_MAX_RULES);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct sluice_lpm_v6);
-	__type(value, struct sluice_match_list);
+	__type(value, __u32); /* the prefix's first list in SLUICE_MAP_LISTS */
 } SLUICE_MAP_MATCH_V6 SEC(".maps");
 
 /* IPv4 buckets: sets of four ways (see sluice_abi.h); the controller maps it
@@ -169,6 +172,14 @@ struct {
 	__type(key, struct sluice_frag_key);
 	__type(value, struct sluice_frag_info);
 } SLUICE_MAP_FRAGS SEC(".maps");
+
+/* The frame's fragment key, when it is a fragment (see sluice_xdp). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sluice_frag_key);
+} sluice_fragkey SEC(".maps");
 
 /* Each attached interface's MTU by ifindex: a longer frame is a super-packet. */
 struct {
@@ -281,101 +292,56 @@ static __always_inline enum rule_match rule_matches(const struct sluice_rule *r,
 	return m;
 }
 
-/* The match list for an IPv4 source: at most three array lookups. */
-static __always_inline const struct sluice_match_list *lookup_v4(const __u8 *saddr)
+/* The live rule set (struct sluice_active): read once per packet. */
+static __always_inline __u32 active_set(void)
+{
+	const struct sluice_active *a;
+	__u32 zero = 0;
+
+	a = bpf_map_lookup_elem(&SLUICE_MAP_ACTIVE, &zero);
+	return a ? a->set & 1 : 0;
+}
+
+/* The first match list's index for an IPv4 source: at most three array
+ * lookups; 0 if no rule covers it. */
+static __always_inline __u32 lookup_v4(const __u8 *saddr, __u32 set)
 {
 	const struct sluice_dir_block *blk;
-	const struct sluice_dir_sel *sel;
-	__u32 zero = 0, addr, idx, *top, e;
+	__u32 addr, idx, *top, e;
 
-	sel = bpf_map_lookup_elem(&SLUICE_MAP_DIR4_SEL, &zero);
-	if (!sel)
-		return NULL;
 	__builtin_memcpy(&addr, saddr, 4);
 	addr = bpf_ntohl(addr);
-	idx = (sel->set & 1) * SLUICE_DIR_TOP_SIZE + (addr >> (32 - SLUICE_DIR_TOP_BITS));
+	idx = set * SLUICE_DIR_TOP_SIZE + (addr >> (32 - SLUICE_DIR_TOP_BITS));
 	top = bpf_map_lookup_elem(&SLUICE_MAP_DIR4_TOP, &idx);
 	if (!top)
-		return NULL;
+		return 0;
 	e = *top;
 	if (e & SLUICE_DIR_CHILD) {
 		idx = e & ~SLUICE_DIR_CHILD;
 		blk = bpf_map_lookup_elem(&SLUICE_MAP_DIR4_BLOCKS, &idx);
 		if (!blk)
-			return NULL;
+			return 0;
 		e = blk->entry[(addr >> 8) & 0xff];
 		if (e & SLUICE_DIR_CHILD) {
 			idx = e & ~SLUICE_DIR_CHILD;
 			blk = bpf_map_lookup_elem(&SLUICE_MAP_DIR4_BLOCKS, &idx);
 			if (!blk)
-				return NULL;
+				return 0;
 			e = blk->entry[addr & 0xff];
 		}
 	}
-	if (!e)
-		return NULL;
-	return bpf_map_lookup_elem(&SLUICE_MAP_LISTS_V4, &e);
+	return e;
 }
 
-/*
- * The rule that decides the packet, or NULL. With every selector known, that
- * is the first candidate that matches. A candidate that may match (an unknown
- * protocol or port) is weighed with the rest, up to the first that surely
- * matches: an allow never matches on an unknown selector, and of the others
- * the strictest decides (the earlier on a tie), so hiding a header never
- * moves a packet to a laxer rule. *slot_out gets its slot; *vanished is set
- * if a listed slot was emptied by a concurrent update.
- */
-static __always_inline const struct sluice_rule *
-match_rule(struct packet_info *pkt, __u32 *slot_out, int *vanished)
+/* The first match list's index for an IPv6 source: one trie lookup. */
+static __always_inline __u32 lookup_v6(const __u8 *saddr, __u32 set)
 {
-	const struct sluice_match_list *list;
-	__u64 best_strictness = 0;
-	int found = 0;
-	__u32 i, n;
+	struct sluice_lpm_v6 key = { .prefixlen = SLUICE_LPM_SET_BITS + 128, .set = set };
+	const __u32 *first;
 
-	if (pkt->family == 4) {
-		list = lookup_v4(pkt->saddr);
-	} else {
-		struct sluice_lpm_v6 key = { .prefixlen = 128 };
-
-		__builtin_memcpy(key.addr, pkt->saddr, 16);
-		list = bpf_map_lookup_elem(&SLUICE_MAP_MATCH_V6, &key);
-	}
-	if (!list)
-		return NULL;
-	pkt->flags |= PKT_COVERED;
-
-	/* The best candidate is kept as a slot, not a pointer, so that the
-	 * verifier's states converge across iterations. */
-	n = list->count;
-	for (i = 0; i < SLUICE_MAX_CANDIDATES; i++) {
-		const struct sluice_rule *r;
-		enum rule_match m;
-		__u32 slot;
-
-		if (i >= n)
-			break;
-		slot = list->slots[i];
-		r = bpf_map_lookup_elem(&SLUICE_MAP_RULES, &slot);
-		if (!r || r->id == 0) {
-			*vanished = 1;
-			continue;
-		}
-		m = rule_matches(r, pkt);
-		if (m == MATCH_NO || (m == MATCH_MAYBE && r->action == SLUICE_ACTION_ALLOW))
-			continue;
-		if (!found || r->strictness > best_strictness) {
-			found = 1;
-			best_strictness = r->strictness;
-			*slot_out = slot;
-		}
-		if (m == MATCH_YES)
-			break;
-	}
-	if (!found)
-		return NULL;
-	return bpf_map_lookup_elem(&SLUICE_MAP_RULES, slot_out);
+	__builtin_memcpy(key.addr, saddr, 16);
+	first = bpf_map_lookup_elem(&SLUICE_MAP_MATCH_V6, &key);
+	return first ? *first : 0;
 }
 
 /* Masks an address in place to its first `bits` bits. */
@@ -1187,37 +1153,19 @@ static __always_inline void count_rule(__u32 slot, enum bucket_result res, const
 	}
 }
 
-/* Decides an IP packet: the verdict counter it lands in. A global function,
- * so the verifier checks it once rather than once per parsing path. */
-__noinline __u32 decide_packet(struct xdp_md *ctx, struct packet_info *pkt,
-			       const struct sluice_frag_key *fk)
+/* Applies one rule to a packet: charges its bucket if it is a limit, counts
+ * it in the rule's counters, and returns the verdict counter. A global
+ * function: the walk calls it for layered rules and decide_packet for the
+ * rule that decides, and the verifier checks it once. */
+__noinline __u32 apply_rule(struct xdp_md *ctx, const struct packet_info *pkt,
+			    const struct sluice_rule *rule, __u32 slot)
 {
-	const struct sluice_rule *rule;
 	enum bucket_result res;
 	struct charge ch;
-	__u32 slot = 0, verdict;
-	int vanished = 0;
+	__u32 verdict;
 
-	if (!pkt || !fk) /* the verifier needs it: a global function's pointers may be NULL */
-		return SLUICE_CNT_FAILOPEN_PARSE;
-	if (pkt->flags & PKT_LATER_FRAG) {
-		count_global(SLUICE_CNT_INFO_FRAGMENT, pkt->l3_len);
-		recall_first_fragment(pkt, fk);
-	}
-	if (pkt->flags & PKT_ENCAP)
-		count_global(SLUICE_CNT_INFO_ENCAPSULATED, pkt->l3_len);
-	if (!pkt->ports_known && (!pkt->proto_known || pkt->proto == SLUICE_PROTO_TCP ||
-				  pkt->proto == SLUICE_PROTO_UDP))
-		count_global(SLUICE_CNT_INFO_L4_UNKNOWN, pkt->l3_len);
-
-	rule = match_rule(pkt, &slot, &vanished);
-	if (!rule)
-		return vanished ? SLUICE_CNT_FAILOPEN_RULE : SLUICE_CNT_PASS_NO_MATCH;
-	/* A first fragment too short for its ports hides them from every
-	 * fragment of its datagram: nothing legitimate is sent that way. */
-	if (pkt->flags & PKT_TINY_FRAG)
-		return SLUICE_CNT_DROP_MALFORMED;
-
+	if (!ctx || !pkt || !rule) /* the verifier needs it: a global function's pointers may be NULL */
+		return SLUICE_CNT_FAILOPEN_RULE;
 	wire_charge(ctx, pkt, &ch);
 	if (rule->action == SLUICE_ACTION_ALLOW) {
 		res = BUCKET_PASS;
@@ -1231,6 +1179,183 @@ __noinline __u32 decide_packet(struct xdp_md *ctx, struct packet_info *pkt,
 	}
 	count_rule(slot, res, &ch);
 	return verdict;
+}
+
+/* A walk down a packet's match lists (see struct sluice_match_list). */
+#define WALK_DONE     0x1 /* the walk ended in `verdict` */
+#define WALK_FOUND    0x2 /* best_slot holds the terminal candidate that decides */
+#define WALK_LAYERED  0x4 /* a layered rule passed the packet: `verdict` is its verdict */
+#define WALK_VANISHED 0x8 /* a listed slot was empty: a rule set changed under the packet */
+struct walk {
+	__u64 best_strictness;
+	__u32 best_slot;
+	__u32 slot;  /* STEP_LAYERED: the layered rule to apply */
+	__u32 list;  /* the list the walk is in (absolute index in SLUICE_MAP_LISTS) */
+	__u8  set;
+	__u8  flags;
+	__u8  verdict;
+	__u8  pos;   /* where in that list the walk goes on */
+};
+
+enum walk_step {
+	STEP_END,     /* the walk is over */
+	STEP_NEXT,    /* go on with list w->list */
+	STEP_LAYERED, /* apply layered rule w->slot, then go on from w->list, w->pos */
+};
+
+/*
+ * Walks one match list from w->pos. Of the terminal rules, with every
+ * selector known, the first that matches decides. A candidate that may match
+ * (an unknown protocol or port) is weighed with the rest, up to the first
+ * that surely matches: an allow never matches on an unknown selector, and of
+ * the others the strictest decides (the earlier on a tie), so hiding a header
+ * never moves a packet to a laxer rule. A layered rule that may match stops
+ * the walk to be applied. A global function, so that the verifier checks a
+ * list's walk once; the best candidate is kept as a slot, not a pointer, so
+ * that its states converge.
+ */
+__noinline int walk_list(const struct packet_info *pkt, const struct sluice_match_list *list, struct walk *w)
+{
+	__u32 i, n, slot, idx;
+
+	if (!pkt || !list || !w) /* the verifier needs it */
+		return STEP_END;
+	n = list->count;
+	for (i = 0; i < SLUICE_LIST_SLOTS; i++) {
+		const struct sluice_rule *r;
+		enum rule_match m;
+
+		if (i < w->pos)
+			continue;
+		if (i >= n)
+			break;
+		slot = list->slots[i];
+		idx = sluice_rule_index(slot, w->set);
+		r = bpf_map_lookup_elem(&SLUICE_MAP_RULES, &idx);
+		if (!r || r->id == 0) {
+			w->flags |= WALK_VANISHED;
+			continue;
+		}
+		m = rule_matches(r, pkt);
+		if (m == MATCH_NO || (m == MATCH_MAYBE && r->action == SLUICE_ACTION_ALLOW))
+			continue;
+		/* A first fragment too short for its ports hides them from
+		 * every fragment of its datagram: nothing legitimate is sent
+		 * that way. */
+		if (pkt->flags & PKT_TINY_FRAG) {
+			w->verdict = SLUICE_CNT_DROP_MALFORMED;
+			w->flags |= WALK_DONE;
+			return STEP_END;
+		}
+		if (r->flags & SLUICE_RULE_CONTINUE) {
+			w->slot = slot;
+			w->pos = i + 1;
+			return STEP_LAYERED;
+		}
+		if (!(w->flags & WALK_FOUND) || r->strictness > w->best_strictness) {
+			w->flags |= WALK_FOUND;
+			w->best_strictness = r->strictness;
+			w->best_slot = slot;
+		}
+		if (m == MATCH_YES)
+			return STEP_END;
+	}
+	w->list = list->next;
+	w->pos = 0;
+	return w->list ? STEP_NEXT : STEP_END;
+}
+
+/* Walks the chain of lists from w->list, w->pos up to the next layered rule
+ * to apply (STEP_LAYERED) or the end of the walk (STEP_END). */
+__noinline int walk_rules(const struct packet_info *pkt, struct walk *w)
+{
+	const struct sluice_match_list *list;
+	__u32 i, index;
+	int step;
+
+	if (!pkt || !w) /* the verifier needs it */
+		return STEP_END;
+	for (i = 0; i < SLUICE_MAX_LIST_WALK; i++) {
+		index = w->list;
+		list = bpf_map_lookup_elem(&SLUICE_MAP_LISTS, &index);
+		if (!list) {
+			w->flags |= WALK_VANISHED;
+			return STEP_END;
+		}
+		step = walk_list(pkt, list, w);
+		if (step != STEP_NEXT)
+			return step;
+	}
+	return STEP_END;
+}
+
+/* Starts a packet's decision: fragment and header bookkeeping, then the
+ * first match list (w->list). 0 if no rule covers the source. A global
+ * function, so the verifier checks it once rather than once per parsing path. */
+__noinline int start_decision(struct packet_info *pkt, const struct sluice_frag_key *fk, struct walk *w)
+{
+	if (!pkt || !fk || !w) /* the verifier needs it: a global function's pointers may be NULL */
+		return 0;
+	if (pkt->flags & PKT_LATER_FRAG) {
+		count_global(SLUICE_CNT_INFO_FRAGMENT, pkt->l3_len);
+		recall_first_fragment(pkt, fk);
+	}
+	if (pkt->flags & PKT_ENCAP)
+		count_global(SLUICE_CNT_INFO_ENCAPSULATED, pkt->l3_len);
+	if (!pkt->ports_known && (!pkt->proto_known || pkt->proto == SLUICE_PROTO_TCP ||
+				  pkt->proto == SLUICE_PROTO_UDP))
+		count_global(SLUICE_CNT_INFO_L4_UNKNOWN, pkt->l3_len);
+
+	w->set = active_set();
+	w->list = pkt->family == 4 ? lookup_v4(pkt->saddr, w->set) : lookup_v6(pkt->saddr, w->set);
+	if (!w->list)
+		return 0;
+	pkt->flags |= PKT_COVERED;
+	return 1;
+}
+
+/* Applies a rule of the live set by slot; FAILOPEN_RULE if it vanished. */
+static __always_inline __u32 apply_slot(struct xdp_md *ctx, const struct packet_info *pkt,
+					struct walk *w, __u32 slot)
+{
+	__u32 idx = sluice_rule_index(slot, w->set);
+	const struct sluice_rule *rule = bpf_map_lookup_elem(&SLUICE_MAP_RULES, &idx);
+
+	if (!rule || !rule->id) {
+		w->flags |= WALK_VANISHED;
+		return SLUICE_CNT_FAILOPEN_RULE;
+	}
+	return apply_rule(ctx, pkt, rule, slot);
+}
+
+/* Decides an IP packet: the verdict counter it lands in. Layered rules
+ * apply as the walk meets them, and a drop ends it; then the terminal rule
+ * the walk found decides. Inlined into the program, each step a global
+ * function: the call chain to the bucket code stays within the 512-byte stack. */
+static __always_inline __u32 decide_packet(struct xdp_md *ctx, struct packet_info *pkt,
+					   const struct sluice_frag_key *fk)
+{
+	struct walk w = {};
+	__u32 i, v;
+
+	if (!start_decision(pkt, fk, &w))
+		return SLUICE_CNT_PASS_NO_MATCH;
+	for (i = 0; i <= SLUICE_MAX_LAYERED; i++) {
+		if (walk_rules(pkt, &w) != STEP_LAYERED)
+			break;
+		v = apply_slot(ctx, pkt, &w, w.slot);
+		if ((SLUICE_DROP_VERDICTS >> v) & 1)
+			return v;
+		w.verdict = v;
+		w.flags |= WALK_LAYERED;
+	}
+	if (w.flags & WALK_DONE)
+		return w.verdict;
+	if (w.flags & WALK_FOUND)
+		return apply_slot(ctx, pkt, &w, w.best_slot);
+	if (w.flags & WALK_LAYERED)
+		return w.verdict;
+	return (w.flags & WALK_VANISHED) ? SLUICE_CNT_FAILOPEN_RULE : SLUICE_CNT_PASS_NO_MATCH;
 }
 
 /* The bytes after L2 of a frame that was not parsed as IP: what its counter counts. */
@@ -1260,18 +1385,24 @@ int SLUICE_PROG_NAME(struct xdp_md *ctx)
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct packet_info pkt = {};
-	struct sluice_frag_key fk;
-	__u32 verdict, l3_off;
+	struct sluice_frag_key *fk;
+	__u32 verdict, l3_off, zero = 0;
 	int parsed;
+
+	/* Off the stack: the deepest call chain (here, decide_packet,
+	 * apply_rule, sluice_charge, its bpf_loop callback) must fit 512 bytes. */
+	fk = bpf_map_lookup_elem(&sluice_fragkey, &zero);
+	if (!fk)
+		return XDP_PASS;
 
 #ifdef SLUICE_BENCH_SOURCES
 	bench_rewrite_source(ctx);
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
 #endif
-	parsed = parse_packet(ctx, &pkt, &fk, &l3_off);
+	parsed = parse_packet(ctx, &pkt, fk, &l3_off);
 	if (parsed == PARSE_IP) {
-		verdict = decide_packet(ctx, &pkt, &fk);
+		verdict = decide_packet(ctx, &pkt, fk);
 		count_global(verdict, pkt.l3_len);
 	} else {
 		__u32 bytes = bytes_after(data, data_end, l3_off);
@@ -1287,7 +1418,7 @@ int SLUICE_PROG_NAME(struct xdp_md *ctx)
 	 * only a first fragment that names its datagram's protocol. */
 	if ((pkt.flags & (PKT_FIRST_FRAG | PKT_TINY_FRAG | PKT_COVERED)) == (PKT_FIRST_FRAG | PKT_COVERED) &&
 	    pkt.proto_known)
-		remember_first_fragment(&pkt, &fk);
+		remember_first_fragment(&pkt, fk);
 	return XDP_PASS;
 }
 

@@ -24,10 +24,10 @@
 #define SLUICE_MAP_RULES         sluice_rules
 #define SLUICE_MAP_RULE_INFO     sluice_rinfo
 #define SLUICE_MAP_RULE_COUNTERS sluice_rcnt
-#define SLUICE_MAP_DIR4_SEL      sluice_d4sel
+#define SLUICE_MAP_ACTIVE        sluice_active
 #define SLUICE_MAP_DIR4_TOP      sluice_d4top
 #define SLUICE_MAP_DIR4_BLOCKS   sluice_d4blk
-#define SLUICE_MAP_LISTS_V4      sluice_lists4
+#define SLUICE_MAP_LISTS         sluice_lists
 #define SLUICE_MAP_MATCH_V6      sluice_match6
 #define SLUICE_MAP_SOURCES_V4    sluice_src4
 #define SLUICE_MAP_SOURCES_V6    sluice_src6
@@ -51,7 +51,9 @@
 #define SLUICE_DEFAULT_MAX_SOURCES 1000000
 #define SLUICE_DEFAULT_MAX_LOG_SOURCES 16384 /* sliding-log buckets are 552 bytes */
 #define SLUICE_MAX_LOG             64 /* sliding-log: packets remembered per bucket */
-#define SLUICE_MAX_CANDIDATES      15 /* rules that may cover one address */
+#define SLUICE_LIST_SLOTS          14 /* rules per match list; longer lists chain */
+#define SLUICE_MAX_LIST_WALK       128 /* match lists walked per packet: the cover limit */
+#define SLUICE_MAX_LAYERED         32  /* layered rules that may apply to one packet */
 #define SLUICE_MAX_VLAN_DEPTH      8  /* VLAN tags walked; a deeper stack is dropped */
 #define SLUICE_MAX_IPV6_EXT_HDRS   12 /* extension headers walked; beyond, the protocol is unknown */
 #define SLUICE_FRAG_ENTRIES        8192 /* datagrams whose first fragment is remembered */
@@ -88,6 +90,9 @@ enum sluice_algo {
  * overflows it, or a window of at least 100 ticks. The sliding log always
  * reads the precise clock. */
 #define SLUICE_RULE_COARSE_CLOCK 0x2
+/* Layered (`--continue`, limit rules only): a packet the rule passes goes on
+ * to the next candidate instead of being decided here. */
+#define SLUICE_RULE_CONTINUE     0x4
 
 enum sluice_unit {
 	SLUICE_UNIT_PACKETS = 0,
@@ -155,7 +160,28 @@ struct sluice_rule_counters {
 SLUICE_ASSERT_SIZE(struct sluice_rule_counters, 48);
 
 /*
- * What the data plane needs of a rule: an array indexed by slot.
+ * The rule set exists twice: set 0 and set 1 of every rule array, match list
+ * and lookup table. One word, struct sluice_active, names the live set. The
+ * controller builds a change in the other set in full and then flips that
+ * word, so a packet, a reader and a killed writer see the old rule set or the
+ * new one, never a mixture (see user/lib/rule_table.cpp).
+ */
+struct sluice_active {
+	__u32 set; /* 0 or 1 */
+	__u32 pad;
+};
+SLUICE_ASSERT_SIZE(struct sluice_active, 8);
+
+/* A rule's entry in SLUICE_MAP_RULES and SLUICE_MAP_RULE_INFO: a slot stays
+ * with its rule for life, and its two sets' copies sit side by side. Rule
+ * counters are indexed by slot alone: both sets count into them. */
+static inline __u32 sluice_rule_index(__u32 slot, __u32 set)
+{
+	return slot * 2 + (set & 1);
+}
+
+/*
+ * What the data plane needs of a rule: an array indexed by sluice_rule_index.
  *
  * Token bucket and GCRA ("bucket"): a packet's cost in ticks is
  * ceil(cost * inc_mult / 2^inc_shift), where cost is 1 (packets) or the L3
@@ -165,7 +191,8 @@ SLUICE_ASSERT_SIZE(struct sluice_rule_counters, 48);
  * window of window_ns nanoseconds.
  */
 struct sluice_rule {
-	__u32 id;         /* stable rule id; 0 = empty slot */
+	__u32 id;         /* the rule's buckets' id (keys of the source tables); 0 = empty slot.
+			   * It is the rule's id until an edit restarts its buckets. */
 	__u8  action;     /* enum sluice_action */
 	__u8  proto;      /* enum sluice_proto */
 	__u8  unit;       /* enum sluice_unit */
@@ -203,7 +230,8 @@ struct sluice_rule_info {
 	__u8  family;       /* 4 or 6 */
 	__u8  prefix_len;
 	__u8  rate_unit;    /* how the rate was written: 0 packets, 1 bytes, 2 bits */
-	__u8  pad[5];
+	__u8  pad;
+	__u32 rule_id;      /* the id the operator sees, kept across edits */
 	__u64 rate_amount;  /* rate = rate_amount units per rate_period_ns */
 	__u64 rate_period_ns;
 	__u64 burst;        /* packets or bytes */
@@ -213,11 +241,12 @@ SLUICE_ASSERT_SIZE(struct sluice_rule_info, 80);
 /*
  * IPv4 rule lookup: a 16-8-8 multibit table built by the controller (prefix
  * expansion), at most three array lookups per packet whatever the rule count.
- * An entry is 0 (no rule), a match-list index into SLUICE_MAP_LISTS_V4, or
- * SLUICE_DIR_CHILD | the index of the block holding the next 8 bits. There are
- * two complete table sets; the selector names the live one, and the controller
- * writes the other in full before it flips the selector. Entries and block
- * indices are absolute (they include their set's offset).
+ * An entry is 0 (no rule), a match-list index into SLUICE_MAP_LISTS, or
+ * SLUICE_DIR_CHILD | the index of the block holding the next 8 bits. Set s's
+ * top level is entries s * SLUICE_DIR_TOP_SIZE on; blocks and lists of set s
+ * start at s times the set's capacity. Entries and indices are absolute.
+ * A set needs at most two blocks per rule (a /32 in a /16 and a /24 of its
+ * own), which is what the block map holds.
  */
 #define SLUICE_DIR_CHILD     0x80000000u
 #define SLUICE_DIR_TOP_BITS  16
@@ -228,27 +257,33 @@ struct sluice_dir_block {
 };
 SLUICE_ASSERT_SIZE(struct sluice_dir_block, 1024);
 
-struct sluice_dir_sel {
-	__u32 set; /* 0 or 1: the live table set */
-	__u32 pad;
-};
-SLUICE_ASSERT_SIZE(struct sluice_dir_sel, 8);
-
-/* IPv6 LPM trie key (prefixlen first, as the kernel requires). */
+/*
+ * IPv6 LPM trie key (prefixlen first, as the kernel requires). The set is the
+ * key's first byte, so both sets share one trie: prefixlen = 8 + the prefix
+ * length.
+ */
 struct sluice_lpm_v6 {
 	__u32 prefixlen;
+	__u8  set;
 	__u8  addr[16];
+	__u8  pad[3];
 };
-SLUICE_ASSERT_SIZE(struct sluice_lpm_v6, 20);
+SLUICE_ASSERT_SIZE(struct sluice_lpm_v6, 24);
+#define SLUICE_LPM_SET_BITS 8
+
 /*
  * The rules that may apply to an address under a prefix, most specific first:
- * the prefix's own rules and those inherited from covering prefixes. The
- * controller compiles these lists; the data plane takes the first that matches.
- * IPv4 lists live in SLUICE_MAP_LISTS_V4, IPv6 lists are the LPM trie's values.
+ * the prefix's own rules (SLUICE_LIST_SLOTS to a list, further ones in lists
+ * chained by `next`), then, through `next`, the list of the nearest covering
+ * prefix that holds rules. The data plane walks the chain in order: layered
+ * rules apply as they are met, and the first terminal rule that matches
+ * decides. Lists live in SLUICE_MAP_LISTS; an IPv4 table entry or an IPv6
+ * trie value is the index of its prefix's first list.
  */
 struct sluice_match_list {
 	__u32 count;
-	__u32 slots[SLUICE_MAX_CANDIDATES];
+	__u32 next; /* absolute index of the next list in SLUICE_MAP_LISTS; 0 = end */
+	__u32 slots[SLUICE_LIST_SLOTS];
 };
 SLUICE_ASSERT_SIZE(struct sluice_match_list, 64);
 
@@ -435,12 +470,18 @@ struct sluice_log_state {
 };
 SLUICE_ASSERT_SIZE(struct sluice_log_state, 552);
 
-/* Controller bookkeeping: a one-entry array. */
+/*
+ * Controller bookkeeping: a one-entry array. The pinned state's layout is
+ * recorded here when the program loads: abi_version stays the first field of
+ * every future layout, so any binary can read which layout it meets.
+ */
+#define SLUICE_ABI_VERSION 2 /* 1: sluice 0.2, which recorded no layout */
 struct sluice_meta {
+	__u32 abi_version;  /* SLUICE_ABI_VERSION of the binary that loaded the program */
 	__u32 next_rule_id; /* ids are never reused, so no stale bucket meets a new rule */
-	__u32 pad;
+	__u64 layout_hash;  /* of every map's name, type, key and value size and flags */
 	__u64 loaded_ns;    /* CLOCK_REALTIME when the program was loaded */
 };
-SLUICE_ASSERT_SIZE(struct sluice_meta, 16);
+SLUICE_ASSERT_SIZE(struct sluice_meta, 24);
 
 #endif /* SLUICE_ABI_H */

@@ -161,9 +161,9 @@ struct Loaded {
 
 bool rule_reads_coarse_clock(const MapSet &maps)
 {
-	for (const auto &r : RuleTable(maps).list()) {
-		struct sluice_rule dp = {};
-		if (bpf_map_lookup_elem(maps.rules.get(), &r.slot, &dp) == 0 && (dp.flags & SLUICE_RULE_COARSE_CLOCK))
+	RuleTable table(maps);
+	for (const auto &r : table.list()) {
+		if (table.datapath_rule(r.slot).flags & SLUICE_RULE_COARSE_CLOCK)
 			return true;
 	}
 	return false;

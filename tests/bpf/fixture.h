@@ -99,8 +99,7 @@ protected:
 	/// Seconds a rule's clock may read late: a tick for the coarse clock.
 	double clock_lag(const InstalledRule &r)
 	{
-		struct sluice_rule dp = {};
-		EXPECT_EQ(bpf_map_lookup_elem(maps_.rules.get(), &r.slot, &dp), 0);
+		struct sluice_rule dp = RuleTable(maps_).datapath_rule(r.slot);
 		return (dp.flags & SLUICE_RULE_COARSE_CLOCK) ? double(coarse_clock_tick_ns()) / 1e9 : 0;
 	}
 

@@ -267,7 +267,11 @@ TEST_F(Datapath, AVanishedRuleFailsOpenAndIsCounted)
 	EXPECT_EQ(run({}), XDP_DROP);
 	// What a packet sees mid-update: its match list names a slot already emptied.
 	struct sluice_rule empty = {};
-	ASSERT_EQ(bpf_map_update_elem(maps_.rules.get(), &r.slot, &empty, BPF_ANY), 0);
+	uint32_t zero = 0, index;
+	struct sluice_active active = {};
+	ASSERT_EQ(bpf_map_lookup_elem(maps_.active.get(), &zero, &active), 0);
+	index = sluice_rule_index(r.slot, active.set);
+	ASSERT_EQ(bpf_map_update_elem(maps_.rules.get(), &index, &empty, BPF_ANY), 0);
 	EXPECT_EQ(run({}), XDP_PASS);
 	EXPECT_EQ(global(SLUICE_CNT_FAILOPEN_RULE), 1u);
 }
@@ -322,8 +326,7 @@ TEST_F(Datapath, ACoarseClockRuleHoldsItsRateFromTwoCpus)
 	// A burst of 100 ms of the rate: many ticks, so the rule reads the coarse clock.
 	const uint64_t rate = 100000, burst = 10000;
 	InstalledRule r = add("192.0.2.0/24", "100000/s", burst, "coarse");
-	struct sluice_rule dp = {};
-	ASSERT_EQ(bpf_map_lookup_elem(maps_.rules.get(), &r.slot, &dp), 0);
+	struct sluice_rule dp = RuleTable(maps_).datapath_rule(r.slot);
 	ASSERT_TRUE(dp.flags & SLUICE_RULE_COARSE_CLOCK);
 
 	double seconds = flood_from_two_cpus(test::build_packet({}), 3000000);

@@ -148,9 +148,7 @@ TEST(SourceTable, AChargeLandsOnlyOnTheBucketOfTheKeyLookedUp)
 	const uint64_t t0 = TRACE_START_NS, t1 = TRACE_START_NS + 10 * SEC;
 	kernel.set_clocks({t0, t1});
 	kernel.set_race_window(1000);
-	struct sluice_rule dp = {};
-	uint32_t slot = 0;
-	ASSERT_EQ(bpf_map_lookup_elem(kernel.maps().rules.get(), &slot, &dp), 0);
+	struct sluice_rule dp = RuleTable(kernel.maps()).datapath_rule(0);
 	ASSERT_NE(dp.id, 0u);
 	const uint64_t inc = sluice_cost_ticks(dp.bucket.inc_mult, dp.inc_shift, 1);
 

@@ -70,16 +70,19 @@ TEST(RuleValidation, Names)
 	EXPECT_THROW(check_rule_name(""), Error);
 }
 
+constexpr uint32_t BASE = 1, CAPACITY = 1000;
+
 TEST(MatchLists, MostSpecificPrefixFirstWithInheritedRules)
 {
 	std::vector<InstalledRule> rules = {rule(1, "0.0.0.0/0"), rule(2, "10.0.0.0/8"),
 					    rule(3, "10.1.0.0/16"), rule(4, "192.0.2.0/24")};
-	auto lists = build_match_lists(rules);
-	ASSERT_EQ(lists.size(), 4u);
-	EXPECT_EQ(lists[parse_cidr("10.1.0.0/16")], (std::vector<uint32_t>{103, 102, 101}));
-	EXPECT_EQ(lists[parse_cidr("10.0.0.0/8")], (std::vector<uint32_t>{102, 101}));
-	EXPECT_EQ(lists[parse_cidr("192.0.2.0/24")], (std::vector<uint32_t>{104, 101}));
-	EXPECT_EQ(lists[parse_cidr("0.0.0.0/0")], (std::vector<uint32_t>{101}));
+	MatchLists lists = compile_match_lists(rules, BASE, CAPACITY);
+	ASSERT_EQ(lists.first.size(), 4u);
+	EXPECT_EQ(lists.lists.size(), 4u) << "one list a prefix: a covering prefix's rules are linked, not copied";
+	EXPECT_EQ(lists.walk(parse_cidr("10.1.0.0/16")), (std::vector<uint32_t>{103, 102, 101}));
+	EXPECT_EQ(lists.walk(parse_cidr("10.0.0.0/8")), (std::vector<uint32_t>{102, 101}));
+	EXPECT_EQ(lists.walk(parse_cidr("192.0.2.0/24")), (std::vector<uint32_t>{104, 101}));
+	EXPECT_EQ(lists.walk(parse_cidr("0.0.0.0/0")), (std::vector<uint32_t>{101}));
 }
 
 TEST(MatchLists, PortsBeforeProtocolBeforeAnyAtOnePrefix)
@@ -87,26 +90,47 @@ TEST(MatchLists, PortsBeforeProtocolBeforeAnyAtOnePrefix)
 	std::vector<InstalledRule> rules = {rule(1, "10.0.0.0/8"), rule(2, "10.0.0.0/8", Proto::tcp),
 					    rule(3, "10.0.0.0/8", Proto::tcp, {1, 1024}),
 					    rule(4, "10.0.0.0/8", Proto::tcp, {22, 22})};
-	auto lists = build_match_lists(rules);
-	EXPECT_EQ(lists[parse_cidr("10.0.0.0/8")], (std::vector<uint32_t>{104, 103, 102, 101}));
+	MatchLists lists = compile_match_lists(rules, BASE, CAPACITY);
+	EXPECT_EQ(lists.walk(parse_cidr("10.0.0.0/8")), (std::vector<uint32_t>{104, 103, 102, 101}));
 }
 
 TEST(MatchLists, FamiliesDoNotMix)
 {
 	std::vector<InstalledRule> rules = {rule(1, "0.0.0.0/0"), rule(2, "::/0"), rule(3, "2001:db8::/32")};
-	auto lists = build_match_lists(rules);
-	EXPECT_EQ(lists[parse_cidr("2001:db8::/32")], (std::vector<uint32_t>{103, 102}));
-	EXPECT_EQ(lists[parse_cidr("0.0.0.0/0")], (std::vector<uint32_t>{101}));
+	MatchLists lists = compile_match_lists(rules, BASE, CAPACITY);
+	EXPECT_EQ(lists.walk(parse_cidr("2001:db8::/32")), (std::vector<uint32_t>{103, 102}));
+	EXPECT_EQ(lists.walk(parse_cidr("0.0.0.0/0")), (std::vector<uint32_t>{101}));
 }
 
-TEST(MatchLists, TooManyRulesOverOneAddressIsAnError)
+TEST(MatchLists, ManyRulesAtOnePrefixChainInOrder)
 {
+	// 40 rules at one prefix and 3 above it: 43 candidates, far beyond one list.
 	std::vector<InstalledRule> rules;
-	for (uint32_t i = 0; i <= SLUICE_MAX_CANDIDATES; i++)
+	for (uint32_t i = 0; i < 40; i++)
+		rules.push_back(rule(i + 1, "10.0.0.0/24", Proto::udp, {uint16_t(1000 + i), uint16_t(1000 + i)}));
+	for (uint32_t i = 0; i < 3; i++)
+		rules.push_back(rule(41 + i, "10.0.0.0/8", Proto::udp, {uint16_t(i), uint16_t(i)}));
+	MatchLists lists = compile_match_lists(rules, BASE, CAPACITY);
+	auto walk = lists.walk(parse_cidr("10.0.0.0/24"));
+	ASSERT_EQ(walk.size(), 43u);
+	for (uint32_t i = 0; i < 43; i++)
+		EXPECT_EQ(walk[i], 101 + i) << "candidate " << i;
+	EXPECT_EQ(lists.lists.size(), 3u + 1u) << "ceil(40/14) lists at the /24, one at the /8";
+	for (const auto &l : lists.lists)
+		EXPECT_LE(l.count, uint32_t(SLUICE_LIST_SLOTS));
+}
+
+TEST(MatchLists, TheWalkLimitIsChecked)
+{
+	// One prefix: SLUICE_MAX_LIST_WALK full lists fit, one rule more does not.
+	std::vector<InstalledRule> rules;
+	uint32_t fits = SLUICE_MAX_LIST_WALK * SLUICE_LIST_SLOTS;
+	for (uint32_t i = 0; i <= fits; i++)
 		rules.push_back(rule(i + 1, "10.0.0.0/8", Proto::udp, {uint16_t(i), uint16_t(i)}));
-	EXPECT_THROW(build_match_lists(rules), Error);
+	EXPECT_THROW(compile_match_lists(rules, BASE, 100000), Error);
 	rules.pop_back();
-	EXPECT_NO_THROW(build_match_lists(rules));
+	EXPECT_NO_THROW(compile_match_lists(rules, BASE, 100000));
+	EXPECT_THROW(compile_match_lists(rules, BASE, SLUICE_MAX_LIST_WALK - 1), Error) << "capacity is checked";
 }
 
 TEST(RuleMaps, RoundTripThroughTheAbiStructs)
@@ -121,7 +145,7 @@ TEST(RuleMaps, RoundTripThroughTheAbiStructs)
 	r.spec.burst = 3000;
 	r.spec.per_prefix = 64;
 	validate_rule(r.spec);
-	RuleSpec back = from_maps(to_datapath(r), to_info(r.spec));
+	RuleSpec back = from_maps(to_datapath(r), to_info(r)).spec;
 	EXPECT_EQ(back.name, "web");
 	EXPECT_EQ(back.cidr, r.spec.cidr);
 	EXPECT_EQ(back.proto, Proto::tcp);
@@ -198,7 +222,7 @@ TEST(RuleMaps, AlgorithmsWarmupAndShadowRoundTrip)
 	r.spec = limit("100/10s", Algo::sliding_window);
 	r.spec.shadow = true;
 	validate_rule(r.spec);
-	RuleSpec back = from_maps(to_datapath(r), to_info(r.spec));
+	RuleSpec back = from_maps(to_datapath(r), to_info(r)).spec;
 	EXPECT_EQ(back.algo, Algo::sliding_window);
 	EXPECT_TRUE(back.shadow);
 	EXPECT_EQ(to_datapath(r).window.limit, 100u);
@@ -208,7 +232,7 @@ TEST(RuleMaps, AlgorithmsWarmupAndShadowRoundTrip)
 	r.spec.burst = 30;
 	r.spec.warmup_ns = 30000000000ULL;
 	validate_rule(r.spec);
-	back = from_maps(to_datapath(r), to_info(r.spec));
+	back = from_maps(to_datapath(r), to_info(r)).spec;
 	EXPECT_EQ(back.warmup_ns, 30000000000ULL);
 	EXPECT_EQ(format_duration(back.warmup_ns), "30s");
 	EXPECT_EQ(format_duration(1000000000ULL), "1s");

@@ -61,7 +61,12 @@ std::string human_bytes(uint64_t b)
 
 std::string action_cell(const RuleSpec &s)
 {
-	return std::string(action_name(s.action)) + (s.shadow ? " (shadow)" : "");
+	std::string cell(action_name(s.action));
+	if (s.shadow)
+		cell += " (shadow)";
+	if (s.layered)
+		cell += " (continue)";
+	return cell;
 }
 
 std::string algo_cell(const RuleSpec &s)
@@ -269,7 +274,12 @@ int main(int argc, char **argv)
 		->required();
 	auto *del = rule->add_subcommand("del", "Delete a rule with its buckets");
 	del->add_option("NAME|ID", key, "Rule name or id")->required();
-	auto *list = rule->add_subcommand("list", "List rules");
+	RuleEditArgs edit_args;
+	auto *set = rule->add_subcommand("set", "Change a rule in place: same id, counters and (mostly) buckets");
+	set->add_option("NAME|ID", key, "Rule name or id")->required();
+	add_edit_options(set, edit_args);
+	auto *flush = rule->add_subcommand("flush", "Delete every rule");
+	auto *list = rule->add_subcommand("list", "List rules in match order");
 	list->add_flag("--json", json, "JSON output");
 
 	StatsQuery query;
@@ -319,6 +329,7 @@ int main(int argc, char **argv)
 		} else if (*add) {
 			RuleSpec spec = to_spec(rule_args, add->count("--per") > 0);
 			auto lock = inst.lock(true);
+			inst.load({}); // rules may come before the first attach
 			MapSet maps = inst.maps();
 			InstalledRule r = RuleTable(maps).add(spec);
 			print_table(RULE_HEADER, {rule_cells(r)});
@@ -326,15 +337,33 @@ int main(int argc, char **argv)
 			std::vector<std::string> where;
 			std::vector<RuleSpec> specs = read_rule_file(import_path, where);
 			auto lock = inst.lock(true);
+			inst.load({});
 			MapSet maps = inst.maps();
+			size_t asked = specs.size();
 			auto added = RuleTable(maps).add_many(std::move(specs), where);
-			std::cout << "imported " << added.size() << " rules (ids " << added.front().id << "-"
-				  << added.back().id << ")\n";
+			std::cout << "imported " << added.size() << " rules";
+			if (!added.empty())
+				std::cout << " (ids " << added.front().id << "-" << added.back().id << ")";
+			if (added.size() < asked)
+				std::cout << "; " << asked - added.size() << " were present already";
+			std::cout << "\n";
 		} else if (*del) {
 			auto lock = inst.lock(true);
 			MapSet maps = inst.maps();
 			InstalledRule r = RuleTable(maps).remove(key);
 			std::cout << "deleted rule " << r.id << " (" << r.spec.name << ")\n";
+		} else if (*set) {
+			auto lock = inst.lock(true);
+			MapSet maps = inst.maps();
+			RuleTable table(maps);
+			RuleEdit edit = to_edit(edit_args, *set, table.find(key).spec.rate.counts_bytes());
+			InstalledRule r = table.edit(key, edit);
+			print_table(RULE_HEADER, {rule_cells(r)});
+		} else if (*flush) {
+			auto lock = inst.lock(true);
+			MapSet maps = inst.maps();
+			size_t n = RuleTable(maps).flush();
+			std::cout << "deleted " << n << " rules\n";
 		} else if (*list) {
 			cmd_rule_list(inst, json);
 		} else if (*stats) {

@@ -26,6 +26,54 @@ void add_rule_options(CLI::App *cmd, RuleArgs &a)
 			"token-bucket (default), gcra, fixed-window, sliding-log or sliding-window");
 	cmd->add_option("--warmup", a.warmup, "Token bucket: ramp from a third of the rate over this long");
 	cmd->add_flag("--shadow", a.shadow, "Count what the rule would drop, but pass it");
+	cmd->add_flag("--continue", a.layered,
+		      "Layered limit: a packet it passes goes on to the next matching rule");
+}
+
+void add_edit_options(CLI::App *cmd, RuleEditArgs &a)
+{
+	cmd->add_option("--rate", a.rate, "New rate (keeps the buckets unless the unit or a window's length changes)");
+	cmd->add_option("--burst", a.burst, "New bucket size");
+	cmd->add_option("--algo", a.algo, "New algorithm (restarts the buckets)");
+	cmd->add_option("--warmup", a.warmup, "New warm-up period (0 for none)");
+	cmd->add_option("--per", a.per, "New aggregation prefix length (restarts the buckets)");
+	cmd->add_option("--name", a.name, "New name");
+	auto *shadow = cmd->add_flag("--shadow", a.shadow, "Make it a shadow rule");
+	cmd->add_flag("--no-shadow", a.no_shadow, "Make it enforce")->excludes(shadow);
+	auto *layered = cmd->add_flag("--continue", a.layered, "Make it a layered limit");
+	cmd->add_flag("--no-continue", a.no_layered, "Make it decide the packets it matches")->excludes(layered);
+}
+
+RuleEdit to_edit(const RuleEditArgs &a, const CLI::App &cmd, bool rate_counts_bytes)
+{
+	RuleEdit e;
+	if (!a.rate.empty()) {
+		e.rate = parse_rate(a.rate);
+		rate_counts_bytes = e.rate->counts_bytes();
+	}
+	if (!a.burst.empty())
+		e.burst = parse_count(a.burst, rate_counts_bytes, "burst");
+	if (!a.algo.empty())
+		e.algo = parse_algo(a.algo);
+	if (!a.warmup.empty())
+		e.warmup_ns = a.warmup == "0" ? 0 : parse_duration_ns(a.warmup, "--warmup");
+	if (cmd.count("--per")) {
+		if (a.per < 0)
+			throw Error("--per must be a prefix length of 0 or more");
+		e.per_prefix = a.per;
+	}
+	if (!a.name.empty()) {
+		check_rule_name(a.name);
+		e.name = a.name;
+	}
+	if (a.shadow || a.no_shadow)
+		e.shadow = a.shadow;
+	if (a.layered || a.no_layered)
+		e.layered = a.layered;
+	if (!e.name && !e.rate && !e.burst && !e.algo && !e.warmup_ns && !e.per_prefix && !e.shadow && !e.layered)
+		throw Error("rule set needs something to change: --rate, --burst, --algo, --warmup, --per, --name, "
+			    "--shadow/--no-shadow or --continue/--no-continue");
+	return e;
 }
 
 RuleSpec to_spec(const RuleArgs &a, bool per_given)
@@ -55,6 +103,7 @@ RuleSpec to_spec(const RuleArgs &a, bool per_given)
 		throw Error("--per must be a prefix length of 0 or more");
 	spec.per_prefix = a.per;
 	spec.shadow = a.shadow;
+	spec.layered = a.layered;
 	return spec;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "rule.h"
+#include "rule_table.h"
 
 namespace CLI {
 class App;
@@ -19,7 +20,7 @@ namespace sluice {
 /// The options of `rule add`, as typed, before any of them is parsed.
 struct RuleArgs {
 	std::string cidr, rate, burst, proto, dport, name, algo, warmup;
-	bool allow = false, deny = false, shadow = false;
+	bool allow = false, deny = false, shadow = false, layered = false;
 	int per = -1;
 };
 
@@ -29,6 +30,21 @@ void add_rule_options(CLI::App *cmd, RuleArgs &a);
 /// Parses each option into a RuleSpec (not yet validated as a whole: see
 /// validate_rule). `per_given` says whether --per was on the command line.
 RuleSpec to_spec(const RuleArgs &a, bool per_given);
+
+/// The options of `rule set`, as typed.
+struct RuleEditArgs {
+	std::string rate, burst, algo, warmup, name;
+	int per = -1;
+	bool shadow = false, no_shadow = false, layered = false, no_layered = false;
+};
+
+/// Declares the `rule set` options on `cmd`, storing into `a`.
+void add_edit_options(CLI::App *cmd, RuleEditArgs &a);
+
+/// Parses the options given into an edit; `burst_in_bytes` says how to read
+/// --burst (the rule's rate, or the new one, counts bytes). Throws if no
+/// option was given.
+RuleEdit to_edit(const RuleEditArgs &a, const CLI::App &cmd, bool rate_counts_bytes);
 
 /// Parses one `rule import` line: a `rule add` argument list split at
 /// whitespace. Returns nothing for a blank line or a comment (first word

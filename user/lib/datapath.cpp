@@ -226,12 +226,14 @@ LoadedProgram::LoadedProgram(const TableSizes &sizes, ObjectImage image)
 		}
 	};
 	uint32_t rules = sizes.max_rules ? sizes.max_rules : SLUICE_DEFAULT_MAX_RULES;
-	size_maps({SLUICE_STR(SLUICE_MAP_RULES), SLUICE_STR(SLUICE_MAP_RULE_INFO),
-		   SLUICE_STR(SLUICE_MAP_RULE_COUNTERS), SLUICE_STR(SLUICE_MAP_MATCH_V6)},
-		  rules);
-	// Two IPv4 table sets: a block per rule each, a list per rule each (+ index 0).
-	size_maps({SLUICE_STR(SLUICE_MAP_DIR4_BLOCKS)}, 2 * rules);
-	size_maps({SLUICE_STR(SLUICE_MAP_LISTS_V4)}, 2 * (rules + 1));
+	// Two rule sets (struct sluice_active): each holds up to `rules` rules,
+	// as many match lists (+ index 0, unused), two IPv4 blocks a rule and a
+	// trie prefix a rule. Counters are per slot, shared by both sets.
+	size_maps({SLUICE_STR(SLUICE_MAP_RULE_COUNTERS)}, rules);
+	size_maps({SLUICE_STR(SLUICE_MAP_RULES), SLUICE_STR(SLUICE_MAP_RULE_INFO), SLUICE_STR(SLUICE_MAP_MATCH_V6)},
+		  2 * rules);
+	size_maps({SLUICE_STR(SLUICE_MAP_DIR4_BLOCKS)}, 2 * 2 * rules);
+	size_maps({SLUICE_STR(SLUICE_MAP_LISTS)}, 2 * (rules + 1));
 	uint32_t sources = sizes.max_sources ? sizes.max_sources : SLUICE_DEFAULT_MAX_SOURCES;
 	uint32_t sets4 = (sources + SLUICE_SET_WAYS - 1) / SLUICE_SET_WAYS;
 	size_maps({SLUICE_STR(SLUICE_MAP_SOURCES_V6)}, sources);
@@ -311,6 +313,8 @@ void Instance::pin_program(const LoadedProgram &prog) const
 	struct sluice_meta meta = {};
 	struct timespec now;
 	clock_gettime(CLOCK_REALTIME, &now);
+	meta.abi_version = SLUICE_ABI_VERSION;
+	meta.layout_hash = layout_hash();
 	meta.next_rule_id = 1;
 	meta.loaded_ns = static_cast<__u64>(now.tv_sec) * 1000000000ULL + now.tv_nsec;
 	map_update(prog.maps().meta.get(), &zero, &meta, "sluice metadata");
@@ -341,6 +345,28 @@ std::vector<std::string> Instance::link_pins() const
 	return names;
 }
 
+bool Instance::load(const TableSizes &sizes)
+{
+	if (loaded())
+		return false;
+	LoadedProgram fresh(sizes);
+	pin_program(fresh);
+	return true;
+}
+
+void Instance::check_sizes(const MapSet &m, const TableSizes &sizes)
+{
+	auto differs = [](uint32_t asked, uint32_t have, const char *option) {
+		if (asked && asked != have)
+			throw Error("sluice is loaded with " + std::string(option) + " " + std::to_string(have) +
+				    "; change it with `sluice apply` (tables:), which keeps the rules, or detach "
+				    "from every interface");
+	};
+	differs(sizes.max_sources, m.max_sources(), "--max-sources");
+	differs(sizes.max_rules, m.max_rules(), "--max-rules");
+	differs(sizes.max_log_sources, m.max_log_sources(), "--max-log-sources");
+}
+
 void Instance::attach(const std::string &ifname, XdpMode mode, const TableSizes &sizes)
 {
 	uint32_t ifindex = resolve_ifindex(ifname, "attach to");
@@ -351,31 +377,15 @@ void Instance::attach(const std::string &ifname, XdpMode mode, const TableSizes 
 				    std::string(mode_name(m)) + " mode)");
 	}
 
-	std::unique_ptr<LoadedProgram> fresh;
-	UniqueFd prog_fd;
 	// A program loaded for this attach is unpinned again if the attach fails.
+	bool fresh = load(sizes);
 	Rollback unload_fresh([&] {
 		if (fresh)
 			remove_pins();
 	});
-	if (!loaded()) {
-		fresh = std::make_unique<LoadedProgram>(sizes);
-		pin_program(*fresh);
-		prog_fd.reset(fcntl(fresh->prog_fd(), F_DUPFD_CLOEXEC, 0));
-	} else {
-		MapSet m = maps();
-		if (sizes.max_sources && sizes.max_sources != m.max_sources())
-			throw Error("sluice is loaded with --max-sources " + std::to_string(m.max_sources()) +
-				    "; detach it from every interface to change that");
-		if (sizes.max_rules && sizes.max_rules != m.max_rules())
-			throw Error("sluice is loaded with --max-rules " + std::to_string(m.max_rules()) +
-				    "; detach it from every interface to change that");
-		if (sizes.max_log_sources && sizes.max_log_sources != m.max_log_sources())
-			throw Error("sluice is loaded with --max-log-sources " +
-				    std::to_string(m.max_log_sources()) +
-				    "; detach it from every interface to change that");
-		prog_fd.reset(open_pinned_object(prog_pin()));
-	}
+	if (!fresh)
+		check_sizes(maps(), sizes);
+	UniqueFd prog_fd(open_pinned_object(prog_pin()));
 	if (!prog_fd)
 		throw_errno("cannot open the pinned program", errno);
 	uint32_t mtu = interface_mtu(ifname);

@@ -96,8 +96,14 @@ public:
 	/// The pinned maps; throws "not attached" with a hint when nothing is loaded.
 	MapSet maps() const;
 
+	/// Loads the program and pins it with its maps, attached nowhere, unless
+	/// it is loaded already; true if it loaded it. Rules can be added then.
+	bool load(const TableSizes &sizes);
+	/// Throws if the loaded tables differ from the sizes asked (0: any).
+	static void check_sizes(const MapSet &maps, const TableSizes &sizes);
+
 	/// Attaches to an interface of the caller's network namespace, loading and
-	/// pinning the program first if this is the first interface.
+	/// pinning the program first if it is not loaded.
 	void attach(const std::string &ifname, XdpMode mode, const TableSizes &sizes);
 	/// Detaches from one interface, named in the caller's network namespace
 	/// or by its link's pin name (the way to remove the link of an interface

@@ -3,35 +3,72 @@
 #include <cerrno>
 #include <fcntl.h>
 
+#include <cstdio>
+#include <cstring>
+
 namespace sluice {
 
 namespace {
 
+/// A map of the ABI: its name, where MapSet keeps it, and the layout this
+/// binary expects of it. MapSet::from_object checks a loaded program against
+/// these, so they cannot drift from bpf/sluice.bpf.c unnoticed.
 struct MapRef {
 	const char *name;
 	UniqueFd MapSet::*field;
+	enum bpf_map_type type;
+	uint32_t key_size, value_size;
 };
 
 const MapRef MAP_REFS[] = {
-	{SLUICE_STR(SLUICE_MAP_RULES), &MapSet::rules},
-	{SLUICE_STR(SLUICE_MAP_RULE_INFO), &MapSet::rule_info},
-	{SLUICE_STR(SLUICE_MAP_RULE_COUNTERS), &MapSet::rule_counters},
-	{SLUICE_STR(SLUICE_MAP_DIR4_SEL), &MapSet::dir4_sel},
-	{SLUICE_STR(SLUICE_MAP_DIR4_TOP), &MapSet::dir4_top},
-	{SLUICE_STR(SLUICE_MAP_DIR4_BLOCKS), &MapSet::dir4_blocks},
-	{SLUICE_STR(SLUICE_MAP_LISTS_V4), &MapSet::lists4},
-	{SLUICE_STR(SLUICE_MAP_MATCH_V6), &MapSet::match6},
-	{SLUICE_STR(SLUICE_MAP_SOURCES_V4), &MapSet::src4},
-	{SLUICE_STR(SLUICE_MAP_SOURCES_V6), &MapSet::src6},
-	{SLUICE_STR(SLUICE_MAP_LOGS_V4), &MapSet::logs4},
-	{SLUICE_STR(SLUICE_MAP_LOGS_V6), &MapSet::logs6},
-	{SLUICE_STR(SLUICE_MAP_COUNTERS), &MapSet::counters},
-	{SLUICE_STR(SLUICE_MAP_META), &MapSet::meta},
-	{SLUICE_STR(SLUICE_MAP_CONFIG), &MapSet::config},
-	{SLUICE_STR(SLUICE_MAP_PENDING), &MapSet::pending},
-	{SLUICE_STR(SLUICE_MAP_FRAGS), &MapSet::frags},
-	{SLUICE_STR(SLUICE_MAP_IFACE_MTU), &MapSet::iface_mtu},
+	{SLUICE_STR(SLUICE_MAP_ACTIVE), &MapSet::active, BPF_MAP_TYPE_ARRAY, 4, sizeof(struct sluice_active)},
+	{SLUICE_STR(SLUICE_MAP_RULES), &MapSet::rules, BPF_MAP_TYPE_ARRAY, 4, sizeof(struct sluice_rule)},
+	{SLUICE_STR(SLUICE_MAP_RULE_INFO), &MapSet::rule_info, BPF_MAP_TYPE_ARRAY, 4, sizeof(struct sluice_rule_info)},
+	{SLUICE_STR(SLUICE_MAP_RULE_COUNTERS), &MapSet::rule_counters, BPF_MAP_TYPE_PERCPU_ARRAY, 4,
+	 sizeof(struct sluice_rule_counters)},
+	{SLUICE_STR(SLUICE_MAP_DIR4_TOP), &MapSet::dir4_top, BPF_MAP_TYPE_ARRAY, 4, 4},
+	{SLUICE_STR(SLUICE_MAP_DIR4_BLOCKS), &MapSet::dir4_blocks, BPF_MAP_TYPE_ARRAY, 4,
+	 sizeof(struct sluice_dir_block)},
+	{SLUICE_STR(SLUICE_MAP_LISTS), &MapSet::lists, BPF_MAP_TYPE_ARRAY, 4, sizeof(struct sluice_match_list)},
+	{SLUICE_STR(SLUICE_MAP_MATCH_V6), &MapSet::match6, BPF_MAP_TYPE_LPM_TRIE, sizeof(struct sluice_lpm_v6), 4},
+	{SLUICE_STR(SLUICE_MAP_SOURCES_V4), &MapSet::src4, BPF_MAP_TYPE_ARRAY, 4, sizeof(struct sluice_set_v4)},
+	{SLUICE_STR(SLUICE_MAP_SOURCES_V6), &MapSet::src6, BPF_MAP_TYPE_LRU_HASH, sizeof(struct sluice_src_v6),
+	 sizeof(struct sluice_source_state)},
+	{SLUICE_STR(SLUICE_MAP_LOGS_V4), &MapSet::logs4, BPF_MAP_TYPE_LRU_HASH, sizeof(struct sluice_src_v4),
+	 sizeof(struct sluice_log_state)},
+	{SLUICE_STR(SLUICE_MAP_LOGS_V6), &MapSet::logs6, BPF_MAP_TYPE_LRU_HASH, sizeof(struct sluice_src_v6),
+	 sizeof(struct sluice_log_state)},
+	{SLUICE_STR(SLUICE_MAP_COUNTERS), &MapSet::counters, BPF_MAP_TYPE_PERCPU_ARRAY, 4,
+	 sizeof(struct sluice_counter)},
+	{SLUICE_STR(SLUICE_MAP_META), &MapSet::meta, BPF_MAP_TYPE_ARRAY, 4, sizeof(struct sluice_meta)},
+	{SLUICE_STR(SLUICE_MAP_CONFIG), &MapSet::config, BPF_MAP_TYPE_ARRAY, 4, sizeof(struct sluice_config)},
+	{SLUICE_STR(SLUICE_MAP_PENDING), &MapSet::pending, BPF_MAP_TYPE_PERCPU_ARRAY, 4,
+	 sizeof(struct sluice_pending_drops)},
+	{SLUICE_STR(SLUICE_MAP_FRAGS), &MapSet::frags, BPF_MAP_TYPE_LRU_HASH, sizeof(struct sluice_frag_key),
+	 sizeof(struct sluice_frag_info)},
+	{SLUICE_STR(SLUICE_MAP_IFACE_MTU), &MapSet::iface_mtu, BPF_MAP_TYPE_HASH, 4, 4},
 };
+
+struct bpf_map_info map_info(int fd)
+{
+	struct bpf_map_info info = {};
+	__u32 len = sizeof(info);
+	if (bpf_obj_get_info_by_fd(fd, &info, &len))
+		throw_errno("cannot read map info", errno);
+	return info;
+}
+
+/// Why a map does not have the layout this binary expects; empty if it does.
+std::string layout_mismatch(const MapRef &ref, int fd)
+{
+	struct bpf_map_info info = map_info(fd);
+	if (info.type != ref.type || info.key_size != ref.key_size || info.value_size != ref.value_size)
+		return std::string("map ") + ref.name + " has type " + std::to_string(info.type) + ", key " +
+		       std::to_string(info.key_size) + " and value " + std::to_string(info.value_size) +
+		       " bytes; this sluice expects type " + std::to_string(ref.type) + ", key " +
+		       std::to_string(ref.key_size) + " and value " + std::to_string(ref.value_size);
+	return {};
+}
 
 } // namespace
 
@@ -45,15 +82,59 @@ int open_pinned_object(const std::string &path)
 	return fd;
 }
 
+uint64_t layout_hash()
+{
+	// FNV-1a over every map's name, type, key and value size, in ABI order.
+	uint64_t h = 0xcbf29ce484222325ULL;
+	auto mix = [&h](const void *p, size_t n) {
+		for (size_t i = 0; i < n; i++) {
+			h ^= static_cast<const uint8_t *>(p)[i];
+			h *= 0x100000001b3ULL;
+		}
+	};
+	for (const auto &ref : MAP_REFS) {
+		mix(ref.name, std::strlen(ref.name) + 1);
+		uint32_t fields[] = {static_cast<uint32_t>(ref.type), ref.key_size, ref.value_size};
+		mix(fields, sizeof(fields));
+	}
+	return h;
+}
+
 MapSet MapSet::open_pinned(const std::string &dir)
 {
+	// The layout record first: state of another layout is refused before
+	// any of its maps is read into this binary's structs.
+	auto refuse = [&dir](const std::string &what) {
+		return Error("the state pinned in " + dir + " has another layout than this sluice's (ABI " +
+			     std::to_string(SLUICE_ABI_VERSION) + "): " + what +
+			     "; run `sluice upgrade` to migrate it, or `sluice detach --all` to start afresh");
+	};
+	std::string meta_path = dir + "/" SLUICE_STR(SLUICE_MAP_META);
+	UniqueFd meta(open_pinned_object(meta_path));
+	if (!meta)
+		throw_errno("cannot open pinned map " + meta_path, errno);
+	struct bpf_map_info info = map_info(meta.get());
+	if (info.value_size != sizeof(struct sluice_meta) || info.type != BPF_MAP_TYPE_ARRAY)
+		throw refuse("it has no layout record (made by sluice 0.2 or earlier, ABI 1)");
+	struct sluice_meta record = {};
+	uint32_t zero = 0;
+	if (bpf_map_lookup_elem(meta.get(), &zero, &record))
+		throw_errno("cannot read " + meta_path, errno);
+	if (record.abi_version != SLUICE_ABI_VERSION || record.layout_hash != layout_hash())
+		throw refuse("it records ABI " + std::to_string(record.abi_version) + ", layout " +
+			     hex64(record.layout_hash) + " (this sluice: " + hex64(layout_hash()) + ")");
+
 	MapSet m;
 	for (const auto &ref : MAP_REFS) {
 		std::string path = dir + "/" + ref.name;
 		int fd = open_pinned_object(path);
+		if (fd < 0 && errno == ENOENT)
+			throw refuse(std::string("map ") + ref.name + " is missing");
 		if (fd < 0)
 			throw_errno("cannot open pinned map " + path, errno);
 		(m.*ref.field).reset(fd);
+		if (std::string why = layout_mismatch(ref, fd); !why.empty())
+			throw refuse(why);
 	}
 	return m;
 }
@@ -69,6 +150,8 @@ MapSet MapSet::from_object(struct bpf_object *obj)
 		if (fd < 0)
 			throw_errno(std::string("cannot duplicate map ") + ref.name, errno);
 		(m.*ref.field).reset(fd);
+		if (std::string why = layout_mismatch(ref, fd); !why.empty())
+			throw Error("the BPF object does not match the ABI: " + why);
 	}
 	return m;
 }
@@ -79,7 +162,7 @@ void MapSet::for_each(const std::function<void(const char *, int)> &f) const
 		f(ref.name, (this->*ref.field).get());
 }
 
-uint32_t MapSet::max_rules() const { return map_max_entries(rules.get()); }
+uint32_t MapSet::max_rules() const { return map_max_entries(rule_counters.get()); }
 uint32_t MapSet::max_sources() const { return map_max_entries(src6.get()); }
 uint32_t MapSet::max_log_sources() const { return map_max_entries(logs4.get()); }
 
@@ -91,13 +174,13 @@ int possible_cpus()
 	return n;
 }
 
-uint32_t map_max_entries(int fd)
+uint32_t map_max_entries(int fd) { return map_info(fd).max_entries; }
+
+std::string hex64(uint64_t v)
 {
-	struct bpf_map_info info = {};
-	__u32 len = sizeof(info);
-	if (bpf_obj_get_info_by_fd(fd, &info, &len))
-		throw_errno("cannot read map info", errno);
-	return info.max_entries;
+	char buf[19];
+	std::snprintf(buf, sizeof(buf), "%#018llx", static_cast<unsigned long long>(v));
+	return buf;
 }
 
 void map_update(int fd, const void *key, const void *value, const char *what)

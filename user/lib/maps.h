@@ -17,10 +17,11 @@ namespace sluice {
 
 /// Descriptors of every map the program uses, in one place.
 struct MapSet {
-	UniqueFd rules, rule_info, rule_counters, dir4_sel, dir4_top, dir4_blocks, lists4, match6, src4, src6,
+	UniqueFd active, rules, rule_info, rule_counters, dir4_top, dir4_blocks, lists, match6, src4, src6,
 		logs4, logs6, counters, meta, config, pending, frags, iface_mtu;
 
-	/// Opens the maps pinned under dir (by their ABI names).
+	/// Opens the maps pinned under dir (by their ABI names). Refuses, with
+	/// one line, state whose layout record or maps differ from this binary's.
 	static MapSet open_pinned(const std::string &dir);
 	/// Duplicates the descriptors of a loaded object's maps.
 	static MapSet from_object(struct bpf_object *obj);
@@ -28,10 +29,17 @@ struct MapSet {
 	/// Calls f(name, fd) for every map, in a fixed order.
 	void for_each(const std::function<void(const char *, int)> &f) const;
 
-	uint32_t max_rules() const;
+	uint32_t max_rules() const; ///< rules of one set (each map holds two)
 	uint32_t max_sources() const; ///< per family, as configured (IPv4 rounds up to whole sets)
 	uint32_t max_log_sources() const;
 };
+
+/// A hash of every map's name, type, key and value size as this binary
+/// expects them: recorded in struct sluice_meta when the program loads.
+uint64_t layout_hash();
+
+/// "0x" and 16 hex digits.
+std::string hex64(uint64_t v);
 
 /// Number of possible CPUs, as per-CPU maps count them.
 int possible_cpus();

@@ -130,6 +130,8 @@ void validate_rule(RuleSpec &spec)
 		throw Error("--dport needs --proto tcp or --proto udp");
 	if (spec.shadow && spec.action == Action::allow)
 		throw Error("--shadow applies to --rate and --deny rules: an allow rule drops nothing");
+	if (spec.layered && spec.action != Action::limit)
+		throw Error("--continue applies to --rate rules: an allow or deny rule ends the walk");
 	if (spec.action != Action::limit) {
 		if (spec.burst || spec.per_prefix >= 0 || spec.warmup_ns || spec.algo != Algo::token_bucket)
 			throw Error(std::string("--burst, --per, --algo and --warmup apply to --rate rules, not --") +
@@ -177,6 +179,24 @@ bool same_selector(const RuleSpec &a, const RuleSpec &b)
 	return a.cidr == b.cidr && a.proto == b.proto && a.dport == b.dport;
 }
 
+bool same_spec(const RuleSpec &a, const RuleSpec &b)
+{
+	return a.name == b.name && same_selector(a, b) && a.action == b.action && a.rate == b.rate &&
+	       a.algo == b.algo && a.burst == b.burst && a.warmup_ns == b.warmup_ns &&
+	       a.bucket_prefix() == b.bucket_prefix() && a.shadow == b.shadow && a.layered == b.layered;
+}
+
+bool edit_restarts_buckets(const RuleSpec &before, const RuleSpec &after)
+{
+	if (!same_selector(before, after) || before.action != after.action || before.algo != after.algo ||
+	    before.bucket_prefix() != after.bucket_prefix() ||
+	    before.rate.counts_bytes() != after.rate.counts_bytes())
+		return true;
+	// A window's count belongs to its window: another length, another window.
+	bool windowed = after.action == Action::limit && !after.has_burst();
+	return windowed && compile_window(before.rate).window_ns != compile_window(after.rate).window_ns;
+}
+
 bool rule_is(const InstalledRule &r, std::string_view key)
 {
 	return r.spec.name == key || std::to_string(r.id) == key;
@@ -201,12 +221,12 @@ struct sluice_rule to_datapath(const InstalledRule &r)
 {
 	struct sluice_rule dp = {};
 	const RuleSpec &s = r.spec;
-	dp.id = r.id;
+	dp.id = r.bucket_id ? r.bucket_id : r.id;
 	dp.action = static_cast<__u8>(s.action);
 	dp.proto = static_cast<__u8>(s.proto);
 	dp.dport_lo = s.dport.lo;
 	dp.dport_hi = s.dport.hi;
-	dp.flags = s.shadow ? SLUICE_RULE_SHADOW : 0;
+	dp.flags = (s.shadow ? SLUICE_RULE_SHADOW : 0) | (s.layered ? SLUICE_RULE_CONTINUE : 0);
 	dp.strictness = strictness(s);
 	if (s.action != Action::limit)
 		return dp;
@@ -257,9 +277,11 @@ bool coarse_clock_suits(const struct sluice_rule &dp, uint64_t tick_ns)
 	}
 }
 
-struct sluice_rule_info to_info(const RuleSpec &s)
+struct sluice_rule_info to_info(const InstalledRule &r)
 {
+	const RuleSpec &s = r.spec;
 	struct sluice_rule_info info = {};
+	info.rule_id = r.id;
 	std::memcpy(info.name, s.name.data(), std::min(s.name.size(), sizeof(info.name) - 1));
 	std::memcpy(info.addr, s.cidr.addr.data(), 16);
 	info.family = static_cast<__u8>(s.cidr.family);
@@ -271,9 +293,12 @@ struct sluice_rule_info to_info(const RuleSpec &s)
 	return info;
 }
 
-RuleSpec from_maps(const struct sluice_rule &dp, const struct sluice_rule_info &info)
+InstalledRule from_maps(const struct sluice_rule &dp, const struct sluice_rule_info &info)
 {
-	RuleSpec s;
+	InstalledRule r;
+	r.id = info.rule_id;
+	r.bucket_id = dp.id;
+	RuleSpec &s = r.spec;
 	s.name.assign(info.name, strnlen(info.name, sizeof(info.name)));
 	s.cidr.family = info.family;
 	std::memcpy(s.cidr.addr.data(), info.addr, 16);
@@ -282,6 +307,7 @@ RuleSpec from_maps(const struct sluice_rule &dp, const struct sluice_rule_info &
 	s.proto = static_cast<Proto>(dp.proto);
 	s.dport = {dp.dport_lo, dp.dport_hi};
 	s.shadow = dp.flags & SLUICE_RULE_SHADOW;
+	s.layered = dp.flags & SLUICE_RULE_CONTINUE;
 	if (s.action == Action::limit) {
 		s.rate = {info.rate_amount, info.rate_period_ns, static_cast<RateUnit>(info.rate_unit)};
 		s.algo = static_cast<Algo>(dp.algo);
@@ -290,16 +316,12 @@ RuleSpec from_maps(const struct sluice_rule &dp, const struct sluice_rule_info &
 		if (s.algo == Algo::token_bucket)
 			s.warmup_ns = dp.bucket.warmup >> SLUICE_TICK_SHIFT;
 	}
-	return s;
+	return r;
 }
 
-namespace {
-
-// Most specific first: longer prefix, then a port selector (narrower first),
-// then a protocol selector; ties go to the older rule.
-bool more_specific(const InstalledRule *a, const InstalledRule *b)
+bool match_order(const InstalledRule &a, const InstalledRule &b)
 {
-	const RuleSpec &x = a->spec, &y = b->spec;
+	const RuleSpec &x = a.spec, &y = b.spec;
 	if (x.cidr.prefix_len != y.cidr.prefix_len)
 		return x.cidr.prefix_len > y.cidr.prefix_len;
 	int wx = x.dport.hi - x.dport.lo, wy = y.dport.hi - y.dport.lo;
@@ -307,12 +329,21 @@ bool more_specific(const InstalledRule *a, const InstalledRule *b)
 		return wx < wy;
 	if ((x.proto != Proto::any) != (y.proto != Proto::any))
 		return x.proto != Proto::any;
-	return a->id < b->id;
+	return a.id < b.id;
 }
 
-} // namespace
+std::vector<uint32_t> MatchLists::walk(const Cidr &prefix) const
+{
+	std::vector<uint32_t> slots;
+	auto it = first.find(prefix);
+	for (uint32_t i = it == first.end() ? 0 : it->second; i; i = at(i).next) {
+		const auto &l = at(i);
+		slots.insert(slots.end(), l.slots, l.slots + l.count);
+	}
+	return slots;
+}
 
-std::map<Cidr, std::vector<uint32_t>> build_match_lists(const std::vector<InstalledRule> &rules)
+MatchLists compile_match_lists(const std::vector<InstalledRule> &rules, uint32_t base, uint32_t capacity)
 {
 	std::map<Cidr, std::vector<const InstalledRule *>> by_prefix;
 	std::set<int> lengths[2];
@@ -321,29 +352,74 @@ std::map<Cidr, std::vector<uint32_t>> build_match_lists(const std::vector<Instal
 		lengths[r.spec.cidr.family == 6].insert(r.spec.cidr.prefix_len);
 	}
 
-	std::map<Cidr, std::vector<uint32_t>> lists;
-	for (const auto &[prefix, own] : by_prefix) {
-		std::vector<const InstalledRule *> cands;
-		for (int len : lengths[prefix.family == 6]) {
-			if (len > prefix.prefix_len)
-				break;
-			Cidr outer = prefix;
-			outer.prefix_len = len;
-			mask_address(outer.addr, len);
-			auto it = by_prefix.find(outer);
-			if (it != by_prefix.end())
-				cands.insert(cands.end(), it->second.begin(), it->second.end());
+	// Each prefix's own lists, chained to its nearest covering prefix's.
+	// The map iterates shorter prefixes of one network first, but not every
+	// parent comes before its child: link the chains once all are numbered.
+	MatchLists m;
+	m.base = base;
+	std::map<Cidr, uint32_t> last; // each prefix's last list, whose next links the parent
+	for (auto &[prefix, own] : by_prefix) {
+		std::sort(own.begin(), own.end(), [](auto *a, auto *b) { return match_order(*a, *b); });
+		for (size_t i = 0; i < own.size(); i++) {
+			if (i % SLUICE_LIST_SLOTS == 0) {
+				if (m.lists.size() >= capacity)
+					throw Error("the rule set needs more than " + std::to_string(capacity) +
+						    " match lists; raise --max-rules");
+				uint32_t index = base + static_cast<uint32_t>(m.lists.size());
+				if (i == 0)
+					m.first[prefix] = index;
+				else
+					m.lists.back().next = index;
+				last[prefix] = index;
+				m.lists.push_back({});
+			}
+			auto &l = m.lists.back();
+			l.slots[l.count++] = own[i]->slot;
 		}
-		if (cands.size() > SLUICE_MAX_CANDIDATES)
-			throw Error("too many rules cover " + format_cidr(prefix) + ": " +
-				    std::to_string(cands.size()) + " (at most " +
-				    std::to_string(SLUICE_MAX_CANDIDATES) + " may apply to one address)");
-		std::sort(cands.begin(), cands.end(), more_specific);
-		auto &slots = lists[prefix];
-		for (const auto *r : cands)
-			slots.push_back(r->slot);
 	}
-	return lists;
+	// Shorter prefixes first, so that each parent's walk is known before its children's.
+	std::vector<std::pair<Cidr, const Cidr *>> order; // prefix, nearest covering prefix with rules
+	for (const auto &[prefix, index] : m.first) {
+		const std::set<int> &lens = lengths[prefix.family == 6];
+		const Cidr *parent = nullptr;
+		for (auto len = std::make_reverse_iterator(lens.find(prefix.prefix_len)); len != lens.rend(); ++len) {
+			Cidr outer = prefix;
+			outer.prefix_len = *len;
+			mask_address(outer.addr, *len);
+			auto it = m.first.find(outer);
+			if (it != m.first.end()) {
+				m.lists[last.at(prefix) - base].next = it->second;
+				parent = &it->first;
+				break;
+			}
+		}
+		order.push_back({prefix, parent});
+	}
+	std::stable_sort(order.begin(), order.end(),
+			 [](const auto &a, const auto &b) { return a.first.prefix_len < b.first.prefix_len; });
+	// Lists walked, and layered rules met, from a prefix's first list to the end.
+	std::map<Cidr, std::pair<uint32_t, uint32_t>> steps;
+	for (const auto &[prefix, parent] : order) {
+		const auto &own = by_prefix.at(prefix);
+		uint32_t n = (static_cast<uint32_t>(own.size()) + SLUICE_LIST_SLOTS - 1) / SLUICE_LIST_SLOTS;
+		uint32_t layered = static_cast<uint32_t>(
+			std::count_if(own.begin(), own.end(), [](auto *r) { return r->spec.layered; }));
+		if (parent) {
+			n += steps.at(*parent).first;
+			layered += steps.at(*parent).second;
+		}
+		steps[prefix] = {n, layered};
+		if (layered > SLUICE_MAX_LAYERED)
+			throw Error("too many layered (--continue) rules cover " + format_cidr(prefix) + ": " +
+				    std::to_string(layered) + ", and at most " + std::to_string(SLUICE_MAX_LAYERED) +
+				    " may apply to one packet");
+		if (n > SLUICE_MAX_LIST_WALK)
+			throw Error("too many rules cover " + format_cidr(prefix) + ": they fill " + std::to_string(n) +
+				    " match lists (" + std::to_string(SLUICE_LIST_SLOTS) +
+				    " rules a list, a list at least for each covering prefix), and a packet walks at most " +
+				    std::to_string(SLUICE_MAX_LIST_WALK));
+	}
+	return m;
 }
 
 } // namespace sluice

@@ -57,11 +57,13 @@ struct RuleSpec {
 	int bucket_prefix() const { return per_prefix < 0 ? cidr.max_len() : per_prefix; }
 };
 
-/// A rule held in the maps: its stable id and its slot in the rule arrays.
+/// A rule held in the maps: its stable id, the id of its buckets (the rule's
+/// own id until an edit restarts them) and its slot in the rule arrays.
 struct InstalledRule {
 	uint32_t id = 0;
 	uint32_t slot = 0;
 	RuleSpec spec;
+	uint32_t bucket_id = 0; ///< 0: the same as id
 };
 
 Algo parse_algo(std::string_view text);
@@ -83,6 +85,15 @@ void validate_rule(RuleSpec &spec);
 /// and ports): the second one could never match.
 bool same_selector(const RuleSpec &a, const RuleSpec &b);
 
+/// True if two validated specs ask for the same rule, name included.
+bool same_spec(const RuleSpec &a, const RuleSpec &b);
+
+/// Whether changing a rule from `before` to `after` must restart its buckets:
+/// a bucket means something else once the selector, the aggregation prefix,
+/// the algorithm, the unit (packets or bytes) or a window's length changes.
+/// A new rate, burst or warm-up, shadow, layering or name keeps them.
+bool edit_restarts_buckets(const RuleSpec &before, const RuleSpec &after);
+
 /// True if `key` names the rule: its name, or its id in decimal.
 bool rule_is(const InstalledRule &r, std::string_view key);
 
@@ -90,6 +101,7 @@ bool rule_is(const InstalledRule &r, std::string_view key);
 /// when a packet's protocol or port cannot be read, the strictest rule it may
 /// belong to decides.
 uint64_t strictness(const RuleSpec &spec);
+/// The data plane's view of a rule (its id field is the rule's bucket id).
 struct sluice_rule to_datapath(const InstalledRule &r);
 /// The kernel's coarse clock resolution (one scheduler tick), 0 if unknown.
 uint64_t coarse_clock_tick_ns();
@@ -97,14 +109,33 @@ uint64_t coarse_clock_tick_ns();
 /// without losing accuracy: its burst holds at least a tick's worth of rate
 /// (what a tick adds never overflows it), or its window spans 100 ticks.
 bool coarse_clock_suits(const struct sluice_rule &dp, uint64_t tick_ns);
-struct sluice_rule_info to_info(const RuleSpec &spec);
-/// Rebuilds the operator's view from the maps.
-RuleSpec from_maps(const struct sluice_rule &dp, const struct sluice_rule_info &info);
+struct sluice_rule_info to_info(const InstalledRule &r);
+/// Rebuilds the installed rule from its two map entries (slot not filled in).
+InstalledRule from_maps(const struct sluice_rule &dp, const struct sluice_rule_info &info);
 
-/// For every prefix that carries a rule: the slots of the rules that may apply
-/// to an address under it, most specific first (the prefix's own rules and
-/// those of every covering prefix). Throws if a list would exceed
-/// SLUICE_MAX_CANDIDATES.
-std::map<Cidr, std::vector<uint32_t>> build_match_lists(const std::vector<InstalledRule> &rules);
+/// True if rule a comes before rule b in match order: a longer prefix first,
+/// then a port selector (narrower first), then a protocol selector, then the
+/// older rule. A packet meets the rules that cover it in this order.
+bool match_order(const InstalledRule &a, const InstalledRule &b);
+
+/// The match lists of a rule set as the data plane walks them (see struct
+/// sluice_match_list): each prefix's own rules in match order, SLUICE_LIST_SLOTS
+/// to a list, chained to the lists of the nearest covering prefix.
+struct MatchLists {
+	/// For each prefix that holds rules, the absolute index of its first list.
+	std::map<Cidr, uint32_t> first;
+	/// The lists; lists[i] has absolute index base + i.
+	std::vector<struct sluice_match_list> lists;
+	uint32_t base = 0;
+
+	const struct sluice_match_list &at(uint32_t index) const { return lists.at(index - base); }
+	/// The slots a packet from under `prefix` meets, in order, as the data plane walks them.
+	std::vector<uint32_t> walk(const Cidr &prefix) const;
+};
+
+/// Compiles the lists, numbering them from `base` (which must be nonzero).
+/// Throws if more than `capacity` lists are needed, or if the lists covering
+/// one address would take more than SLUICE_MAX_LIST_WALK steps to walk.
+MatchLists compile_match_lists(const std::vector<InstalledRule> &rules, uint32_t base, uint32_t capacity);
 
 } // namespace sluice

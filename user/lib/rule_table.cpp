@@ -5,150 +5,310 @@
 #include <map>
 #include <set>
 #include <tuple>
+#include <unordered_set>
 
 #include "dir4.h"
 #include "sources4.h"
 
 namespace sluice {
 
+struct RuleTable::Snapshot {
+	uint32_t set = 0; ///< the live set
+	std::vector<InstalledRule> rules;
+	struct sluice_meta meta = {};
+	std::vector<bool> idle_used; ///< slots the idle set holds a rule in (stale entries to clear)
+};
+
+namespace {
+
+/// Reads every entry of an array map with one batch call.
+template <class V> std::vector<V> read_array(int fd, uint32_t n, const char *what)
+{
+	std::vector<V> values(n);
+	std::vector<uint32_t> keys(n);
+	uint32_t count = n, cursor = 0;
+	LIBBPF_OPTS(bpf_map_batch_opts, opts);
+	if (bpf_map_lookup_batch(fd, nullptr, &cursor, keys.data(), values.data(), &count, &opts) &&
+	    errno != ENOENT)
+		throw_errno(std::string("cannot read the ") + what, errno);
+	if (count != n)
+		throw Error(std::string("cannot read the ") + what + ": short read");
+	return values;
+}
+
+uint32_t read_active(const MapSet &maps)
+{
+	uint32_t zero = 0;
+	struct sluice_active active = {};
+	if (bpf_map_lookup_elem(maps.active.get(), &zero, &active))
+		throw_errno("cannot read the live rule set's number", errno);
+	return active.set & 1;
+}
+
+template <class Key> Key lpm_key(const Cidr &c, uint32_t set)
+{
+	Key k = {};
+	k.prefixlen = SLUICE_LPM_SET_BITS + static_cast<__u32>(c.prefix_len);
+	k.set = static_cast<__u8>(set);
+	std::memcpy(k.addr, c.addr.data(), sizeof(k.addr));
+	return k;
+}
+
+/// Writes one set's IPv6 prefixes: the trie ends up holding exactly each
+/// prefix's first list under that set, whatever it held there before.
+void write_v6(int fd, uint32_t set, const MatchLists &lists)
+{
+	std::vector<struct sluice_lpm_v6> keys;
+	std::vector<uint32_t> values;
+	std::set<std::vector<uint8_t>> wanted;
+	for (const auto &[prefix, first] : lists.first) {
+		if (prefix.family != 6)
+			continue;
+		auto k = lpm_key<struct sluice_lpm_v6>(prefix, set);
+		keys.push_back(k);
+		values.push_back(first);
+		const uint8_t *b = reinterpret_cast<const uint8_t *>(&k);
+		wanted.insert(std::vector<uint8_t>(b, b + sizeof(k)));
+	}
+	// What the set held before (a change two transactions old, or a killed
+	// one's leftovers): whatever is not wanted goes.
+	std::vector<struct sluice_lpm_v6> stale;
+	struct sluice_lpm_v6 cur, next;
+	for (int err = bpf_map_get_next_key(fd, nullptr, &next); !err; err = bpf_map_get_next_key(fd, &cur, &next)) {
+		cur = next;
+		const uint8_t *b = reinterpret_cast<const uint8_t *>(&cur);
+		if (cur.set == set && !wanted.count(std::vector<uint8_t>(b, b + sizeof(cur))))
+			stale.push_back(cur);
+	}
+	for (const auto &k : stale)
+		if (bpf_map_delete_elem(fd, &k) && errno != ENOENT)
+			throw_errno("cannot remove an IPv6 match list", errno);
+	__u32 n = static_cast<__u32>(keys.size());
+	LIBBPF_OPTS(bpf_map_batch_opts, opts);
+	if (n == 0 || bpf_map_update_batch(fd, keys.data(), values.data(), &n, &opts) == 0)
+		return;
+	for (size_t i = 0; i < keys.size(); i++) // kernels without batch updates on LPM tries
+		map_update(fd, &keys[i], &values[i], "IPv6 match list");
+}
+
+/// Empties every bucket of a rule id for which doomed(id) holds.
+void purge_buckets(const MapSet &maps, const std::function<bool(uint32_t)> &doomed)
+{
+	auto purge = [&doomed]<class K, class V>(int fd) {
+		std::vector<K> gone;
+		for_each_entry<K, V>(fd, [&](const K &k, const V &) {
+			if (doomed(k.rule_id))
+				gone.push_back(k);
+		});
+		for (const auto &k : gone)
+			bpf_map_delete_elem(fd, &k); // ENOENT: evicted meanwhile, fine
+	};
+	SourceTable4(maps.src4.get()).purge_if(doomed);
+	purge.template operator()<struct sluice_src_v6, struct sluice_source_state>(maps.src6.get());
+	purge.template operator()<struct sluice_src_v4, struct sluice_log_state>(maps.logs4.get());
+	purge.template operator()<struct sluice_src_v6, struct sluice_log_state>(maps.logs6.get());
+}
+
+uint32_t bucket_of(const InstalledRule &r) { return r.bucket_id ? r.bucket_id : r.id; }
+
+constexpr uint32_t NO_SLOT = ~0u;
+
+} // namespace
+
+RuleTable::Snapshot RuleTable::read() const
+{
+	Snapshot s;
+	uint32_t zero = 0;
+	if (bpf_map_lookup_elem(maps_.meta.get(), &zero, &s.meta))
+		throw_errno("cannot read sluice metadata", errno);
+	s.set = read_active(maps_);
+	uint32_t n = maps_.max_rules();
+	auto dps = read_array<struct sluice_rule>(maps_.rules.get(), 2 * n, "rule table");
+	auto infos = read_array<struct sluice_rule_info>(maps_.rule_info.get(), 2 * n, "rule names");
+	s.idle_used.assign(n, false);
+	for (uint32_t slot = 0; slot < n; slot++) {
+		s.idle_used[slot] = dps[sluice_rule_index(slot, s.set ^ 1)].id != 0;
+		uint32_t i = sluice_rule_index(slot, s.set);
+		if (dps[i].id == 0)
+			continue;
+		InstalledRule r = from_maps(dps[i], infos[i]);
+		r.slot = slot;
+		s.rules.push_back(r);
+	}
+	return s;
+}
+
 std::vector<InstalledRule> RuleTable::list() const
 {
-	uint32_t n = maps_.max_rules();
-	std::vector<struct sluice_rule> dp(n);
-	std::vector<uint32_t> keys(n);
-	uint32_t count = n;
-	LIBBPF_OPTS(bpf_map_batch_opts, opts);
-	uint32_t cursor = 0;
-	int err = bpf_map_lookup_batch(maps_.rules.get(), nullptr, &cursor, keys.data(), dp.data(),
-				       &count, &opts);
-	if (err && errno != ENOENT)
-		throw_errno("cannot read the rule table", errno);
-
-	std::vector<InstalledRule> rules;
-	for (uint32_t i = 0; i < count; i++) {
-		if (dp[i].id == 0)
-			continue;
-		struct sluice_rule_info info = {};
-		if (bpf_map_lookup_elem(maps_.rule_info.get(), &keys[i], &info))
-			throw_errno("cannot read rule " + std::to_string(dp[i].id), errno);
-		rules.push_back({dp[i].id, keys[i], from_maps(dp[i], info)});
-	}
-	std::sort(rules.begin(), rules.end(),
-		  [](const auto &a, const auto &b) { return a.id < b.id; });
+	auto rules = read().rules;
+	std::sort(rules.begin(), rules.end(), match_order);
 	return rules;
 }
 
 InstalledRule RuleTable::find(std::string_view key) const
 {
-	for (const auto &r : list()) {
+	for (const auto &r : read().rules) {
 		if (rule_is(r, key))
 			return r;
 	}
 	throw Error("no rule named '" + std::string(key) + "' (see `sluice rule list`)");
 }
 
-InstalledRule RuleTable::add(RuleSpec spec)
+struct sluice_rule RuleTable::datapath_rule(uint32_t slot) const
 {
-	return add_many({std::move(spec)}).front();
+	uint32_t index = sluice_rule_index(slot, read_active(maps_));
+	struct sluice_rule dp = {};
+	if (bpf_map_lookup_elem(maps_.rules.get(), &index, &dp))
+		throw_errno("cannot read rule slot " + std::to_string(slot), errno);
+	return dp;
 }
 
-std::vector<InstalledRule> RuleTable::add_many(std::vector<RuleSpec> specs, const std::vector<std::string> &where_of)
+InstalledRule RuleTable::add(RuleSpec spec)
 {
-	// Everything is checked before anything is written: one bad rule, no change.
-	std::vector<InstalledRule> before = list();
-	uint32_t zero = 0;
-	struct sluice_meta meta = {};
-	if (bpf_map_lookup_elem(maps_.meta.get(), &zero, &meta))
-		throw_errno("cannot read sluice metadata", errno);
-	uint32_t next_id = std::max<uint32_t>(meta.next_rule_id, 1);
+	return add_many({std::move(spec)}, {}, false).front();
+}
 
-	using Selector = std::tuple<Cidr, Proto, uint16_t, uint16_t>;
-	auto selector = [](const RuleSpec &r) { return Selector{r.cidr, r.proto, r.dport.lo, r.dport.hi}; };
-	std::map<Selector, std::string> selectors;
-	std::set<std::string> names;
-	std::vector<bool> used(maps_.max_rules());
-	for (const auto &r : before) {
-		used[r.slot] = true;
-		names.insert(r.spec.name);
-		selectors[selector(r.spec)] = r.spec.name;
-	}
-
-	std::vector<InstalledRule> added;
-	uint32_t slot = 0;
+std::vector<InstalledRule> RuleTable::add_many(std::vector<RuleSpec> specs, const std::vector<std::string> &where_of,
+						bool skip_present)
+{
+	Snapshot before = read();
+	uint32_t next_id = std::max<uint32_t>(before.meta.next_rule_id, 1);
+	std::vector<InstalledRule> after = before.rules;
+	std::vector<std::string> where(after.size());
 	for (size_t i = 0; i < specs.size(); i++) {
-		RuleSpec &spec = specs[i];
-		std::string where = i < where_of.size() ? where_of[i] + ": "
-				    : specs.size() > 1 ? "rule " + std::to_string(i + 1) + ": "
-						       : "";
+		where.push_back(i < where_of.size() ? where_of[i] + ": "
+				: specs.size() > 1   ? "rule " + std::to_string(i + 1) + ": "
+						     : "");
 		try {
-			validate_rule(spec);
+			validate_rule(specs[i]);
 		} catch (const Error &e) {
-			throw Error(where + e.what());
+			throw Error(where.back() + e.what());
 		}
-		if (next_id > SLUICE_MAX_RULE_ID)
-			throw Error("rule ids are used up (" + std::to_string(SLUICE_MAX_RULE_ID) +
-				    " rules were added since the first attach); detach and attach again");
-		uint32_t id = next_id++;
-		if (spec.name.empty()) {
-			spec.name = "rule" + std::to_string(id);
-			for (int n = 2; names.count(spec.name); n++)
-				spec.name = "rule" + std::to_string(id) + "-" + std::to_string(n);
-		} else if (names.count(spec.name)) {
-			throw Error(where + "a rule named '" + spec.name + "' exists already");
+		// A rule present already, as asked, is not added twice: an import
+		// can be run again. (An unnamed one is compared without its name.)
+		RuleSpec &spec = specs[i];
+		bool present = std::any_of(before.rules.begin(), before.rules.end(), [&spec](const auto &r) {
+			RuleSpec named = spec;
+			if (named.name.empty())
+				named.name = r.spec.name;
+			return same_spec(r.spec, named);
+		});
+		if (present && skip_present) {
+			where.pop_back();
+			continue;
 		}
-		auto [it, fresh] = selectors.emplace(selector(spec), spec.name);
-		if (!fresh)
-			throw Error(where + "rule '" + it->second + "' already selects the same traffic; delete it first");
-		names.insert(spec.name);
-		while (slot < used.size() && used[slot])
-			slot++;
-		if (slot == used.size())
-			throw Error("the rule table is full (" + std::to_string(used.size()) +
-				    " rules); delete rules or attach again with a larger --max-rules");
-		used[slot] = true;
-		added.push_back({id, slot, spec});
+		after.push_back({0, NO_SLOT, std::move(spec)});
 	}
-	std::vector<InstalledRule> after = before;
-	after.insert(after.end(), added.begin(), added.end());
-	auto new_lists = build_match_lists(after); // throws if too many rules would cover one address
-
-	std::vector<uint32_t> slots;
-	std::vector<struct sluice_rule> dps;
-	std::vector<struct sluice_rule_info> infos;
-	for (const auto &r : added) {
-		slots.push_back(r.slot);
-		dps.push_back(to_datapath(r));
-		infos.push_back(to_info(r.spec));
-	}
-	std::vector<uint8_t> zero_counters(sizeof(struct sluice_rule_counters) * possible_cpus() * added.size());
-
-	// Write the rules before anything points at them, the match lists last.
-	meta.next_rule_id = next_id;
-	map_update(maps_.meta.get(), &zero, &meta, "sluice metadata");
-	map_update_batch(maps_.rule_info.get(), slots.data(), infos.data(), slots.size(), "rule info");
-	map_update_batch(maps_.rule_counters.get(), slots.data(), zero_counters.data(), slots.size(),
-			 "rule counters");
-	map_update_batch(maps_.rules.get(), slots.data(), dps.data(), slots.size(), "rules");
-	write_match_lists(before, new_lists);
-	return added;
+	commit(before, after, next_id, where);
+	return {after.begin() + static_cast<long>(before.rules.size()), after.end()};
 }
 
 InstalledRule RuleTable::remove(std::string_view name_or_id)
 {
-	InstalledRule gone = find(name_or_id);
-	std::vector<InstalledRule> before = list(), after;
-	for (const auto &r : before)
-		if (r.id != gone.id)
+	Snapshot before = read();
+	std::vector<InstalledRule> after;
+	std::optional<InstalledRule> gone;
+	for (const auto &r : before.rules) {
+		if (!gone && rule_is(r, name_or_id))
+			gone = r;
+		else
 			after.push_back(r);
+	}
+	if (!gone)
+		throw Error("no rule named '" + std::string(name_or_id) + "' (see `sluice rule list`)");
+	commit(before, after, before.meta.next_rule_id);
+	return *gone;
+}
 
-	// Unlink first so no new packet reaches the rule, then empty its slot.
-	write_match_lists(before, build_match_lists(after));
-	struct sluice_rule empty_rule = {};
-	struct sluice_rule_info empty_info = {};
-	map_update(maps_.rules.get(), &gone.slot, &empty_rule, "rule");
-	map_update(maps_.rule_info.get(), &gone.slot, &empty_info, "rule info");
-	purge_buckets(gone.id);
-	return gone;
+size_t RuleTable::flush()
+{
+	Snapshot before = read();
+	std::vector<InstalledRule> after;
+	commit(before, after, before.meta.next_rule_id);
+	return before.rules.size();
+}
+
+InstalledRule RuleTable::edit(std::string_view name_or_id, const RuleEdit &e)
+{
+	Snapshot before = read();
+	uint32_t next_id = before.meta.next_rule_id;
+	std::vector<InstalledRule> after = before.rules;
+	auto it = std::find_if(after.begin(), after.end(), [&](const auto &r) { return rule_is(r, name_or_id); });
+	if (it == after.end())
+		throw Error("no rule named '" + std::string(name_or_id) + "' (see `sluice rule list`)");
+	RuleSpec spec = it->spec;
+	if (e.name)
+		spec.name = *e.name;
+	if (e.rate)
+		spec.rate = *e.rate;
+	if (e.algo)
+		spec.algo = *e.algo;
+	bool default_burst_before = it->spec.has_burst() && it->spec.burst == default_burst(it->spec.rate);
+	if (e.burst)
+		spec.burst = *e.burst;
+	else if (!spec.has_burst() || default_burst_before)
+		spec.burst = 0; // no burst for a window; a default burst follows the rate
+	if (e.warmup_ns)
+		spec.warmup_ns = *e.warmup_ns;
+	if (e.shadow)
+		spec.shadow = *e.shadow;
+	if (e.layered)
+		spec.layered = *e.layered;
+	if (e.per_prefix)
+		spec.per_prefix = *e.per_prefix;
+	if (spec.action != Action::limit && (e.rate || e.burst || e.algo || e.warmup_ns || e.per_prefix))
+		throw Error("rule '" + it->spec.name + "' is an " + std::string(action_name(spec.action)) +
+			    " rule: --rate, --burst, --algo, --warmup and --per apply to --rate rules");
+	validate_rule(spec);
+	if (edit_restarts_buckets(it->spec, spec))
+		it->bucket_id = next_id++;
+	it->spec = spec;
+	InstalledRule edited = *it;
+	commit(before, after, next_id);
+	return edited;
+}
+
+ChangeSummary RuleTable::replace(std::vector<RuleSpec> desired)
+{
+	Snapshot before = read();
+	uint32_t next_id = std::max<uint32_t>(before.meta.next_rule_id, 1);
+	std::map<std::string, const InstalledRule *> running;
+	for (const auto &r : before.rules)
+		running[r.spec.name] = &r;
+
+	ChangeSummary sum;
+	std::vector<InstalledRule> after;
+	std::set<std::string> kept;
+	for (auto &spec : desired) {
+		if (spec.name.empty())
+			throw Error("every rule of a policy needs a name");
+		validate_rule(spec);
+		auto it = running.find(spec.name);
+		if (it == running.end()) {
+			after.push_back({0, NO_SLOT, spec});
+			continue;
+		}
+		if (!kept.insert(spec.name).second)
+			throw Error("two rules are named '" + spec.name + "'");
+		InstalledRule r = *it->second;
+		if (!same_spec(r.spec, spec)) {
+			if (edit_restarts_buckets(r.spec, spec)) {
+				r.bucket_id = next_id++;
+				sum.restarted++;
+			}
+			r.spec = spec;
+			sum.changed.push_back(r);
+		}
+		after.push_back(r);
+	}
+	for (const auto &r : before.rules)
+		if (!kept.count(r.spec.name))
+			sum.removed.push_back(r);
+	commit(before, after, next_id);
+	for (const auto &r : after)
+		if (!running.count(r.spec.name))
+			sum.added.push_back(r);
+	return sum;
 }
 
 struct sluice_rule_counters RuleTable::counters(uint32_t slot) const
@@ -165,124 +325,139 @@ struct sluice_rule_counters RuleTable::counters(uint32_t slot) const
 	return sum;
 }
 
-namespace {
-
-template <class Key> Key lpm_key(const Cidr &c)
+void RuleTable::commit(const Snapshot &before, std::vector<InstalledRule> &after, uint32_t next_id,
+		       const std::vector<std::string> &where)
 {
-	Key k = {};
-	k.prefixlen = static_cast<__u32>(c.prefix_len);
-	std::memcpy(k.addr, c.addr.data(), sizeof(k.addr));
-	return k;
-}
-
-struct sluice_match_list match_list(const std::vector<uint32_t> &slots)
-{
-	struct sluice_match_list list = {};
-	list.count = static_cast<__u32>(slots.size());
-	std::copy(slots.begin(), slots.end(), list.slots);
-	return list;
-}
-
-/// Match-list entries of one family, written with one batch call where the
-/// kernel supports batches on LPM tries, one by one where it does not.
-template <class Key> struct LpmWrites {
-	std::vector<Key> keys;
-	std::vector<struct sluice_match_list> lists;
-
-	void flush(int fd, const char *what)
-	{
-		__u32 n = static_cast<__u32>(keys.size());
-		LIBBPF_OPTS(bpf_map_batch_opts, opts);
-		if (n == 0 || bpf_map_update_batch(fd, keys.data(), lists.data(), &n, &opts) == 0)
-			return;
-		for (size_t i = 0; i < keys.size(); i++)
-			map_update(fd, &keys[i], &lists[i], what);
+	// 1. Validate the whole new rule set and give new rules ids and slots.
+	//    Nothing has been written yet: any error leaves the maps as they are.
+	uint32_t n = maps_.max_rules();
+	auto at = [&where](size_t i) { return i < where.size() ? where[i] : std::string(); };
+	using Selector = std::tuple<Cidr, Proto, uint16_t, uint16_t>;
+	std::map<Selector, std::string> selectors;
+	std::set<std::string> names;
+	std::vector<bool> live(n), used(n);
+	for (const auto &r : before.rules)
+		live[r.slot] = true;
+	for (const auto &r : after)
+		if (r.slot != NO_SLOT)
+			used[r.slot] = true;
+	for (auto &r : after)
+		if (!r.spec.name.empty())
+			names.insert(r.spec.name);
+	uint32_t fresh = 0, reused = 0;
+	for (size_t i = 0; i < after.size(); i++) {
+		InstalledRule &r = after[i];
+		if (r.id == 0) {
+			if (next_id > SLUICE_MAX_RULE_ID)
+				throw Error("rule ids are used up (" + std::to_string(SLUICE_MAX_RULE_ID) +
+					    " rules were added since the first attach); detach and attach again");
+			r.id = next_id++;
+			if (r.spec.name.empty()) {
+				r.spec.name = "rule" + std::to_string(r.id);
+				for (int k = 2; names.count(r.spec.name); k++)
+					r.spec.name = "rule" + std::to_string(r.id) + "-" + std::to_string(k);
+				names.insert(r.spec.name);
+			}
+		}
+		if (r.slot == NO_SLOT) {
+			// A slot no live rule holds, so that zeroing its counters
+			// touches nobody's; a slot freed by this change only when
+			// the table has no other (its last packets may count there).
+			while (fresh < n && (used[fresh] || live[fresh]))
+				fresh++;
+			if (fresh < n) {
+				r.slot = fresh;
+			} else {
+				while (reused < n && used[reused])
+					reused++;
+				if (reused == n)
+					throw Error("the rule table is full (" + std::to_string(n) +
+						    " rules); delete rules, or raise --max-rules with `sluice apply`");
+				r.slot = reused;
+			}
+			used[r.slot] = true;
+		}
 	}
-};
-
-} // namespace
-
-void RuleTable::write_match_lists(const std::vector<InstalledRule> &before,
-				  const std::map<Cidr, std::vector<uint32_t>> &new_lists)
-{
-	auto old_lists = build_match_lists(before);
-	write_v4_tables(new_lists);
-
-	// IPv6: the LPM trie, entry by entry where a list changed.
-	LpmWrites<struct sluice_lpm_v6> v6;
-	for (const auto &[prefix, slots] : new_lists) {
-		if (prefix.family != 6)
-			continue;
-		auto old = old_lists.find(prefix);
-		if (old != old_lists.end() && old->second == slots)
-			continue;
-		v6.keys.push_back(lpm_key<struct sluice_lpm_v6>(prefix));
-		v6.lists.push_back(match_list(slots));
+	std::map<std::string, size_t> seen;
+	for (size_t i = 0; i < after.size(); i++) {
+		const RuleSpec &s = after[i].spec;
+		if (!seen.emplace(s.name, i).second)
+			throw Error(at(i) + "a rule named '" + s.name + "' exists already");
+		auto [it, added] = selectors.emplace(Selector{s.cidr, s.proto, s.dport.lo, s.dport.hi}, s.name);
+		if (!added)
+			throw Error(at(i) + "rule '" + it->second + "' already selects the same traffic; delete it first");
 	}
-	v6.flush(maps_.match6.get(), "IPv6 match list");
-	for (const auto &[prefix, slots] : old_lists) {
-		if (prefix.family != 6 || new_lists.count(prefix))
-			continue;
-		auto key = lpm_key<struct sluice_lpm_v6>(prefix);
-		if (bpf_map_delete_elem(maps_.match6.get(), &key) && errno != ENOENT)
-			throw_errno("cannot remove match list for " + format_cidr(prefix), errno);
-	}
-}
 
-void RuleTable::write_v4_tables(const std::map<Cidr, std::vector<uint32_t>> &lists)
-{
-	// Build the set not in use, write all of it, then make it the live one: a
-	// packet sees either the old tables or the new, never a mixture.
+	// 2. Compile the idle set's lookup tables (throws if they do not fit).
+	uint32_t set = before.set ^ 1;
+	uint32_t list_capacity = n; // a list holds at least one rule
+	MatchLists lists = compile_match_lists(after, set * (n + 1) + 1, list_capacity);
+	std::vector<std::pair<Cidr, uint32_t>> prefixes4;
+	for (const auto &[prefix, first] : lists.first)
+		if (prefix.family == 4)
+			prefixes4.push_back({prefix, first});
+	uint32_t blocks_per_set = 2 * n, block_base = set * blocks_per_set;
+	Dir4Tables dir = build_dir4(prefixes4, block_base, blocks_per_set);
+
+	// 3. Write the idle set in full. Packets and readers use the live one.
 	uint32_t zero = 0;
-	struct sluice_dir_sel sel = {};
-	if (bpf_map_lookup_elem(maps_.dir4_sel.get(), &zero, &sel))
-		throw_errno("cannot read the IPv4 table selector", errno);
-	uint32_t set = sel.set ^ 1, rules = maps_.max_rules();
-	uint32_t list_base = set * (rules + 1), block_base = set * rules;
+	struct sluice_meta meta = before.meta;
+	meta.next_rule_id = next_id;
+	map_update(maps_.meta.get(), &zero, &meta, "sluice metadata");
 
-	std::vector<std::pair<Cidr, uint32_t>> prefixes;
-	std::vector<uint32_t> list_keys;
-	std::vector<struct sluice_match_list> list_values;
-	for (const auto &[prefix, slots] : lists) {
-		if (prefix.family != 4)
-			continue;
-		uint32_t index = list_base + 1 + static_cast<uint32_t>(list_values.size());
-		prefixes.push_back({prefix, index});
-		list_keys.push_back(index);
-		list_values.push_back(match_list(slots));
+	std::vector<uint32_t> new_slots, rule_keys;
+	std::vector<struct sluice_rule> dps;
+	std::vector<struct sluice_rule_info> infos;
+	std::vector<bool> in_after(n);
+	for (const auto &r : after) {
+		in_after[r.slot] = true;
+		if (!live[r.slot] || std::none_of(before.rules.begin(), before.rules.end(),
+						  [&r](const auto &b) { return b.slot == r.slot && b.id == r.id; }))
+			new_slots.push_back(r.slot);
+		rule_keys.push_back(sluice_rule_index(r.slot, set));
+		dps.push_back(to_datapath(r));
+		infos.push_back(to_info(r));
 	}
-	Dir4Tables t = build_dir4(prefixes, block_base, rules);
+	for (uint32_t slot = 0; slot < n; slot++) {
+		if (before.idle_used[slot] && !in_after[slot]) {
+			rule_keys.push_back(sluice_rule_index(slot, set));
+			dps.push_back({});
+			infos.push_back({});
+		}
+	}
+	std::vector<uint8_t> zero_counters(sizeof(struct sluice_rule_counters) * possible_cpus() * new_slots.size());
+	map_update_batch(maps_.rule_counters.get(), new_slots.data(), zero_counters.data(), new_slots.size(),
+			 "rule counters");
+	map_update_batch(maps_.rule_info.get(), rule_keys.data(), infos.data(), rule_keys.size(), "rule names");
+	map_update_batch(maps_.rules.get(), rule_keys.data(), dps.data(), rule_keys.size(), "rules");
 
-	std::vector<uint32_t> block_keys(t.blocks.size()), top_keys(SLUICE_DIR_TOP_SIZE);
+	std::vector<uint32_t> list_keys(lists.lists.size());
+	for (size_t i = 0; i < list_keys.size(); i++)
+		list_keys[i] = lists.base + static_cast<uint32_t>(i);
+	map_update_batch(maps_.lists.get(), list_keys.data(), lists.lists.data(), list_keys.size(), "match lists");
+	std::vector<uint32_t> block_keys(dir.blocks.size()), top_keys(SLUICE_DIR_TOP_SIZE);
 	for (size_t i = 0; i < block_keys.size(); i++)
 		block_keys[i] = block_base + static_cast<uint32_t>(i);
 	for (uint32_t i = 0; i < SLUICE_DIR_TOP_SIZE; i++)
 		top_keys[i] = set * SLUICE_DIR_TOP_SIZE + i;
-	map_update_batch(maps_.lists4.get(), list_keys.data(), list_values.data(), list_keys.size(),
-			 "IPv4 match lists");
-	map_update_batch(maps_.dir4_blocks.get(), block_keys.data(), t.blocks.data(), block_keys.size(),
+	map_update_batch(maps_.dir4_blocks.get(), block_keys.data(), dir.blocks.data(), block_keys.size(),
 			 "IPv4 rule table blocks");
-	map_update_batch(maps_.dir4_top.get(), top_keys.data(), t.top.data(), top_keys.size(), "IPv4 rule table");
-	sel.set = set;
-	map_update(maps_.dir4_sel.get(), &zero, &sel, "IPv4 table selector");
-}
+	map_update_batch(maps_.dir4_top.get(), top_keys.data(), dir.top.data(), top_keys.size(), "IPv4 rule table");
+	write_v6(maps_.match6.get(), set, lists);
 
-void RuleTable::purge_buckets(uint32_t rule_id)
-{
-	auto purge = [rule_id]<class K, class V>(int fd) {
-		std::vector<K> doomed;
-		for_each_entry<K, V>(
-			fd, [&](const K &k, const V &) {
-				if (k.rule_id == rule_id)
-					doomed.push_back(k);
-			});
-		for (const auto &k : doomed)
-			bpf_map_delete_elem(fd, &k); // ENOENT: evicted meanwhile, fine
-	};
-	SourceTable4(maps_.src4.get()).purge(rule_id);
-	purge.template operator()<struct sluice_src_v6, struct sluice_source_state>(maps_.src6.get());
-	purge.template operator()<struct sluice_src_v4, struct sluice_log_state>(maps_.logs4.get());
-	purge.template operator()<struct sluice_src_v6, struct sluice_log_state>(maps_.logs6.get());
+	// 4. The switch: one word, and the new rule set is live.
+	struct sluice_active active = {set, 0};
+	map_update(maps_.active.get(), &zero, &active, "the live rule set's number");
+
+	// 5. Buckets no rule uses any more. A command killed before this leaves
+	//    buckets of ids that are never used again, which age out.
+	std::unordered_set<uint32_t> gone;
+	for (const auto &r : before.rules)
+		gone.insert(bucket_of(r));
+	for (const auto &r : after)
+		gone.erase(bucket_of(r));
+	if (!gone.empty())
+		purge_buckets(maps_, [&gone](uint32_t id) { return gone.count(id) > 0; });
 }
 
 } // namespace sluice

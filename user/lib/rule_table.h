@@ -1,8 +1,9 @@
-// The rule set held in the data plane's maps: list, add and remove rules,
-// keeping every other rule's buckets and counters as they are.
+// The rule set held in the data plane's maps: list, add, edit and remove
+// rules, each change one transaction that keeps every other rule's buckets
+// and counters as they are.
 #pragma once
 
-#include <map>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -11,26 +12,62 @@
 
 namespace sluice {
 
-/// Rules stored in the pinned maps. Every change is computed in full first and
-/// only then written, so a rejected change leaves the maps untouched.
+/// What `rule set` changes; an unset field stays as it is.
+struct RuleEdit {
+	std::optional<std::string> name;
+	std::optional<Rate> rate;
+	std::optional<uint64_t> burst;
+	std::optional<Algo> algo;
+	std::optional<uint64_t> warmup_ns;
+	std::optional<bool> shadow;
+	std::optional<bool> layered;
+	std::optional<int> per_prefix;
+};
+
+/// What a transaction did, rule by rule.
+struct ChangeSummary {
+	std::vector<InstalledRule> added, removed, changed;
+	size_t restarted = 0; ///< of the changed, those whose buckets started afresh
+};
+
+/// Rules stored in the pinned maps. The maps hold two rule sets and one word
+/// naming the live one (struct sluice_active). A change is validated and
+/// compiled in full, written into the other set, and made live by flipping
+/// that word: a packet, a reader or a killed writer sees the old rule set or
+/// the new, never a mixture, and a killed change leaves nothing to undo.
 class RuleTable {
 public:
 	explicit RuleTable(const MapSet &maps) : maps_(maps) {}
 
-	/// All installed rules, oldest first.
+	/// All installed rules, in match order (see match_order).
 	std::vector<InstalledRule> list() const;
 
 	/// Validates and installs a rule; it takes effect for the next packet.
+	/// Unlike add_many, a rule present already is an error.
 	InstalledRule add(RuleSpec spec);
 
-	/// Installs many rules at once (all or none), with one compilation of the
-	/// match lists: the way to load thousands of rules.
+	/// Installs many rules in one transaction (all or none). A spec equal to
+	/// an installed rule (its name aside, if it has none) is skipped, so an
+	/// import can be run again; returns the rules added.
 	/// `where` names each spec in errors (e.g. "rules.txt line 4"); by
 	/// default "rule N" in the list.
-	std::vector<InstalledRule> add_many(std::vector<RuleSpec> specs, const std::vector<std::string> &where = {});
+	std::vector<InstalledRule> add_many(std::vector<RuleSpec> specs, const std::vector<std::string> &where = {},
+					    bool skip_present = true);
 
 	/// Removes a rule by name or id, with its buckets and counters.
 	InstalledRule remove(std::string_view name_or_id);
+
+	/// Removes every rule; returns how many there were.
+	size_t flush();
+
+	/// Changes a rule in place: same id and counters, and the same buckets
+	/// unless edit_restarts_buckets says otherwise.
+	InstalledRule edit(std::string_view name_or_id, const RuleEdit &edit);
+
+	/// Makes the installed rules equal `desired` in one transaction. Rules
+	/// are matched by name: a rule whose spec is unchanged keeps everything,
+	/// a changed one is edited in place, the others are added or removed.
+	ChangeSummary replace(std::vector<RuleSpec> desired);
 
 	/// Finds a rule by name or id; throws if there is none.
 	InstalledRule find(std::string_view name_or_id) const;
@@ -38,13 +75,16 @@ public:
 	/// The rule's counters summed over CPUs.
 	struct sluice_rule_counters counters(uint32_t slot) const;
 
+	/// The live set's data-plane entry of a slot.
+	struct sluice_rule datapath_rule(uint32_t slot) const;
+
 private:
-	/// Writes the compiled lists of the new rule set; `before` gives the old
-	/// ones, so that only changed IPv6 trie entries are written.
-	void write_match_lists(const std::vector<InstalledRule> &before,
-			       const std::map<Cidr, std::vector<uint32_t>> &new_lists);
-	void write_v4_tables(const std::map<Cidr, std::vector<uint32_t>> &lists);
-	void purge_buckets(uint32_t rule_id);
+	struct Snapshot;
+	Snapshot read() const;
+	/// Validates `after` as a whole, writes it into the idle set and makes
+	/// it live; then removes the buckets no rule of `after` uses.
+	void commit(const Snapshot &before, std::vector<InstalledRule> &after, uint32_t next_id,
+		    const std::vector<std::string> &where = {});
 
 	const MapSet &maps_;
 };

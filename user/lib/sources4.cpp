@@ -61,12 +61,17 @@ void SourceTable4::for_each(
 
 uint64_t SourceTable4::purge(uint32_t rule_id)
 {
+	return purge_if([rule_id](uint32_t id) { return id == rule_id; });
+}
+
+uint64_t SourceTable4::purge_if(const std::function<bool(uint32_t)> &doomed)
+{
 	uint64_t purged = 0;
 	for (uint32_t i = 0; i < sets_; i++) {
 		struct sluice_set_v4 &set = sets_ptr_[i];
 		for (int w = 0; w < SLUICE_SET_WAYS; w++) {
 			uint64_t key = __atomic_load_n(&set.key[w], __ATOMIC_ACQUIRE);
-			if (key == SLUICE_KEY_EMPTY || key == SLUICE_KEY_BUSY || (key >> 32) != rule_id)
+			if (key == SLUICE_KEY_EMPTY || key == SLUICE_KEY_BUSY || !doomed(static_cast<uint32_t>(key >> 32)))
 				continue;
 			// Lost only to the program evicting it for a new bucket: gone either way.
 			purged += sluice_way_release(&set, w, key);

@@ -27,6 +27,8 @@ public:
 
 	/// Empties every way holding a bucket of `rule_id`; returns how many.
 	uint64_t purge(uint32_t rule_id);
+	/// Empties every way holding a bucket of a rule id for which doomed(id) holds.
+	uint64_t purge_if(const std::function<bool(uint32_t)> &doomed);
 
 	/// Places a bucket of a GCRA-form rule in an empty way of its two sets, as
 	/// the program would (for tools that fill the table): its counters as
