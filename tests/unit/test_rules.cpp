@@ -288,3 +288,22 @@ TEST(RuleValidation, ShadowIsForLimitsAndDenies)
 	s.action = Action::deny;
 	EXPECT_NO_THROW(validate_rule(s));
 }
+
+TEST(RuleValidation, ContinueIsForLimitsOnly)
+{
+	RuleSpec s;
+	s.cidr = parse_cidr("10.0.0.0/8");
+	s.layered = true;
+	for (Action a : {Action::allow, Action::deny}) {
+		s.action = a;
+		try {
+			validate_rule(s);
+			ADD_FAILURE() << "--continue accepted on " << action_name(a);
+		} catch (const Error &e) {
+			EXPECT_STREQ(e.what(), "--continue applies to limit rules only");
+		}
+	}
+	s.action = Action::limit;
+	s.rate = parse_rate("10/s");
+	EXPECT_NO_THROW(validate_rule(s));
+}

@@ -130,6 +130,8 @@ void validate_rule(RuleSpec &spec)
 		throw Error("--dport needs --proto tcp or --proto udp");
 	if (spec.shadow && spec.action == Action::allow)
 		throw Error("--shadow applies to --rate and --deny rules: an allow rule drops nothing");
+	if (spec.layered && spec.action != Action::limit)
+		throw Error("--continue applies to limit rules only");
 	if (spec.action != Action::limit) {
 		if (spec.burst || spec.per_prefix >= 0 || spec.warmup_ns || spec.algo != Algo::token_bucket)
 			throw Error(std::string("--burst, --per, --algo and --warmup apply to --rate rules, not --") +
