@@ -59,6 +59,14 @@ TEST(RuleValidation, AllowAndDenyTakeNoBucketOptions)
 	s.action = Action::deny;
 	s.burst = 10;
 	EXPECT_THROW(validate_rule(s), Error);
+	s.burst = 0;
+	s.rate = parse_rate("10/s"); // rule add's --rate excludes --deny; a spec built otherwise must not slip it by
+	try {
+		validate_rule(s);
+		ADD_FAILURE() << "a deny rule with a rate accepted";
+	} catch (const Error &e) {
+		EXPECT_STREQ(e.what(), "--rate applies to limit rules, not --deny");
+	}
 }
 
 TEST(RuleValidation, Names)

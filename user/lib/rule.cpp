@@ -133,6 +133,8 @@ void validate_rule(RuleSpec &spec)
 	if (spec.layered && spec.action != Action::limit)
 		throw Error("--continue applies to limit rules only");
 	if (spec.action != Action::limit) {
+		if (spec.rate.amount)
+			throw Error("--rate applies to limit rules, not --" + std::string(action_name(spec.action)));
 		if (spec.burst || spec.per_prefix >= 0 || spec.warmup_ns || spec.algo != Algo::token_bucket)
 			throw Error(std::string("--burst, --per, --algo and --warmup apply to --rate rules, not --") +
 				    std::string(action_name(spec.action)));
