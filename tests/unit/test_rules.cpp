@@ -59,6 +59,14 @@ TEST(RuleValidation, AllowAndDenyTakeNoBucketOptions)
 	s.action = Action::deny;
 	s.burst = 10;
 	EXPECT_THROW(validate_rule(s), Error);
+	s.burst = 0;
+	s.rate = parse_rate("10/s"); // rule add's --rate excludes --deny; a spec built otherwise must not slip it by
+	try {
+		validate_rule(s);
+		ADD_FAILURE() << "a deny rule with a rate accepted";
+	} catch (const Error &e) {
+		EXPECT_STREQ(e.what(), "--rate applies to limit rules, not --deny");
+	}
 }
 
 TEST(RuleValidation, Names)
@@ -310,5 +318,24 @@ TEST(RuleValidation, ShadowIsForLimitsAndDenies)
 	s.shadow = true;
 	EXPECT_THROW(validate_rule(s), Error);
 	s.action = Action::deny;
+	EXPECT_NO_THROW(validate_rule(s));
+}
+
+TEST(RuleValidation, ContinueIsForLimitsOnly)
+{
+	RuleSpec s;
+	s.cidr = parse_cidr("10.0.0.0/8");
+	s.layered = true;
+	for (Action a : {Action::allow, Action::deny}) {
+		s.action = a;
+		try {
+			validate_rule(s);
+			ADD_FAILURE() << "--continue accepted on " << action_name(a);
+		} catch (const Error &e) {
+			EXPECT_STREQ(e.what(), "--continue applies to limit rules only");
+		}
+	}
+	s.action = Action::limit;
+	s.rate = parse_rate("10/s");
 	EXPECT_NO_THROW(validate_rule(s));
 }

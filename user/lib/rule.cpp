@@ -131,8 +131,10 @@ void validate_rule(RuleSpec &spec)
 	if (spec.shadow && spec.action == Action::allow)
 		throw Error("--shadow applies to --rate and --deny rules: an allow rule drops nothing");
 	if (spec.layered && spec.action != Action::limit)
-		throw Error("--continue applies to --rate rules: an allow or deny rule ends the walk");
+		throw Error("--continue applies to limit rules only");
 	if (spec.action != Action::limit) {
+		if (spec.rate.amount)
+			throw Error("--rate applies to limit rules, not --" + std::string(action_name(spec.action)));
 		if (spec.burst || spec.per_prefix >= 0 || spec.warmup_ns || spec.algo != Algo::token_bucket)
 			throw Error(std::string("--burst, --per, --algo and --warmup apply to --rate rules, not --") +
 				    std::string(action_name(spec.action)));
@@ -181,20 +183,30 @@ bool same_selector(const RuleSpec &a, const RuleSpec &b)
 
 bool same_spec(const RuleSpec &a, const RuleSpec &b)
 {
-	return a.name == b.name && same_selector(a, b) && a.action == b.action && a.rate == b.rate &&
-	       a.algo == b.algo && a.burst == b.burst && a.warmup_ns == b.warmup_ns &&
-	       a.bucket_prefix() == b.bucket_prefix() && a.shadow == b.shadow && a.layered == b.layered;
+	if (a.name != b.name || !same_selector(a, b) || a.action != b.action || a.shadow != b.shadow)
+		return false;
+	if (a.action != Action::limit)
+		return true; // nothing else reaches the data plane
+	auto burst = [](const RuleSpec &s) {
+		return !s.has_burst() ? 0 : s.burst ? s.burst : default_burst(s.rate);
+	};
+	auto warmup = [](const RuleSpec &s) { return s.algo == Algo::token_bucket ? s.warmup_ns : 0; };
+	return a.rate == b.rate && a.algo == b.algo && burst(a) == burst(b) && warmup(a) == warmup(b) &&
+	       a.bucket_prefix() == b.bucket_prefix() && a.layered == b.layered;
 }
 
 bool edit_restarts_buckets(const RuleSpec &before, const RuleSpec &after)
 {
-	if (!same_selector(before, after) || before.action != after.action || before.algo != after.algo ||
+	if (before.action != Action::limit || after.action != Action::limit)
+		return before.action != after.action && (before.action == Action::limit || after.action == Action::limit);
+	if (!same_selector(before, after) || before.algo != after.algo ||
 	    before.bucket_prefix() != after.bucket_prefix() ||
 	    before.rate.counts_bytes() != after.rate.counts_bytes())
 		return true;
-	// A window's count belongs to its window: another length, another window.
-	bool windowed = after.action == Action::limit && !after.has_burst();
-	return windowed && compile_window(before.rate).window_ns != compile_window(after.rate).window_ns;
+	// A fixed or sliding window's state holds the index of its window since
+	// boot: under another window length that index means nothing.
+	bool windowed = after.algo == Algo::fixed_window || after.algo == Algo::sliding_window;
+	return windowed && before.rate.period_ns != after.rate.period_ns;
 }
 
 bool rule_is(const InstalledRule &r, std::string_view key)

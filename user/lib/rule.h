@@ -85,13 +85,19 @@ void validate_rule(RuleSpec &spec);
 /// and ports): the second one could never match.
 bool same_selector(const RuleSpec &a, const RuleSpec &b);
 
-/// True if two validated specs ask for the same rule, name included.
+/// True if two rules are the same in everything that reaches the data plane
+/// or the operator: name, selector, action, shadow, and for limit rules rate,
+/// burst, algorithm, aggregation prefix, warm-up and continue. An omitted
+/// burst counts as the default burst, `per` equal to the address length as
+/// per address.
 bool same_spec(const RuleSpec &a, const RuleSpec &b);
 
 /// Whether changing a rule from `before` to `after` must restart its buckets:
 /// a bucket means something else once the selector, the aggregation prefix,
-/// the algorithm, the unit (packets or bytes) or a window's length changes.
-/// A new rate, burst or warm-up, shadow, layering or name keeps them.
+/// the algorithm, the unit (packets or bytes), a fixed or sliding window's
+/// length, or the action to or from limit changes. A new rate, burst or
+/// warm-up, shadow, layering or name keeps them. A selector change keeps
+/// the rule's id and counters: it is still the same rule to the operator.
 bool edit_restarts_buckets(const RuleSpec &before, const RuleSpec &after);
 
 /// True if `key` names the rule: its name, or its id in decimal.

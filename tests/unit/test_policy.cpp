@@ -1,0 +1,598 @@
+// The policy file: parsing, its one-line errors, the export format's round
+// trip, and the by-name diff that `apply --diff` prints.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "error.h"
+#include "policy.h"
+#include "rule_args.h"
+
+using namespace sluice;
+
+namespace {
+
+Policy parse(const std::string &text)
+{
+	std::istringstream in(text);
+	return parse_policy(in, "sluice.yaml");
+}
+
+std::string parse_error(const std::string &text)
+{
+	try {
+		parse(text);
+	} catch (const Error &e) {
+		return e.what();
+	}
+	return "(accepted)";
+}
+
+/// The rules of "rules: TEXT".
+std::vector<RuleSpec> rules(const std::string &text) { return parse("rules: " + text + "\n").rules; }
+
+RuleSpec rule(const std::string &flow_map) { return rules("[" + flow_map + "]").at(0); }
+
+// The brief's example, as an operator would write it.
+const char *EXAMPLE = R"(# /etc/sluice/sluice.yaml
+interfaces:
+  - name: eth0
+    mode: native
+  - name: eth1
+    mode: generic
+tables:
+  max_rules: 16384
+  max_sources: 1000000
+  max_log_sources: 16384
+rules:
+  - name: ssh
+    cidr: 0.0.0.0/0
+    proto: tcp
+    dport: 22
+    rate: 5/min
+    algo: sliding-log
+  - name: per-source
+    cidr: 203.0.113.0/24
+    rate: 1000/s
+    burst: 2000
+    continue: true
+  - name: office
+    cidr: 198.51.100.0/24
+    action: allow
+)";
+
+// Every key, every algorithm, both families, packet, byte and bit rates, a
+// fractional rate, port ranges, per prefixes, warm-up, shadow and continue:
+// in the canonical form write_policy prints.
+const char *CANONICAL = R"(interfaces:
+  - name: eth0
+  - name: veth-lab
+    mode: generic
+tables:
+  max_rules: 512
+  max_log_sources: 2048
+rules:
+  - name: tb-warm
+    cidr: 10.0.0.0/8
+    proto: tcp
+    dport: 8000-8080
+    rate: 1000/s
+    burst: 3000
+    per: 24
+    warmup: 30s
+    shadow: true
+    continue: true
+  - name: gcra-bits
+    cidr: 2001:db8::/32
+    proto: udp
+    dport: 53
+    rate: 10mbit/s
+    burst: 64000
+    algo: gcra
+    per: 64
+  - name: fixed-bytes
+    cidr: 192.0.2.0/24
+    rate: 1MB/s
+    algo: fixed-window
+  - name: log-half
+    cidr: ::/0
+    proto: tcp
+    dport: 22
+    rate: 0.5/s
+    algo: sliding-log
+  - name: sliding-10s
+    cidr: 198.51.100.7
+    proto: icmp
+    rate: 100/10s
+    algo: sliding-window
+    shadow: true
+  - name: tb-default
+    cidr: 2001:db8:1::/48
+    rate: 1.25MB/s
+  - name: office
+    cidr: 203.0.113.0/24
+    action: allow
+  - name: blocked
+    cidr: 2001:db8:dead::/48
+    action: deny
+    shadow: true
+)";
+
+} // namespace
+
+TEST(PolicyParse, AFullExample)
+{
+	Policy p = parse(EXAMPLE);
+	ASSERT_EQ(p.interfaces.size(), 2u);
+	EXPECT_EQ(p.interfaces[0], (PolicyInterface{"eth0", XdpMode::native}));
+	EXPECT_EQ(p.interfaces[1], (PolicyInterface{"eth1", XdpMode::generic}));
+	EXPECT_EQ(p.tables.max_rules, 16384u);
+	EXPECT_EQ(p.tables.max_sources, 1000000u);
+	EXPECT_EQ(p.tables.max_log_sources, 16384u);
+	ASSERT_EQ(p.rules.size(), 3u);
+
+	const RuleSpec &ssh = p.rules[0];
+	EXPECT_EQ(ssh.name, "ssh");
+	EXPECT_EQ(format_cidr(ssh.cidr), "0.0.0.0/0");
+	EXPECT_EQ(ssh.action, Action::limit);
+	EXPECT_EQ(ssh.proto, Proto::tcp);
+	EXPECT_EQ(ssh.dport, (PortRange{22, 22}));
+	EXPECT_EQ(ssh.rate, parse_rate("5/min"));
+	EXPECT_EQ(ssh.algo, Algo::sliding_log);
+	EXPECT_EQ(ssh.burst, 0u) << "a window algorithm has no burst";
+	EXPECT_FALSE(ssh.layered);
+
+	const RuleSpec &src = p.rules[1];
+	EXPECT_EQ(src.name, "per-source");
+	EXPECT_EQ(src.rate, parse_rate("1000/s"));
+	EXPECT_EQ(src.burst, 2000u);
+	EXPECT_EQ(src.algo, Algo::token_bucket);
+	EXPECT_TRUE(src.layered);
+	EXPECT_EQ(src.per_prefix, -1);
+
+	const RuleSpec &office = p.rules[2];
+	EXPECT_EQ(office.action, Action::allow);
+	EXPECT_EQ(format_cidr(office.cidr), "198.51.100.0/24");
+	EXPECT_FALSE(office.shadow);
+}
+
+TEST(PolicyParse, ValuesReadAsRuleAddReadsThem)
+{
+	// Each rule beside the `rule add` arguments that state it.
+	const std::pair<const char *, const char *> cases[] = {
+		{"{name: a, cidr: 10.0.0.0/8, rate: 10mbit, per: 24}", "10.0.0.0/8 --rate 10mbit --per 24 --name a"},
+		{"{name: b, cidr: 10.0.0.0/8, rate: 1MB/s, burst: 64kB}", "10.0.0.0/8 --rate 1MB/s --burst 64kB --name b"},
+		{"{name: c, cidr: 2001:db8::/32, proto: udp, dport: 5000-5100, rate: 0.5/s, algo: gcra}",
+		 "2001:db8::/32 --proto udp --dport 5000-5100 --rate 0.5/s --algo gcra --name c"},
+		{"{name: d, cidr: 10.1.0.0/16, rate: 100/s, burst: 300, warmup: 2min}",
+		 "10.1.0.0/16 --rate 100/s --burst 300 --warmup 2min --name d"},
+		{"{name: e, cidr: 192.0.2.1, action: deny, shadow: true}", "192.0.2.1 --deny --shadow --name e"},
+		{"{name: f, cidr: 192.0.2.0/24, proto: icmp, rate: 100/10s, algo: fixed-window}",
+		 "192.0.2.0/24 --proto icmp --rate 100/10s --algo fixed-window --name f"},
+	};
+	for (auto [yaml, line] : cases) {
+		RuleSpec from_file = rule(yaml);
+		RuleSpec from_args = *parse_rule_line(line);
+		validate_rule(from_args);
+		EXPECT_TRUE(same_spec(from_file, from_args)) << yaml << "\n  file: " << describe_rule(from_file)
+							     << "\n  args: " << describe_rule(from_args);
+	}
+}
+
+TEST(PolicyParse, EmptyAndOmittedSectionsAreDefaults)
+{
+	Policy p = parse("rules: []\n");
+	EXPECT_TRUE(p.rules.empty()) << "an empty rule list is valid: apply removes every rule";
+	EXPECT_TRUE(p.interfaces.empty());
+	EXPECT_EQ(p.tables.max_rules, 0u);
+	EXPECT_EQ(p.tables.max_sources, 0u);
+	EXPECT_EQ(p.tables.max_log_sources, 0u);
+
+	// Every entry commented out leaves the keys without a value.
+	p = parse("interfaces:\n#  - name: eth0\ntables:\nrules:\n#  - name: x\n");
+	EXPECT_TRUE(p.rules.empty());
+	EXPECT_TRUE(p.interfaces.empty());
+
+	p = parse("interfaces: [{name: eth0}]\nrules: [{name: a, cidr: 10.0.0.0/8, rate: 100/s}]\n");
+	EXPECT_EQ(p.interfaces.at(0).mode, XdpMode::native);
+	EXPECT_EQ(p.rules.at(0).burst, default_burst(parse_rate("100/s"))) << "validate_rule fills the burst";
+}
+
+TEST(PolicyErrors, EachIsOneLineWithTheFileLineAndRule)
+{
+	struct Case {
+		const char *text;
+		const char *error;
+	};
+	const Case cases[] = {
+		{"rules:\n  - name: ssh\n    cidr: 0.0.0.0/0\n    rat: 5/min\n",
+		 "sluice.yaml line 4: rule 'ssh': unknown key 'rat' (expected one of name, cidr, action, proto, "
+		 "dport, rate, burst, algo, per, warmup, shadow, continue)"},
+		{"rules:\n  - cidr: 0.0.0.0/0\n    rat: 5/min\n    name: ssh\n",
+		 "sluice.yaml line 3: rule 'ssh': unknown key 'rat' (expected one of name, cidr, action, proto, "
+		 "dport, rate, burst, algo, per, warmup, shadow, continue)"},
+		{"rules: []\nrule: []\n",
+		 "sluice.yaml line 2: unknown key 'rule' (expected one of interfaces, tables, rules)"},
+		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    action: deny\n  - name: a\n    cidr: 10.0.0.0/9\n"
+		 "    action: deny\n",
+		 "sluice.yaml line 5: rule 'a': another rule has this name (line 2)"},
+		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    action: deny\n  - name: b\n    cidr: 10.0.0.0/8\n"
+		 "    rate: 1/s\n",
+		 "sluice.yaml line 5: rule 'b': selects the same traffic as rule 'a' (line 2); only one of them could "
+		 "ever match"},
+		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    cidr: 10.0.0.0/9\n    action: deny\n",
+		 "sluice.yaml line 4: rule 'a': key 'cidr' given twice (first at line 3)"},
+		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    rate: [1, 2]\n",
+		 "sluice.yaml line 4: rule 'a': 'rate' takes one value, not a list"},
+		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    rate:\n",
+		 "sluice.yaml line 4: rule 'a': 'rate' takes one value, not empty"},
+		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    action: deny\n    shadow: yes\n",
+		 "sluice.yaml line 5: rule 'a': 'shadow' is true or false, not 'yes'"},
+		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    rate: 5/fortnight\n",
+		 "sluice.yaml line 4: rule 'a': unknown period 'fortnight' in '5/fortnight' (use ms, s, min, h or day)"},
+		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    rate: 5/s\n    per: -1\n",
+		 "sluice.yaml line 5: rule 'a': 'per' is a number from 0 to 128, not '-1'"},
+		{"rules:\n  - name: a\n    cidr: 10.0.0.1/8\n    action: deny\n",
+		 "sluice.yaml line 3: rule 'a': '10.0.0.1/8' has host bits set; did you mean 10.0.0.0/8?"},
+		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    action: block\n",
+		 "sluice.yaml line 4: rule 'a': unknown action 'block' (use limit, allow or deny)"},
+		// validate_rule's errors point at the rule.
+		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    action: allow\n    continue: true\n",
+		 "sluice.yaml line 2: rule 'a': --continue applies to limit rules only"},
+		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    action: allow\n    shadow: true\n",
+		 "sluice.yaml line 2: rule 'a': --shadow applies to --rate and --deny rules: an allow rule drops nothing"},
+		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    action: allow\n    rate: 5/s\n",
+		 "sluice.yaml line 2: rule 'a': --rate applies to limit rules, not --allow"},
+		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n",
+		 "sluice.yaml line 2: rule 'a': a limit rule needs --rate"},
+		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    action: deny\n  - cidr: 10.0.0.0/9\n    action: deny\n",
+		 "sluice.yaml line 5: rule #2: a rule needs a 'name'"},
+		{"rules:\n  - name: a\n    action: deny\n", "sluice.yaml line 2: rule 'a': a rule needs a 'cidr'"},
+		{"rules:\n  - name: 42\n    cidr: 10.0.0.0/8\n    action: deny\n",
+		 "sluice.yaml line 2: rule '42': rule name '42' is all digits and would read as a rule id"},
+		{"rules:\n  - 10.0.0.0/8\n", "sluice.yaml line 2: rule #1: a rule is a map of keys (name, cidr, action, "
+					     "proto, dport, rate, burst, algo, per, warmup, shadow, continue), not "
+					     "'10.0.0.0/8'"},
+		{"rules:\n  name: a\n", "sluice.yaml line 1: 'rules' is a list, not a map"},
+		{"", "sluice.yaml line 1: the policy is empty (write 'rules: []' for one without rules)"},
+		{"# nothing yet\n", "sluice.yaml line 1: the policy is empty (write 'rules: []' for one without rules)"},
+		{"interfaces: []\n",
+		 "sluice.yaml line 1: the policy has no 'rules' (write 'rules: []' for one without rules)"},
+		{"rules: []\n---\nrules: []\n", "sluice.yaml line 3: a policy is one YAML document; this is a second one"},
+		// YAML itself.
+		{"rules:\n  - name: a\n   cidr: 10.0.0.0/8\n", "sluice.yaml line 3: end of sequence not found"},
+		{"rules: [\n", "sluice.yaml line 2: end of sequence flow not found"},
+		// Interfaces and tables.
+		{"interfaces:\n  - name: eth0\n  - name: eth0\nrules: []\n",
+		 "sluice.yaml line 3: interface 'eth0': listed twice (first at line 2)"},
+		{"interfaces:\n  - name: eth0\n    mode: turbo\nrules: []\n",
+		 "sluice.yaml line 3: interface 'eth0': unknown XDP mode 'turbo' (use native or generic)"},
+		{"interfaces:\n  - name: eth0\n    mtu: 1500\nrules: []\n",
+		 "sluice.yaml line 3: interface 'eth0': unknown key 'mtu' (expected one of name, mode)"},
+		{"interfaces:\n  - name: a-very-long-interface\nrules: []\n",
+		 "sluice.yaml line 2: interface 'a-very-long-interface': invalid interface name "
+		 "'a-very-long-interface' (1 to 15 characters)"},
+		{"interfaces: eth0\nrules: []\n", "sluice.yaml line 1: 'interfaces' is a list, not 'eth0'"},
+		{"tables:\n  max_rule: 10\nrules: []\n",
+		 "sluice.yaml line 2: tables: unknown key 'max_rule' (expected one of max_rules, max_sources, "
+		 "max_log_sources)"},
+		{"tables:\n  max_sources: 1e6\nrules: []\n",
+		 "sluice.yaml line 2: tables: 'max_sources' is a number from 0 to 4294967295, not '1e6'"},
+		{"tables:\n  max_rules: 1\nrules:\n  - {name: a, cidr: 10.0.0.0/8, action: deny}\n"
+		 "  - {name: b, cidr: 10.0.0.0/9, action: deny}\n",
+		 "sluice.yaml line 3: 2 rules do not fit in max_rules 1"},
+		// A control character in what the file says cannot split the line.
+		{"rules:\n  - name: \"a\\nb\"\n    cidr: 10.0.0.0/8\n",
+		 "sluice.yaml line 2: rule 'a\\x0ab': invalid rule name 'a\\x0ab' (letters, digits, '.', '_' and '-' "
+		 "only)"},
+	};
+	for (const auto &c : cases) {
+		std::string got = parse_error(c.text);
+		EXPECT_EQ(got, c.error) << "policy:\n" << c.text;
+		EXPECT_EQ(got.find('\n'), std::string::npos) << got;
+	}
+}
+
+TEST(PolicyErrors, TooManyRulesOverOneAddressNamesTheRulesLine)
+{
+	std::string text = "# a comment\nrules:\n";
+	// 33 nested layered limits: one more than may apply to one packet.
+	for (int len = 0; len <= SLUICE_MAX_LAYERED; len++)
+		text += "  - {name: r" + std::to_string(len) + ", cidr: 0.0.0.0/" + std::to_string(len) +
+			", rate: 10/s, continue: true}\n";
+	std::string got = parse_error(text.c_str());
+	EXPECT_EQ(got.rfind("sluice.yaml line 2: too many layered (--continue) rules cover 0.0.0.0: 33,", 0), 0u) << got;
+}
+
+TEST(PolicyFile, ReadsAFileAndSaysWhyItCannot)
+{
+	char path[] = "/tmp/sluice-policy-XXXXXX";
+	int fd = mkstemp(path);
+	ASSERT_GE(fd, 0);
+	close(fd);
+	{
+		std::ofstream out(path);
+		out << "rules:\n  - {name: a, cidr: 10.0.0.0/8, action: deny}\n  - {name: b, cidr: 10.0.0.0/8, "
+		       "action: dney}\n";
+	}
+	try {
+		read_policy_file(path);
+		ADD_FAILURE() << "a bad file was accepted";
+	} catch (const Error &e) {
+		EXPECT_EQ(std::string(e.what()),
+			  std::string(path) + " line 3: rule 'b': unknown action 'dney' (use limit, allow or deny)");
+	}
+	{
+		std::ofstream out(path);
+		out << "rules:\n  - {name: a, cidr: 10.0.0.0/8, action: deny}\n";
+	}
+	EXPECT_EQ(read_policy_file(path).rules.size(), 1u);
+	unlink(path);
+
+	try {
+		read_policy_file(path);
+		ADD_FAILURE() << "a missing file was read";
+	} catch (const Error &e) {
+		EXPECT_EQ(std::string(e.what()), "cannot open " + std::string(path) + ": No such file or directory");
+	}
+	try {
+		read_policy_file("/tmp");
+		ADD_FAILURE() << "a directory was read";
+	} catch (const Error &e) {
+		EXPECT_STREQ(e.what(), "cannot read /tmp: Is a directory");
+	}
+}
+
+TEST(PolicyRoundTrip, TheExportFormatReadsBackByteForByte)
+{
+	Policy p = parse(CANONICAL);
+	ASSERT_EQ(p.rules.size(), 8u);
+	EXPECT_EQ(write_policy(p), CANONICAL);
+
+	// Spot checks that the text meant what it says.
+	EXPECT_EQ(p.rules[0].warmup_ns, 30000000000ULL);
+	EXPECT_TRUE(p.rules[0].layered);
+	EXPECT_EQ(p.rules[1].rate.unit, RateUnit::bits);
+	EXPECT_EQ(p.rules[1].per_prefix, 64);
+	EXPECT_EQ(p.rules[2].rate, (Rate{1000000, 1000000000ULL, RateUnit::bytes}));
+	EXPECT_EQ(p.rules[3].rate, parse_rate("0.5/s"));
+	EXPECT_EQ(p.rules[3].cidr.family, 6);
+	EXPECT_EQ(p.rules[4].cidr.prefix_len, 32);
+	EXPECT_EQ(p.rules[5].burst, default_burst(parse_rate("1.25MB/s")));
+}
+
+TEST(PolicyRoundTrip, AnyPolicyReadsBackAsTheSameSpecs)
+{
+	// Written loosely: defaults spelled out, keys in another order, flow style.
+	const char *loose = R"(
+rules:
+  - {cidr: 10.0.0.0/8, name: a, action: limit, rate: 1000/s, burst: 150, per: 32, proto: tcp, dport: 80}
+  - name: b
+    cidr: 2001:db8::/32
+    rate: 10mbit
+    burst: 125000           # the default for 10mbit (100 ms of it), written out
+    algo: token-bucket
+    warmup: 1500ms
+    shadow: false
+    continue: false
+  - {name: c, cidr: "::/0", rate: 6000/min, algo: gcra, burst: 64}
+  - {name: d, cidr: 198.51.100.0/24, action: allow, proto: udp, dport: "1000-2000"}
+)";
+	Policy first = parse(loose);
+	std::string text = write_policy(first);
+	Policy second = parse(text);
+	ASSERT_EQ(second.rules.size(), first.rules.size());
+	for (size_t i = 0; i < first.rules.size(); i++)
+		EXPECT_TRUE(same_spec(first.rules[i], second.rules[i])) << first.rules[i].name << " in\n" << text;
+	EXPECT_EQ(write_policy(second), text);
+	EXPECT_EQ(text, R"(rules:
+  - name: a
+    cidr: 10.0.0.0/8
+    proto: tcp
+    dport: 80
+    rate: 1000/s
+    burst: 150
+  - name: b
+    cidr: 2001:db8::/32
+    rate: 10mbit/s
+    warmup: 1500ms
+  - name: c
+    cidr: ::/0
+    rate: 6000/min
+    burst: 64
+    algo: gcra
+  - name: d
+    cidr: 198.51.100.0/24
+    action: allow
+    proto: udp
+    dport: 1000-2000
+)") << "defaults and per-address aggregation are left out";
+}
+
+TEST(PolicyRoundTrip, WhatYamlWouldMisreadIsQuoted)
+{
+	Policy p;
+	p.interfaces = {{"#lab", XdpMode::generic}};
+	RuleSpec s;
+	s.name = "null";
+	s.cidr = parse_cidr("10.0.0.0/8");
+	s.action = Action::deny;
+	p.rules = {s};
+	std::string text = write_policy(p);
+	EXPECT_EQ(text, "interfaces:\n  - name: \"#lab\"\n    mode: generic\nrules:\n  - name: \"null\"\n"
+			"    cidr: 10.0.0.0/8\n    action: deny\n");
+	Policy back = parse(text);
+	EXPECT_EQ(back.interfaces.at(0).name, "#lab");
+	EXPECT_EQ(back.rules.at(0).name, "null");
+	EXPECT_EQ(write_policy(Policy{}), "rules: []\n");
+	EXPECT_TRUE(parse(write_policy(Policy{})).rules.empty());
+}
+
+TEST(PolicySpec, SameSpecComparesWhatTheRuleMeans)
+{
+	RuleSpec a = rule("{name: a, cidr: 10.0.0.0/8, rate: 100/s}");
+	RuleSpec b = a;
+	b.burst = 0; // as written, before validate_rule
+	b.per_prefix = 32;
+	EXPECT_TRUE(same_spec(a, b)) << "the default burst and per-address aggregation are the defaults";
+	b.burst = a.burst + 1;
+	EXPECT_FALSE(same_spec(a, b));
+	b = a;
+	b.rate = parse_rate("6000/min");
+	EXPECT_FALSE(same_spec(a, b)) << "the same speed written as another window is another rate";
+	b = a;
+	b.name = "b";
+	EXPECT_FALSE(same_spec(a, b));
+	b = a;
+	b.layered = true;
+	EXPECT_FALSE(same_spec(a, b));
+}
+
+TEST(PolicyDiff, AddRemoveAndChangeByName)
+{
+	auto running = rules("[{name: keep, cidr: 10.0.0.0/8, action: deny},"
+			     " {name: old, cidr: 10.1.0.0/16, action: deny},"
+			     " {name: web, cidr: 0.0.0.0/0, proto: tcp, dport: 80, rate: 100/s}]");
+	auto desired = rules("[{name: web, cidr: 0.0.0.0/0, proto: tcp, dport: 80, rate: 200/s, burst: 400},"
+			     " {name: keep, cidr: 10.0.0.0/8, action: deny},"
+			     " {name: ssh, cidr: 0.0.0.0/0, proto: tcp, dport: 22, rate: 5/min, algo: sliding-log}]");
+	auto changes = diff_rules(running, desired);
+	ASSERT_EQ(changes.size(), 3u);
+
+	EXPECT_EQ(changes[0].kind, RuleChange::Kind::remove);
+	EXPECT_EQ(changes[0].name, "old");
+	EXPECT_TRUE(same_spec(changes[0].before, running[1]));
+
+	EXPECT_EQ(changes[1].kind, RuleChange::Kind::change);
+	EXPECT_EQ(changes[1].name, "web");
+	EXPECT_EQ(changes[1].fields, (std::vector<std::string>{"rate", "burst"}));
+	EXPECT_FALSE(changes[1].restarts_buckets);
+
+	EXPECT_EQ(changes[2].kind, RuleChange::Kind::add);
+	EXPECT_EQ(changes[2].name, "ssh");
+	EXPECT_TRUE(same_spec(changes[2].after, desired[2]));
+
+	EXPECT_EQ(format_diff(changes), "- rule old: 10.1.0.0/16 deny\n"
+					"~ rule web: rate 100/s -> 200/s, burst 10 -> 400 (buckets kept)\n"
+					"+ rule ssh: 0.0.0.0/0 tcp dport 22 limit 5/min sliding-log\n");
+	EXPECT_TRUE(diff_rules(desired, desired).empty());
+	EXPECT_EQ(format_diff({}), "no changes\n");
+}
+
+TEST(PolicyDiff, TheDefaultBurstWrittenOutIsNoChange)
+{
+	RuleSpec running = rule("{name: web, cidr: 10.0.0.0/8, rate: 100/s}");
+	RuleSpec desired = rule("{name: web, cidr: 10.0.0.0/8, rate: 100/s, burst: 10, per: 32}");
+	EXPECT_TRUE(diff_rules({running}, {desired}).empty());
+	running.burst = 0; // a spec not yet through validate_rule
+	EXPECT_TRUE(diff_rules({running}, {desired}).empty());
+}
+
+TEST(PolicyDiff, WhichChangesKeepTheBuckets)
+{
+	struct Case {
+		const char *before, *after;
+		std::vector<std::string> fields;
+		bool restarts;
+	};
+	const Case cases[] = {
+		// The bucket's meaning stays: kept.
+		{"rate: 100/s, burst: 200", "rate: 250/s, burst: 200", {"rate"}, false},
+		{"rate: 100/s", "rate: 100/10s", {"rate", "burst"}, false},
+		{"rate: 100/s, burst: 200", "rate: 100/s, burst: 400", {"burst"}, false},
+		{"rate: 100/s, burst: 400", "rate: 100/s, burst: 400, warmup: 10s", {"warmup"}, false},
+		{"rate: 100/s", "rate: 100/s, shadow: true", {"shadow"}, false},
+		{"rate: 100/s", "rate: 100/s, continue: true", {"continue"}, false},
+		{"rate: 1MB/s", "rate: 8mbit", {"rate"}, false}, // bits are a way of writing bytes
+		{"rate: 50/10s, algo: sliding-log", "rate: 50/20s, algo: sliding-log", {"rate"}, false},
+		{"rate: 100/10s, algo: fixed-window", "rate: 200/10s, algo: fixed-window", {"rate"}, false},
+		{"action: deny", "action: deny, shadow: true", {"shadow"}, false},
+		{"action: deny", "action: allow", {"action"}, false}, // neither has buckets
+		// The bucket would mean something else: restarted.
+		{"rate: 100/s", "rate: 100/s, per: 24", {"per"}, true},
+		{"rate: 100/s", "rate: 100/s, algo: gcra", {"algo"}, true},
+		{"rate: 100/s, burst: 1500", "rate: 100kB/s, burst: 1500", {"rate"}, true},
+		{"rate: 100/s", "rate: 100/s, proto: tcp", {"proto"}, true},
+		{"rate: 100/s, proto: udp, dport: 53", "rate: 100/s, proto: udp, dport: 53-54", {"dport"}, true},
+		{"rate: 100/10s, algo: fixed-window", "rate: 100/min, algo: fixed-window", {"rate"}, true},
+		{"rate: 100/10s, algo: sliding-window", "rate: 100/min, algo: sliding-window", {"rate"}, true},
+		{"rate: 100/s", "action: deny", {"action", "rate", "burst"}, true},
+	};
+	for (const auto &c : cases) {
+		RuleSpec before = rule(std::string("{name: r, cidr: 10.0.0.0/8, ") + c.before + "}");
+		RuleSpec after = rule(std::string("{name: r, cidr: 10.0.0.0/8, ") + c.after + "}");
+		auto changes = diff_rules({before}, {after});
+		ASSERT_EQ(changes.size(), 1u) << c.before << " -> " << c.after;
+		EXPECT_EQ(changes[0].kind, RuleChange::Kind::change);
+		EXPECT_EQ(changes[0].fields, c.fields) << c.before << " -> " << c.after;
+		EXPECT_EQ(changes[0].restarts_buckets, c.restarts) << c.before << " -> " << c.after;
+	}
+
+	RuleSpec before = rule("{name: r, cidr: 10.0.0.0/8, rate: 100/s}");
+	RuleSpec moved = rule("{name: r, cidr: 10.0.0.0/16, rate: 100/s}");
+	auto changes = diff_rules({before}, {moved});
+	ASSERT_EQ(changes.size(), 1u);
+	EXPECT_EQ(changes[0].fields, std::vector<std::string>{"cidr"});
+	EXPECT_TRUE(changes[0].restarts_buckets);
+	EXPECT_EQ(format_diff(changes), "~ rule r: cidr 10.0.0.0/8 -> 10.0.0.0/16 (buckets restart)\n");
+}
+
+TEST(PolicyDiff, FormatDiffDescribesEachRule)
+{
+	auto added = rules("[{name: web, cidr: 2001:db8::/32, proto: tcp, dport: 8000-8080, rate: 1000/s, "
+			   "burst: 3000, per: 64, warmup: 30s, shadow: true, continue: true},"
+			   " {name: office, cidr: 198.51.100.0/24, action: allow},"
+			   " {name: bulk, cidr: 203.0.113.0/24, rate: 1MB/s, algo: sliding-window}]");
+	EXPECT_EQ(format_diff(diff_rules({}, added)),
+		  "+ rule web: 2001:db8::/32 tcp dport 8000-8080 limit 1000/s burst 3000 per 64 warmup 30s continue "
+		  "shadow\n"
+		  "+ rule office: 198.51.100.0/24 allow\n"
+		  "+ rule bulk: 203.0.113.0/24 limit 1MB/s sliding-window\n");
+	EXPECT_EQ(format_diff(diff_rules(added, {})),
+		  "- rule web: 2001:db8::/32 tcp dport 8000-8080 limit 1000/s burst 3000 per 64 warmup 30s continue "
+		  "shadow\n"
+		  "- rule office: 198.51.100.0/24 allow\n"
+		  "- rule bulk: 203.0.113.0/24 limit 1MB/s sliding-window\n");
+
+	auto changed = added;
+	changed[0].per_prefix = -1;
+	changed[0].shadow = false;
+	changed[2].rate = parse_rate("2MB/s");
+	EXPECT_EQ(format_diff(diff_rules(added, changed)),
+		  "~ rule web: per 64 -> address, shadow true -> false (buckets restart)\n"
+		  "~ rule bulk: rate 1MB/s -> 2MB/s (buckets kept)\n");
+}
+
+TEST(PolicyDiff, ANameTwiceOnOneSideIsAnError)
+{
+	auto twice = rules("[{name: a, cidr: 10.0.0.0/8, action: deny}]");
+	twice.push_back(twice[0]);
+	EXPECT_THROW(diff_rules(twice, {}), Error);
+	EXPECT_THROW(diff_rules({}, twice), Error);
+}
+
+TEST(PolicyExample, TheShippedExampleParsesAndRoundTrips)
+{
+	Policy p = read_policy_file(SLUICE_POLICY_EXAMPLE);
+	ASSERT_EQ(p.interfaces.size(), 2u);
+	EXPECT_EQ(p.interfaces[1].mode, XdpMode::generic);
+	EXPECT_EQ(p.tables.max_rules, 4096u);
+	ASSERT_EQ(p.rules.size(), 7u);
+	std::vector<std::string> names;
+	for (const auto &r : p.rules)
+		names.push_back(r.name);
+	EXPECT_EQ(names, (std::vector<std::string>{"office", "scanner", "ssh", "ssh-v6", "web", "dns-v6", "partner"}));
+	EXPECT_EQ(p.rules[4].warmup_ns, 30000000000ULL);
+	EXPECT_TRUE(p.rules[5].layered);
+
+	std::string text = write_policy(p);
+	Policy back = parse(text);
+	ASSERT_EQ(back.rules.size(), p.rules.size());
+	for (size_t i = 0; i < p.rules.size(); i++)
+		EXPECT_TRUE(same_spec(back.rules[i], p.rules[i])) << p.rules[i].name;
+	EXPECT_EQ(write_policy(back), text);
+}

@@ -1,0 +1,95 @@
+// The declarative policy file (`sluice apply FILE`, `sluice export`): the
+// interfaces, table sizes and rules an operator wants, in YAML, and what
+// applying it would change. Pure: nothing here reads or writes a map.
+//
+//   interfaces:
+//     - name: eth0
+//       mode: generic         # native (default) or generic
+//   tables:                   # optional; an omitted size is the default
+//     max_rules: 16384
+//   rules:
+//     - name: ssh             # required, unique
+//       cidr: 0.0.0.0/0       # required
+//       proto: tcp
+//       dport: 22
+//       rate: 5/min
+//       algo: sliding-log
+//
+// A rule's keys are `rule add`'s options, parsed by the same functions:
+// name, cidr, action (limit|allow|deny), proto, dport, rate, burst, algo, per,
+// warmup, shadow, continue.
+#pragma once
+
+#include <istream>
+#include <string>
+#include <vector>
+
+#include "datapath.h"
+#include "rule.h"
+
+namespace sluice {
+
+/// An interface the policy attaches to.
+struct PolicyInterface {
+	std::string name;
+	XdpMode mode = XdpMode::native;
+
+	bool operator==(const PolicyInterface &) const = default;
+};
+
+/// A whole policy file. Rules keep the file's order; each has passed
+/// validate_rule (defaults such as the burst are filled in) and the set is
+/// consistent (unique names, no two rules with the same selector).
+struct Policy {
+	std::vector<PolicyInterface> interfaces;
+	TableSizes tables; ///< 0 = the default size
+	std::vector<RuleSpec> rules;
+};
+
+/// Parses and checks a policy. `source` names the input in errors. Throws
+/// Error with one line: "SOURCE line N: rule 'NAME': reason" (the rule's part
+/// where there is one; "rule #K" for a rule whose name is not known).
+Policy parse_policy(std::istream &in, const std::string &source);
+
+/// Reads and parses the policy file at `path`; "-" reads standard input.
+Policy read_policy_file(const std::string &path);
+
+/// The export format: canonical YAML with only the keys that differ from
+/// their defaults, rules in the order given, rates as format_rate prints
+/// them. parse_policy reads it back to the same specs (same_spec), and
+/// writing what it reads gives the same text byte for byte.
+std::string write_policy(const Policy &p);
+
+/// One difference between the running rules and a policy's, by name.
+struct RuleChange {
+	enum class Kind { add, remove, change };
+	Kind kind = Kind::add;
+	std::string name;
+	RuleSpec before; ///< remove and change
+	RuleSpec after;  ///< add and change
+	/// change: the policy keys whose values differ, in the file's key order.
+	std::vector<std::string> fields;
+	/// change: the rule's buckets cannot be kept (their meaning changes):
+	/// selector, action to or from limit, per, algo, packets <-> bytes, or the
+	/// window length of a fixed or sliding window. False for add and remove.
+	bool restarts_buckets = false;
+};
+
+/// What applying `desired` over `running` changes, rules matched by name
+/// (a rename is a remove and an add). Removals first, in running order, then
+/// additions and changes in desired order; unchanged rules are left out.
+/// Throws Error if a name appears twice on either side.
+std::vector<RuleChange> diff_rules(const std::vector<RuleSpec> &running, const std::vector<RuleSpec> &desired);
+
+/// One line per change, newline-terminated:
+///   + rule ssh: 0.0.0.0/0 tcp dport 22 limit 5/min sliding-log
+///   - rule old: 10.0.0.0/8 deny
+///   ~ rule web: rate 100/s -> 200/s, burst 10 -> 20 (buckets kept)
+/// or "no changes" when there are none.
+std::string format_diff(const std::vector<RuleChange> &changes);
+
+/// A rule on one line as format_diff prints it ("0.0.0.0/0 tcp dport 22
+/// limit 5/min sliding-log"): only what differs from the defaults.
+std::string describe_rule(const RuleSpec &spec);
+
+} // namespace sluice
