@@ -39,6 +39,7 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 2 * SLUICE_DEFAULT_MAX_RULES);
+	__uint(map_flags, BPF_F_MMAPABLE); /* the controller writes it in place */
 	__type(key, __u32);
 	__type(value, struct sluice_rule);
 } SLUICE_MAP_RULES SEC(".maps");
@@ -47,6 +48,7 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 2 * SLUICE_DEFAULT_MAX_RULES);
+	__uint(map_flags, BPF_F_MMAPABLE); /* the controller writes it in place */
 	__type(key, __u32);
 	__type(value, struct sluice_rule_info);
 } SLUICE_MAP_RULE_INFO SEC(".maps");
@@ -62,6 +64,7 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 2 * SLUICE_DIR_TOP_SIZE);
+	__uint(map_flags, BPF_F_MMAPABLE); /* the controller writes it in place */
 	__type(key, __u32);
 	__type(value, __u32);
 } SLUICE_MAP_DIR4_TOP SEC(".maps");
@@ -69,6 +72,7 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 2 * 2 * SLUICE_DEFAULT_MAX_RULES); /* two sets of two blocks a rule */
+	__uint(map_flags, BPF_F_MMAPABLE); /* the controller writes it in place */
 	__type(key, __u32);
 	__type(value, struct sluice_dir_block);
 } SLUICE_MAP_DIR4_BLOCKS SEC(".maps");
@@ -76,6 +80,7 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 2 * (SLUICE_DEFAULT_MAX_RULES + 1)); /* two sets; index 0 unused */
+	__uint(map_flags, BPF_F_MMAPABLE); /* the controller writes it in place */
 	__type(key, __u32);
 	__type(value, struct sluice_match_list);
 } SLUICE_MAP_LISTS SEC(".maps");

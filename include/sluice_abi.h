@@ -167,10 +167,11 @@ SLUICE_ASSERT_SIZE(struct sluice_rule_counters, 48);
  * new one, never a mixture (see user/lib/rule_table.cpp).
  */
 struct sluice_active {
-	__u32 set; /* 0 or 1 */
+	__u32 set;      /* 0 or 1: the only field the data plane reads */
 	__u32 pad;
+	__u32 slots[2]; /* each set's highest used slot + 1: how far the controller reads */
 };
-SLUICE_ASSERT_SIZE(struct sluice_active, 8);
+SLUICE_ASSERT_SIZE(struct sluice_active, 16);
 
 /* A rule's entry in SLUICE_MAP_RULES and SLUICE_MAP_RULE_INFO: a slot stays
  * with its rule for life, and its two sets' copies sit side by side. Rule

@@ -2,6 +2,8 @@
 
 #include <cerrno>
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -18,20 +20,21 @@ struct MapRef {
 	UniqueFd MapSet::*field;
 	enum bpf_map_type type;
 	uint32_t key_size, value_size;
+	uint32_t flags = 0; ///< the map flags the controller relies on (BPF_F_MMAPABLE)
 };
 
 const MapRef MAP_REFS[] = {
 	{SLUICE_STR(SLUICE_MAP_ACTIVE), &MapSet::active, BPF_MAP_TYPE_ARRAY, 4, sizeof(struct sluice_active)},
-	{SLUICE_STR(SLUICE_MAP_RULES), &MapSet::rules, BPF_MAP_TYPE_ARRAY, 4, sizeof(struct sluice_rule)},
-	{SLUICE_STR(SLUICE_MAP_RULE_INFO), &MapSet::rule_info, BPF_MAP_TYPE_ARRAY, 4, sizeof(struct sluice_rule_info)},
+	{SLUICE_STR(SLUICE_MAP_RULES), &MapSet::rules, BPF_MAP_TYPE_ARRAY, 4, sizeof(struct sluice_rule), BPF_F_MMAPABLE},
+	{SLUICE_STR(SLUICE_MAP_RULE_INFO), &MapSet::rule_info, BPF_MAP_TYPE_ARRAY, 4, sizeof(struct sluice_rule_info), BPF_F_MMAPABLE},
 	{SLUICE_STR(SLUICE_MAP_RULE_COUNTERS), &MapSet::rule_counters, BPF_MAP_TYPE_PERCPU_ARRAY, 4,
 	 sizeof(struct sluice_rule_counters)},
-	{SLUICE_STR(SLUICE_MAP_DIR4_TOP), &MapSet::dir4_top, BPF_MAP_TYPE_ARRAY, 4, 4},
+	{SLUICE_STR(SLUICE_MAP_DIR4_TOP), &MapSet::dir4_top, BPF_MAP_TYPE_ARRAY, 4, 4, BPF_F_MMAPABLE},
 	{SLUICE_STR(SLUICE_MAP_DIR4_BLOCKS), &MapSet::dir4_blocks, BPF_MAP_TYPE_ARRAY, 4,
-	 sizeof(struct sluice_dir_block)},
-	{SLUICE_STR(SLUICE_MAP_LISTS), &MapSet::lists, BPF_MAP_TYPE_ARRAY, 4, sizeof(struct sluice_match_list)},
+	 sizeof(struct sluice_dir_block), BPF_F_MMAPABLE},
+	{SLUICE_STR(SLUICE_MAP_LISTS), &MapSet::lists, BPF_MAP_TYPE_ARRAY, 4, sizeof(struct sluice_match_list), BPF_F_MMAPABLE},
 	{SLUICE_STR(SLUICE_MAP_MATCH_V6), &MapSet::match6, BPF_MAP_TYPE_LPM_TRIE, sizeof(struct sluice_lpm_v6), 4},
-	{SLUICE_STR(SLUICE_MAP_SOURCES_V4), &MapSet::src4, BPF_MAP_TYPE_ARRAY, 4, sizeof(struct sluice_set_v4)},
+	{SLUICE_STR(SLUICE_MAP_SOURCES_V4), &MapSet::src4, BPF_MAP_TYPE_ARRAY, 4, sizeof(struct sluice_set_v4), BPF_F_MMAPABLE},
 	{SLUICE_STR(SLUICE_MAP_SOURCES_V6), &MapSet::src6, BPF_MAP_TYPE_LRU_HASH, sizeof(struct sluice_src_v6),
 	 sizeof(struct sluice_source_state)},
 	{SLUICE_STR(SLUICE_MAP_LOGS_V4), &MapSet::logs4, BPF_MAP_TYPE_LRU_HASH, sizeof(struct sluice_src_v4),
@@ -62,11 +65,13 @@ struct bpf_map_info map_info(int fd)
 std::string layout_mismatch(const MapRef &ref, int fd)
 {
 	struct bpf_map_info info = map_info(fd);
-	if (info.type != ref.type || info.key_size != ref.key_size || info.value_size != ref.value_size)
+	if (info.type != ref.type || info.key_size != ref.key_size || info.value_size != ref.value_size ||
+	    (info.map_flags & ref.flags) != ref.flags)
 		return std::string("map ") + ref.name + " has type " + std::to_string(info.type) + ", key " +
-		       std::to_string(info.key_size) + " and value " + std::to_string(info.value_size) +
-		       " bytes; this sluice expects type " + std::to_string(ref.type) + ", key " +
-		       std::to_string(ref.key_size) + " and value " + std::to_string(ref.value_size);
+		       std::to_string(info.key_size) + ", value " + std::to_string(info.value_size) +
+		       " bytes and flags " + std::to_string(info.map_flags) + "; this sluice expects type " +
+		       std::to_string(ref.type) + ", key " + std::to_string(ref.key_size) + ", value " +
+		       std::to_string(ref.value_size) + " bytes and flags " + std::to_string(ref.flags);
 	return {};
 }
 
@@ -94,7 +99,7 @@ uint64_t layout_hash()
 	};
 	for (const auto &ref : MAP_REFS) {
 		mix(ref.name, std::strlen(ref.name) + 1);
-		uint32_t fields[] = {static_cast<uint32_t>(ref.type), ref.key_size, ref.value_size};
+		uint32_t fields[] = {static_cast<uint32_t>(ref.type), ref.key_size, ref.value_size, ref.flags};
 		mix(fields, sizeof(fields));
 	}
 	return h;
@@ -175,6 +180,23 @@ int possible_cpus()
 }
 
 uint32_t map_max_entries(int fd) { return map_info(fd).max_entries; }
+
+MappedArray::MappedArray(int fd)
+{
+	struct bpf_map_info info = map_info(fd);
+	entries_ = info.max_entries;
+	stride_ = (info.value_size + 7) & ~size_t(7);
+	long page = sysconf(_SC_PAGESIZE);
+	length_ = (size_t(entries_) * stride_ + page - 1) / page * page;
+	void *p = mmap(nullptr, length_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED && errno == EPERM)
+		p = mmap(nullptr, length_, PROT_READ, MAP_SHARED, fd, 0); // a read-only pin: reading still works
+	if (p == MAP_FAILED)
+		throw_errno("cannot map an array map", errno);
+	base_ = static_cast<uint8_t *>(p);
+}
+
+MappedArray::~MappedArray() { munmap(base_, length_); }
 
 std::string hex64(uint64_t v)
 {

@@ -5,6 +5,7 @@
 #include <bpf/libbpf.h>
 
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -40,6 +41,34 @@ uint64_t layout_hash();
 
 /// "0x" and 16 hex digits.
 std::string hex64(uint64_t v);
+
+/// An array map (BPF_F_MMAPABLE) mapped into this process: entry i at
+/// i * stride bytes (the kernel rounds values up to 8 bytes). Reads and
+/// writes go straight to the map's memory, as the program's do.
+class MappedArray {
+public:
+	explicit MappedArray(int fd);
+	~MappedArray();
+	MappedArray(const MappedArray &) = delete;
+	MappedArray &operator=(const MappedArray &) = delete;
+
+	template <class V> V *at(uint32_t i) const { return reinterpret_cast<V *>(base_ + size_t(i) * stride_); }
+	uint32_t size() const { return entries_; }
+	/// Writes `value` at i unless it is there already; true if it wrote.
+	template <class V> bool put(uint32_t i, const V &value) const
+	{
+		V *p = at<V>(i);
+		if (std::memcmp(p, &value, sizeof(V)) == 0)
+			return false;
+		std::memcpy(p, &value, sizeof(V));
+		return true;
+	}
+
+private:
+	uint8_t *base_ = nullptr;
+	size_t length_ = 0, stride_ = 0;
+	uint32_t entries_ = 0;
+};
 
 /// Number of possible CPUs, as per-CPU maps count them.
 int possible_cpus();

@@ -1,6 +1,7 @@
 #include "rule_table.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <set>
@@ -13,6 +14,7 @@
 namespace sluice {
 
 struct RuleTable::Snapshot {
+	struct sluice_active active = {}; ///< the live set, and how far each set's slots go
 	uint32_t set = 0; ///< the live set
 	std::vector<InstalledRule> rules;
 	struct sluice_meta meta = {};
@@ -21,28 +23,14 @@ struct RuleTable::Snapshot {
 
 namespace {
 
-/// Reads every entry of an array map with one batch call.
-template <class V> std::vector<V> read_array(int fd, uint32_t n, const char *what)
-{
-	std::vector<V> values(n);
-	std::vector<uint32_t> keys(n);
-	uint32_t count = n, cursor = 0;
-	LIBBPF_OPTS(bpf_map_batch_opts, opts);
-	if (bpf_map_lookup_batch(fd, nullptr, &cursor, keys.data(), values.data(), &count, &opts) &&
-	    errno != ENOENT)
-		throw_errno(std::string("cannot read the ") + what, errno);
-	if (count != n)
-		throw Error(std::string("cannot read the ") + what + ": short read");
-	return values;
-}
-
-uint32_t read_active(const MapSet &maps)
+struct sluice_active read_active(const MapSet &maps)
 {
 	uint32_t zero = 0;
 	struct sluice_active active = {};
 	if (bpf_map_lookup_elem(maps.active.get(), &zero, &active))
 		throw_errno("cannot read the live rule set's number", errno);
-	return active.set & 1;
+	active.set &= 1;
+	return active;
 }
 
 template <class Key> Key lpm_key(const Cidr &c, uint32_t set)
@@ -121,17 +109,21 @@ RuleTable::Snapshot RuleTable::read() const
 	uint32_t zero = 0;
 	if (bpf_map_lookup_elem(maps_.meta.get(), &zero, &s.meta))
 		throw_errno("cannot read sluice metadata", errno);
-	s.set = read_active(maps_);
+	s.active = read_active(maps_);
+	s.set = s.active.set;
 	uint32_t n = maps_.max_rules();
-	auto dps = read_array<struct sluice_rule>(maps_.rules.get(), 2 * n, "rule table");
-	auto infos = read_array<struct sluice_rule_info>(maps_.rule_info.get(), 2 * n, "rule names");
+	// Both sets' entries up to the higher of their high-water marks: the
+	// live set's rules, and the idle set's leftovers to clear.
+	uint32_t reach = std::min(n, std::max(s.active.slots[0], s.active.slots[1]));
+	MappedArray dps(maps_.rules.get()), infos(maps_.rule_info.get());
 	s.idle_used.assign(n, false);
-	for (uint32_t slot = 0; slot < n; slot++) {
-		s.idle_used[slot] = dps[sluice_rule_index(slot, s.set ^ 1)].id != 0;
+	for (uint32_t slot = 0; slot < reach; slot++) {
+		s.idle_used[slot] = dps.at<struct sluice_rule>(sluice_rule_index(slot, s.set ^ 1))->id != 0;
 		uint32_t i = sluice_rule_index(slot, s.set);
-		if (dps[i].id == 0)
+		struct sluice_rule dp = *dps.at<struct sluice_rule>(i);
+		if (dp.id == 0)
 			continue;
-		InstalledRule r = from_maps(dps[i], infos[i]);
+		InstalledRule r = from_maps(dp, *infos.at<struct sluice_rule_info>(i));
 		r.slot = slot;
 		s.rules.push_back(r);
 	}
@@ -156,7 +148,7 @@ InstalledRule RuleTable::find(std::string_view key) const
 
 struct sluice_rule RuleTable::datapath_rule(uint32_t slot) const
 {
-	uint32_t index = sluice_rule_index(slot, read_active(maps_));
+	uint32_t index = sluice_rule_index(slot, read_active(maps_).set);
 	struct sluice_rule dp = {};
 	if (bpf_map_lookup_elem(maps_.rules.get(), &index, &dp))
 		throw_errno("cannot read rule slot " + std::to_string(slot), errno);
@@ -175,6 +167,9 @@ std::vector<InstalledRule> RuleTable::add_many(std::vector<RuleSpec> specs, cons
 	uint32_t next_id = std::max<uint32_t>(before.meta.next_rule_id, 1);
 	std::vector<InstalledRule> after = before.rules;
 	std::vector<std::string> where(after.size());
+	std::map<std::tuple<Cidr, Proto, uint16_t, uint16_t>, const RuleSpec *> by_selector;
+	for (const auto &r : before.rules)
+		by_selector[{r.spec.cidr, r.spec.proto, r.spec.dport.lo, r.spec.dport.hi}] = &r.spec;
 	for (size_t i = 0; i < specs.size(); i++) {
 		where.push_back(i < where_of.size() ? where_of[i] + ": "
 				: specs.size() > 1   ? "rule " + std::to_string(i + 1) + ": "
@@ -187,12 +182,14 @@ std::vector<InstalledRule> RuleTable::add_many(std::vector<RuleSpec> specs, cons
 		// A rule present already, as asked, is not added twice: an import
 		// can be run again. (An unnamed one is compared without its name.)
 		RuleSpec &spec = specs[i];
-		bool present = std::any_of(before.rules.begin(), before.rules.end(), [&spec](const auto &r) {
+		auto same = by_selector.find({spec.cidr, spec.proto, spec.dport.lo, spec.dport.hi});
+		bool present = false;
+		if (same != by_selector.end()) {
 			RuleSpec named = spec;
 			if (named.name.empty())
-				named.name = r.spec.name;
-			return same_spec(r.spec, named);
-		});
+				named.name = same->second->name;
+			present = same_spec(*same->second, named);
+		}
 		if (present && skip_present) {
 			where.pop_back();
 			continue;
@@ -243,7 +240,8 @@ InstalledRule RuleTable::edit(std::string_view name_or_id, const RuleEdit &e)
 		spec.rate = *e.rate;
 	if (e.algo)
 		spec.algo = *e.algo;
-	bool default_burst_before = it->spec.has_burst() && it->spec.burst == default_burst(it->spec.rate);
+	bool default_burst_before = it->spec.action == Action::limit && it->spec.has_burst() &&
+				    it->spec.burst == default_burst(it->spec.rate);
 	if (e.burst)
 		spec.burst = *e.burst;
 	else if (!spec.has_burst() || default_burst_before)
@@ -445,49 +443,52 @@ void RuleTable::commit(const Snapshot &before, std::vector<InstalledRule> &after
 	meta.next_rule_id = next_id;
 	map_update(maps_.meta.get(), &zero, &meta, "sluice metadata");
 
-	std::vector<uint32_t> new_slots, rule_keys;
-	std::vector<struct sluice_rule> dps;
-	std::vector<struct sluice_rule_info> infos;
+	std::vector<uint32_t> new_slots;
 	std::vector<bool> in_after(n);
+	std::vector<uint32_t> id_in_slot(n); // the live set's rule id of each slot
+	for (const auto &r : before.rules)
+		id_in_slot[r.slot] = r.id;
+	// The idle set is written in place (the maps are mapped into this
+	// process), entry by entry where it differs: the live set is never touched.
+	MappedArray rules(maps_.rules.get()), infos(maps_.rule_info.get());
 	for (const auto &r : after) {
 		in_after[r.slot] = true;
 		// A slot whose rule is new gets zeroed counters; a kept rule keeps its own.
-		if (std::none_of(before.rules.begin(), before.rules.end(),
-				 [&r](const auto &b) { return b.slot == r.slot && b.id == r.id; }))
+		if (id_in_slot[r.slot] != r.id)
 			new_slots.push_back(r.slot);
-		rule_keys.push_back(sluice_rule_index(r.slot, set));
-		dps.push_back(to_datapath(r));
-		infos.push_back(to_info(r));
+		rules.put(sluice_rule_index(r.slot, set), to_datapath(r));
+		infos.put(sluice_rule_index(r.slot, set), to_info(r));
 	}
+	// Slots the idle set may hold leftovers in: those read as used, and any
+	// beyond what was read (a killed change may have written there) up to
+	// the new high-water mark, which bounds what later reads look at.
+	uint32_t reach = std::min(n, std::max(before.active.slots[0], before.active.slots[1])), high = 0;
+	for (const auto &r : after)
+		high = std::max(high, r.slot + 1);
 	for (uint32_t slot = 0; slot < n; slot++) {
-		if (before.idle_used[slot] && !in_after[slot]) {
-			rule_keys.push_back(sluice_rule_index(slot, set));
-			dps.push_back({});
-			infos.push_back({});
+		if ((before.idle_used[slot] || (slot >= reach && slot < high)) && !in_after[slot]) {
+			rules.put(sluice_rule_index(slot, set), sluice_rule{});
+			infos.put(sluice_rule_index(slot, set), sluice_rule_info{});
 		}
 	}
 	std::vector<uint8_t> zero_counters(sizeof(struct sluice_rule_counters) * possible_cpus() * new_slots.size());
 	map_update_batch(maps_.rule_counters.get(), new_slots.data(), zero_counters.data(), new_slots.size(),
 			 "rule counters");
-	map_update_batch(maps_.rule_info.get(), rule_keys.data(), infos.data(), rule_keys.size(), "rule names");
-	map_update_batch(maps_.rules.get(), rule_keys.data(), dps.data(), rule_keys.size(), "rules");
 
-	std::vector<uint32_t> list_keys(lists.lists.size());
-	for (size_t i = 0; i < list_keys.size(); i++)
-		list_keys[i] = lists.base + static_cast<uint32_t>(i);
-	map_update_batch(maps_.lists.get(), list_keys.data(), lists.lists.data(), list_keys.size(), "match lists");
-	std::vector<uint32_t> block_keys(dir.blocks.size()), top_keys(SLUICE_DIR_TOP_SIZE);
-	for (size_t i = 0; i < block_keys.size(); i++)
-		block_keys[i] = block_base + static_cast<uint32_t>(i);
+	MappedArray list_map(maps_.lists.get()), blocks(maps_.dir4_blocks.get()), top(maps_.dir4_top.get());
+	for (size_t i = 0; i < lists.lists.size(); i++)
+		list_map.put(lists.base + static_cast<uint32_t>(i), lists.lists[i]);
+	for (size_t i = 0; i < dir.blocks.size(); i++)
+		blocks.put(block_base + static_cast<uint32_t>(i), dir.blocks[i]);
 	for (uint32_t i = 0; i < SLUICE_DIR_TOP_SIZE; i++)
-		top_keys[i] = set * SLUICE_DIR_TOP_SIZE + i;
-	map_update_batch(maps_.dir4_blocks.get(), block_keys.data(), dir.blocks.data(), block_keys.size(),
-			 "IPv4 rule table blocks");
-	map_update_batch(maps_.dir4_top.get(), top_keys.data(), dir.top.data(), top_keys.size(), "IPv4 rule table");
+		top.put(set * SLUICE_DIR_TOP_SIZE + i, dir.top[i]);
 	write_v6(maps_.match6.get(), set, lists);
 
 	// 4. The switch: one word, and the new rule set is live.
-	struct sluice_active active = {set, 0};
+	std::atomic_thread_fence(std::memory_order_seq_cst); // every write above before the flip
+	struct sluice_active active = before.active;
+	active.set = set;
+	active.slots[set] = high;
 	map_update(maps_.active.get(), &zero, &active, "the live rule set's number");
 
 	// 5. Buckets no rule uses any more. A command killed before this leaves
