@@ -49,9 +49,10 @@ $got"
   fi
 }
 
-check_install "$scratch/default" "$prefix"
 # A prefix given at install time, as packagers do, moves the unit's paths too.
 check_install "$scratch/moved" /opt/sluice-test --prefix /opt/sluice-test
+# The configured prefix last, so the unit left in the build tree is its own.
+check_install "$scratch/default" "$prefix"
 
 # systemd-analyze verify, inside the DESTDIR (--root): the unit's syntax, its
 # commands' executables and its Documentation= man page (found through
