@@ -12,6 +12,7 @@
 #include <optional>
 #include <sstream>
 
+#include "apply.h"
 #include "datapath.h"
 #include "rule_args.h"
 #include "rule_table.h"
@@ -282,6 +283,16 @@ int main(int argc, char **argv)
 	auto *list = rule->add_subcommand("list", "List rules in match order");
 	list->add_flag("--json", json, "JSON output");
 
+	std::string policy_path;
+	bool check_only = false, diff_only = false;
+	auto *apply = app.add_subcommand("apply", "Make the running state equal to a policy file, in one transaction");
+	apply->add_option("FILE", policy_path, "YAML policy (see sluice(8)); - for stdin")->required();
+	auto *check_flag = apply->add_flag("--check", check_only, "Validate the file against this host; change nothing");
+	apply->add_flag("--diff", diff_only, "Print what would change; change nothing")->excludes(check_flag);
+	auto *export_cmd = app.add_subcommand("export", "Print the running state as a policy file");
+	auto *upgrade = app.add_subcommand(
+		"upgrade", "Replace the loaded program with this binary's, keeping rules, buckets and counters");
+
 	StatsQuery query;
 	auto *stats = app.add_subcommand("stats", "Per-source, per-rule and global counters");
 	stats->add_option("--top", query.top, "Show the N sources with most drops")->check(CLI::NonNegativeNumber);
@@ -299,7 +310,8 @@ int main(int argc, char **argv)
 	} catch (const CLI::ParseError &e) {
 		std::string msg = e.what();
 		if (msg.empty())
-			msg = "a subcommand is required (attach, detach, status, rule, stats); see --help";
+			msg = "a subcommand is required (attach, detach, status, rule, stats, apply, export, upgrade); "
+			      "see --help";
 		std::cerr << "sluice: " << msg << "\n";
 		return 2;
 	}
@@ -368,6 +380,31 @@ int main(int argc, char **argv)
 			cmd_rule_list(inst, json);
 		} else if (*stats) {
 			cmd_stats(inst, query, json);
+		} else if (*apply) {
+			Policy p = read_policy_file(policy_path);
+			if (check_only || diff_only) {
+				auto lock = inst.lock(false);
+				ApplyPlan plan = plan_apply(inst, p);
+				if (diff_only)
+					std::cout << plan.format();
+				else
+					std::cout << policy_path << ": ok (" << p.rules.size() << " rules, "
+						  << p.interfaces.size() << " interfaces)\n";
+			} else {
+				auto lock = inst.lock(true);
+				ApplyPlan plan = apply_policy(inst, p);
+				std::cout << (plan.empty() ? "no changes\n" : plan.format());
+			}
+		} else if (*export_cmd) {
+			auto lock = inst.lock(false);
+			std::cout << write_policy(export_policy(inst));
+		} else if (*upgrade) {
+			auto lock = inst.lock(true);
+			auto restarted = inst.upgrade();
+			std::cout << "sluice upgraded in place: rules, counters and buckets kept";
+			for (const auto &name : restarted)
+				std::cout << "; " << name << " started afresh (its layout changed)";
+			std::cout << "\n";
 		}
 	} catch (const std::exception &e) {
 		std::cerr << "sluice: " << e.what() << "\n";

@@ -1,6 +1,7 @@
 #include "datapath.h"
 
 #include <dirent.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <linux/if_link.h>
 #include <linux/magic.h>
@@ -23,6 +24,7 @@
 #include <sstream>
 
 #include "sluice_bpf.skel.h"
+#include "upgrade.h"
 
 namespace sluice {
 
@@ -258,6 +260,19 @@ LoadedProgram::LoadedProgram(const TableSizes &sizes, ObjectImage image)
 	if (!cfg_map)
 		throw Error("BPF object has no map " SLUICE_STR(SLUICE_MAP_CONFIG));
 	map_update(bpf_map__fd(cfg_map), &zero, &cfg, "sluice configuration");
+
+	// The layout record (see struct sluice_meta).
+	struct sluice_meta meta = {};
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	meta.abi_version = SLUICE_ABI_VERSION;
+	meta.layout_hash = layout_hash();
+	meta.next_rule_id = 1;
+	meta.loaded_ns = static_cast<__u64>(now.tv_sec) * 1000000000ULL + now.tv_nsec;
+	struct bpf_map *meta_map = bpf_object__find_map_by_name(obj_, SLUICE_STR(SLUICE_MAP_META));
+	if (!meta_map)
+		throw Error("BPF object has no map " SLUICE_STR(SLUICE_MAP_META));
+	map_update(bpf_map__fd(meta_map), &zero, &meta, "sluice metadata");
 	close_obj.dismiss();
 }
 
@@ -299,36 +314,29 @@ MapSet Instance::maps() const
 	return MapSet::open_pinned(dir_);
 }
 
-void Instance::pin_program(const LoadedProgram &prog) const
+void Instance::pin_program(const LoadedProgram &prog, const std::string &dir)
 {
-	Rollback undo([this] { remove_pins(); });
-	if (mkdir(links_dir().c_str(), 0700) && errno != EEXIST)
-		throw_errno("cannot create " + links_dir(), errno);
-	prog.maps().for_each([this](const char *name, int fd) {
-		std::string path = dir_ + "/" + name;
+	Rollback undo([&dir] { remove_pins(dir); });
+	if (mkdir((dir + "/links").c_str(), 0700) && errno != EEXIST)
+		throw_errno("cannot create " + dir + "/links", errno);
+	prog.maps().for_each([&dir](const char *name, int fd) {
+		std::string path = dir + "/" + name;
 		if (bpf_obj_pin(fd, path.c_str()))
 			throw_errno("cannot pin " + path, errno);
 	});
-	uint32_t zero = 0;
-	struct sluice_meta meta = {};
-	struct timespec now;
-	clock_gettime(CLOCK_REALTIME, &now);
-	meta.abi_version = SLUICE_ABI_VERSION;
-	meta.layout_hash = layout_hash();
-	meta.next_rule_id = 1;
-	meta.loaded_ns = static_cast<__u64>(now.tv_sec) * 1000000000ULL + now.tv_nsec;
-	map_update(prog.maps().meta.get(), &zero, &meta, "sluice metadata");
 	// The program pin goes last: its presence means "loaded".
-	if (bpf_obj_pin(prog.prog_fd(), prog_pin().c_str()))
-		throw_errno("cannot pin " + prog_pin(), errno);
+	if (bpf_obj_pin(prog.prog_fd(), (dir + "/prog").c_str()))
+		throw_errno("cannot pin " + dir + "/prog", errno);
 	undo.dismiss();
 }
 
-void Instance::remove_pins() const
+void Instance::remove_pins(const std::string &dir)
 {
-	unlink(prog_pin().c_str());
-	MapSet().for_each([this](const char *name, int) { unlink((dir_ + "/" + name).c_str()); });
-	rmdir(links_dir().c_str());
+	unlink((dir + "/prog").c_str());
+	MapSet().for_each([&dir](const char *name, int) { unlink((dir + "/" + name).c_str()); });
+	for (const char *old : {"sluice_d4sel", "sluice_lists4"}) // ABI 1's, gone since
+		unlink((dir + "/" + old).c_str());
+	rmdir((dir + "/links").c_str());
 }
 
 std::vector<std::string> Instance::link_pins() const
@@ -350,7 +358,7 @@ bool Instance::load(const TableSizes &sizes)
 	if (loaded())
 		return false;
 	LoadedProgram fresh(sizes);
-	pin_program(fresh);
+	pin_program(fresh, dir_);
 	return true;
 }
 
@@ -367,11 +375,13 @@ void Instance::check_sizes(const MapSet &m, const TableSizes &sizes)
 	differs(sizes.max_log_sources, m.max_log_sources(), "--max-log-sources");
 }
 
-void Instance::attach(const std::string &ifname, XdpMode mode, const TableSizes &sizes)
+void Instance::attach(const std::string &ifname, XdpMode mode, const TableSizes &sizes, bool beside_other_mode)
 {
 	uint32_t ifindex = resolve_ifindex(ifname, "attach to");
 	std::string pin = links_dir() + "/" + link_pin_name(current_netns(), ifindex, mode);
 	for (XdpMode m : {XdpMode::native, XdpMode::generic}) {
+		if (beside_other_mode && m != mode)
+			continue;
 		if (access((links_dir() + "/" + link_pin_name(current_netns(), ifindex, m)).c_str(), F_OK) == 0)
 			throw Error("sluice is already attached to " + ifname + " (" +
 				    std::string(mode_name(m)) + " mode)");
@@ -381,7 +391,7 @@ void Instance::attach(const std::string &ifname, XdpMode mode, const TableSizes 
 	bool fresh = load(sizes);
 	Rollback unload_fresh([&] {
 		if (fresh)
-			remove_pins();
+			remove_pins(dir_);
 	});
 	if (!fresh)
 		check_sizes(maps(), sizes);
@@ -444,7 +454,78 @@ void Instance::detach(const std::string &ifname)
 	if (unlink(pin.c_str()))
 		throw_errno("cannot remove " + pin, errno);
 	if (link_pins().empty())
-		remove_pins();
+		remove_pins(dir_);
+}
+
+void Instance::detach_link(const std::string &pin_name)
+{
+	refuse_read_only(dir_);
+	std::string pin = links_dir() + "/" + pin_name;
+	UniqueFd link(open_pinned_object(pin));
+	if (link && bpf_link_detach(link.get()) && errno != ENOLINK)
+		throw_errno("cannot detach link " + pin_name, errno);
+	if (unlink(pin.c_str()))
+		throw_errno("cannot remove " + pin, errno);
+}
+
+std::vector<std::string> Instance::upgrade(const TableSizes &sizes)
+{
+	if (!loaded())
+		throw Error(NOT_ATTACHED);
+	refuse_read_only(dir_);
+	// 1. Everything worth keeping, read from the pinned state of any known
+	//    layout, into a program loaded from this binary.
+	CarriedState state = read_state(dir_);
+	TableSizes want = {sizes.max_sources ? sizes.max_sources : state.max_sources,
+			   sizes.max_rules ? sizes.max_rules : state.max_rules,
+			   sizes.max_log_sources ? sizes.max_log_sources : state.max_log_sources};
+	LoadedProgram fresh(want);
+	std::vector<std::string> restarted = restore_state(state, fresh.maps());
+
+	// 2. Pin it beside the live state, links included (a link may have many
+	//    pins), and swap the two directories in one rename: a command sees
+	//    the old state or the new. Leftovers of a killed upgrade go first.
+	std::string staging = dir_ + "-next"; // bpffs names take no dots
+	remove_state_dir(staging);
+	if (mkdir(staging.c_str(), 0700))
+		throw_errno("cannot create " + staging, errno);
+	Rollback drop_staging([&staging] { remove_state_dir(staging); });
+	pin_program(fresh, staging);
+	std::vector<std::pair<std::string, UniqueFd>> links;
+	for (const auto &name : link_pins()) {
+		UniqueFd link(open_pinned_object(links_dir() + "/" + name));
+		if (!link)
+			throw_errno("cannot open link " + name, errno);
+		std::string path = staging + "/links/" + name;
+		if (bpf_obj_pin(link.get(), path.c_str()))
+			throw_errno("cannot pin " + path, errno);
+		links.emplace_back(name, std::move(link));
+	}
+	if (renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, dir_.c_str(), RENAME_EXCHANGE))
+		throw_errno("cannot swap " + staging + " and " + dir_, errno);
+
+	// 3. Each interface moves to the new program in one step (the link is
+	//    updated in place: no packet meets no program). A command killed
+	//    here leaves links on the old program: `sluice upgrade` again
+	//    finishes (status shows them).
+	for (const auto &[name, link] : links) {
+		if (bpf_link_update(link.get(), fresh.prog_fd(), nullptr) && errno != ENOLINK)
+			throw_errno("cannot move link " + name + " to the new program", errno);
+	}
+	return restarted; // drop_staging removes the old state, now at `staging`
+}
+
+void Instance::remove_state_dir(const std::string &dir)
+{
+	DIR *d = opendir((dir + "/links").c_str());
+	if (d) {
+		while (struct dirent *e = readdir(d))
+			if (e->d_name[0] != '.')
+				unlink((dir + "/links/" + e->d_name).c_str());
+		closedir(d);
+	}
+	remove_pins(dir);
+	rmdir(dir.c_str());
 }
 
 void Instance::unload()
@@ -457,7 +538,7 @@ void Instance::unload()
 			bpf_link_detach(link.get());
 		unlink(pin.c_str());
 	}
-	remove_pins();
+	remove_pins(dir_);
 }
 
 Status Instance::status() const

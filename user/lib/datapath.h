@@ -104,7 +104,16 @@ public:
 
 	/// Attaches to an interface of the caller's network namespace, loading and
 	/// pinning the program first if it is not loaded.
-	void attach(const std::string &ifname, XdpMode mode, const TableSizes &sizes);
+	/// beside_other_mode: the interface may have the other mode attached
+	/// (a mode change attaches the new one before it detaches the old).
+	void attach(const std::string &ifname, XdpMode mode, const TableSizes &sizes, bool beside_other_mode = false);
+	/// Detaches one link by its pin name; the state stays loaded.
+	void detach_link(const std::string &pin_name);
+	/// Replaces the loaded program with this binary's, in place: state of
+	/// any known layout is carried over (rules, counters, buckets) into maps
+	/// of `sizes` (0: as they are), every link is moved to the new program.
+	/// Returns the bucket tables that could not be carried (see restore_state).
+	std::vector<std::string> upgrade(const TableSizes &sizes = {});
 	/// Detaches from one interface, named in the caller's network namespace
 	/// or by its link's pin name (the way to remove the link of an interface
 	/// or namespace that is gone); the last detach unloads everything.
@@ -118,8 +127,9 @@ public:
 private:
 	std::string links_dir() const { return dir_ + "/links"; }
 	std::string prog_pin() const { return dir_ + "/prog"; }
-	void pin_program(const LoadedProgram &prog) const;
-	void remove_pins() const;
+	static void pin_program(const LoadedProgram &prog, const std::string &dir);
+	static void remove_pins(const std::string &dir);
+	static void remove_state_dir(const std::string &dir);
 	std::vector<std::string> link_pins() const;
 
 	std::string dir_;

@@ -334,6 +334,8 @@ InstalledRule from_maps(const struct sluice_rule &dp, const struct sluice_rule_i
 bool match_order(const InstalledRule &a, const InstalledRule &b)
 {
 	const RuleSpec &x = a.spec, &y = b.spec;
+	if (x.cidr.family != y.cidr.family)
+		return x.cidr.family < y.cidr.family; // the families never meet: IPv4's first
 	if (x.cidr.prefix_len != y.cidr.prefix_len)
 		return x.cidr.prefix_len > y.cidr.prefix_len;
 	int wx = x.dport.hi - x.dport.lo, wy = y.dport.hi - y.dport.lo;

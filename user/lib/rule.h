@@ -119,7 +119,8 @@ struct sluice_rule_info to_info(const InstalledRule &r);
 /// Rebuilds the installed rule from its two map entries (slot not filled in).
 InstalledRule from_maps(const struct sluice_rule &dp, const struct sluice_rule_info &info);
 
-/// True if rule a comes before rule b in match order: a longer prefix first,
+/// True if rule a comes before rule b in match order (IPv4 rules, then
+/// IPv6 rules, which never meet a packet of the other): a longer prefix first,
 /// then a port selector (narrower first), then a protocol selector, then the
 /// older rule. A packet meets the rules that cover it in this order.
 bool match_order(const InstalledRule &a, const InstalledRule &b);

@@ -279,7 +279,7 @@ InstalledRule RuleTable::edit(std::string_view name_or_id, const RuleEdit &e)
 	return edited;
 }
 
-ChangeSummary RuleTable::replace(std::vector<RuleSpec> desired)
+ChangeSummary RuleTable::replace(std::vector<RuleSpec> desired, bool dry_run)
 {
 	Snapshot before = read();
 	uint32_t next_id = std::max<uint32_t>(before.meta.next_rule_id, 1);
@@ -315,11 +315,19 @@ ChangeSummary RuleTable::replace(std::vector<RuleSpec> desired)
 	for (const auto &r : before.rules)
 		if (!kept.count(r.spec.name))
 			sum.removed.push_back(r);
-	commit(before, after, next_id);
+	commit(before, after, next_id, {}, dry_run);
 	for (const auto &r : after)
 		if (!running.count(r.spec.name))
 			sum.added.push_back(r);
 	return sum;
+}
+
+void RuleTable::restore(std::vector<InstalledRule> rules, uint32_t next_id)
+{
+	Snapshot before = read();
+	if (!before.rules.empty())
+		throw Error("cannot restore rules into a table that holds rules");
+	commit(before, rules, next_id);
 }
 
 struct sluice_rule_counters RuleTable::counters(uint32_t slot) const
@@ -336,12 +344,18 @@ struct sluice_rule_counters RuleTable::counters(uint32_t slot) const
 	return sum;
 }
 
-void RuleTable::commit(const Snapshot &before, std::vector<InstalledRule> &after, uint32_t next_id,
-		       const std::vector<std::string> &where)
+/// A change ready to write into the idle set.
+struct RuleTable::Compiled {
+	uint32_t set = 0, block_base = 0;
+	MatchLists lists;
+	Dir4Tables dir;
+};
+
+RuleTable::Compiled RuleTable::prepare(const Snapshot &before, std::vector<InstalledRule> &after, uint32_t &next_id,
+				       const std::vector<std::string> &where, uint32_t n)
 {
 	// 1. Validate the whole new rule set and give new rules ids and slots.
 	//    Nothing has been written yet: any error leaves the maps as they are.
-	uint32_t n = maps_.max_rules();
 	auto at = [&where](size_t i) { return i < where.size() ? where[i] : std::string(); };
 	using Selector = std::tuple<Cidr, Proto, uint16_t, uint16_t>;
 	std::map<Selector, std::string> selectors;
@@ -400,15 +414,41 @@ void RuleTable::commit(const Snapshot &before, std::vector<InstalledRule> &after
 	}
 
 	// 2. Compile the idle set's lookup tables (throws if they do not fit).
-	uint32_t set = before.set ^ 1;
+	Compiled c;
+	c.set = before.set ^ 1;
 	uint32_t list_capacity = n; // a list holds at least one rule
-	MatchLists lists = compile_match_lists(after, set * (n + 1) + 1, list_capacity);
+	c.lists = compile_match_lists(after, c.set * (n + 1) + 1, list_capacity);
 	std::vector<std::pair<Cidr, uint32_t>> prefixes4;
-	for (const auto &[prefix, first] : lists.first)
+	for (const auto &[prefix, first] : c.lists.first)
 		if (prefix.family == 4)
 			prefixes4.push_back({prefix, first});
-	uint32_t blocks_per_set = 2 * n, block_base = set * blocks_per_set;
-	Dir4Tables dir = build_dir4(prefixes4, block_base, blocks_per_set);
+	uint32_t blocks_per_set = 2 * n; // enough for any n rules: see sluice_abi.h
+	c.block_base = c.set * blocks_per_set;
+	c.dir = build_dir4(prefixes4, c.block_base, blocks_per_set);
+	return c;
+}
+
+void RuleTable::check_fits(const std::vector<RuleSpec> &rules, uint32_t max_rules)
+{
+	Snapshot empty;
+	empty.idle_used.assign(max_rules, false);
+	std::vector<InstalledRule> after;
+	for (const auto &spec : rules)
+		after.push_back({0, NO_SLOT, spec});
+	uint32_t next_id = 1;
+	prepare(empty, after, next_id, {}, max_rules);
+}
+
+void RuleTable::commit(const Snapshot &before, std::vector<InstalledRule> &after, uint32_t next_id,
+		       const std::vector<std::string> &where, bool dry_run)
+{
+	uint32_t n = maps_.max_rules();
+	Compiled c = prepare(before, after, next_id, where, n);
+	if (dry_run)
+		return;
+	uint32_t set = c.set, block_base = c.block_base;
+	const MatchLists &lists = c.lists;
+	const Dir4Tables &dir = c.dir;
 
 	// 3. Write the idle set in full. Packets and readers use the live one.
 	uint32_t zero = 0;
@@ -422,8 +462,9 @@ void RuleTable::commit(const Snapshot &before, std::vector<InstalledRule> &after
 	std::vector<bool> in_after(n);
 	for (const auto &r : after) {
 		in_after[r.slot] = true;
-		if (!live[r.slot] || std::none_of(before.rules.begin(), before.rules.end(),
-						  [&r](const auto &b) { return b.slot == r.slot && b.id == r.id; }))
+		// A slot whose rule is new gets zeroed counters; a kept rule keeps its own.
+		if (std::none_of(before.rules.begin(), before.rules.end(),
+				 [&r](const auto &b) { return b.slot == r.slot && b.id == r.id; }))
 			new_slots.push_back(r.slot);
 		rule_keys.push_back(sluice_rule_index(r.slot, set));
 		dps.push_back(to_datapath(r));

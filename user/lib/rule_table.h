@@ -67,7 +67,16 @@ public:
 	/// Makes the installed rules equal `desired` in one transaction. Rules
 	/// are matched by name: a rule whose spec is unchanged keeps everything,
 	/// a changed one is edited in place, the others are added or removed.
-	ChangeSummary replace(std::vector<RuleSpec> desired);
+	/// With dry_run, checks that the change fits and writes nothing.
+	ChangeSummary replace(std::vector<RuleSpec> desired, bool dry_run = false);
+
+	/// Checks, with no maps, that a rule set fits tables of `max_rules`
+	/// (names, selectors, match lists, the IPv4 table); throws if not.
+	static void check_fits(const std::vector<RuleSpec> &rules, uint32_t max_rules);
+
+	/// Installs rules carried from another program (ids, slots and bucket
+	/// ids as given) into an empty table.
+	void restore(std::vector<InstalledRule> rules, uint32_t next_id);
 
 	/// Finds a rule by name or id; throws if there is none.
 	InstalledRule find(std::string_view name_or_id) const;
@@ -80,11 +89,17 @@ public:
 
 private:
 	struct Snapshot;
+	struct Compiled;
 	Snapshot read() const;
+	/// Validates `after` as a whole (names, selectors, capacity), gives new
+	/// rules ids and slots, and compiles the idle set's tables; throws if the
+	/// change does not fit. Writes nothing.
+	static Compiled prepare(const Snapshot &before, std::vector<InstalledRule> &after, uint32_t &next_id,
+				const std::vector<std::string> &where, uint32_t max_rules);
 	/// Validates `after` as a whole, writes it into the idle set and makes
 	/// it live; then removes the buckets no rule of `after` uses.
 	void commit(const Snapshot &before, std::vector<InstalledRule> &after, uint32_t next_id,
-		    const std::vector<std::string> &where = {});
+		    const std::vector<std::string> &where = {}, bool dry_run = false);
 
 	const MapSet &maps_;
 };
