@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # packaging.install: `cmake --install` of this build tree into a scratch
 # DESTDIR puts exactly the four files where the README says, the unit runs the
-# binary it installed, and systemd-analyze accepts the unit.
+# binary it installed, that binary fails with one line without a policy, and
+# systemd-analyze accepts the unit.
 # Usage: install.sh BUILD_DIR PREFIX SBINDIR MANDIR DATADIR UNITDIR
 # (the directories as CMake has them: relative to PREFIX unless absolute).
 set -euo pipefail
@@ -53,6 +54,14 @@ $got"
 check_install "$scratch/moved" /opt/sluice-test --prefix /opt/sluice-test
 # The configured prefix last, so the unit left in the build tree is its own.
 check_install "$scratch/default" "$prefix"
+
+# Without /etc/sluice/sluice.yaml the unit's ExecStart fails, with one line
+# saying why (the policy is read before anything else is touched).
+sluice=$scratch/default$(under "$prefix" "$sbindir")/sluice
+status=0
+out=$("$sluice" apply "$scratch/no-such-dir/sluice.yaml" 2>&1) || status=$?
+[ "$status" -eq 1 ] && [ "$out" = "sluice: cannot open $scratch/no-such-dir/sluice.yaml: No such file or directory" ] ||
+  fail "apply of a missing policy: exit $status, said: $out"
 
 # systemd-analyze verify, inside the DESTDIR (--root): the unit's syntax, its
 # commands' executables and its Documentation= man page (found through
