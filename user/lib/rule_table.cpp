@@ -1,6 +1,7 @@
 #include "rule_table.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <map>
@@ -42,21 +43,32 @@ template <class Key> Key lpm_key(const Cidr &c, uint32_t set)
 	return k;
 }
 
+/// An IPv6 trie key's bytes, padding included, as the kernel compares them.
+/// A fixed-size array, not a vector: GCC 12 at -O3 warns falsely
+/// (-Wstringop-overread) on comparing two vectors' bytes.
+using LpmV6Bytes = std::array<uint8_t, sizeof(struct sluice_lpm_v6)>;
+
+LpmV6Bytes key_bytes(const struct sluice_lpm_v6 &k)
+{
+	LpmV6Bytes b;
+	std::memcpy(b.data(), &k, sizeof(k));
+	return b;
+}
+
 /// Writes one set's IPv6 prefixes: the trie ends up holding exactly each
 /// prefix's first list under that set, whatever it held there before.
 void write_v6(int fd, uint32_t set, const MatchLists &lists)
 {
 	std::vector<struct sluice_lpm_v6> keys;
 	std::vector<uint32_t> values;
-	std::set<std::vector<uint8_t>> wanted;
+	std::set<LpmV6Bytes> wanted;
 	for (const auto &[prefix, first] : lists.first) {
 		if (prefix.family != 6)
 			continue;
 		auto k = lpm_key<struct sluice_lpm_v6>(prefix, set);
 		keys.push_back(k);
 		values.push_back(first);
-		const uint8_t *b = reinterpret_cast<const uint8_t *>(&k);
-		wanted.insert(std::vector<uint8_t>(b, b + sizeof(k)));
+		wanted.insert(key_bytes(k));
 	}
 	// What the set held before (a change two transactions old, or a killed
 	// one's leftovers): whatever is not wanted goes.
@@ -64,8 +76,7 @@ void write_v6(int fd, uint32_t set, const MatchLists &lists)
 	struct sluice_lpm_v6 cur, next;
 	for (int err = bpf_map_get_next_key(fd, nullptr, &next); !err; err = bpf_map_get_next_key(fd, &cur, &next)) {
 		cur = next;
-		const uint8_t *b = reinterpret_cast<const uint8_t *>(&cur);
-		if (cur.set == set && !wanted.count(std::vector<uint8_t>(b, b + sizeof(cur))))
+		if (cur.set == set && !wanted.count(key_bytes(cur)))
 			stale.push_back(cur);
 	}
 	for (const auto &k : stale)

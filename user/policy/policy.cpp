@@ -529,13 +529,22 @@ std::vector<RuleChange> diff_rules(const std::vector<RuleSpec> &running, const s
 	auto old_rules = by_name(running, "running");
 	auto new_rules = by_name(desired, "desired");
 	std::vector<RuleChange> changes;
+	// Filled in place, not from a braced temporary: GCC 12 at -O3 warns
+	// falsely (-Wmaybe-uninitialized) on destroying the temporary's empty spec.
 	for (const auto &r : running)
-		if (!new_rules.count(r.name))
-			changes.push_back({RuleChange::Kind::remove, r.name, r, {}, {}, false});
+		if (!new_rules.count(r.name)) {
+			RuleChange &c = changes.emplace_back();
+			c.kind = RuleChange::Kind::remove;
+			c.name = r.name;
+			c.before = r;
+		}
 	for (const auto &r : desired) {
 		auto it = old_rules.find(r.name);
 		if (it == old_rules.end()) {
-			changes.push_back({RuleChange::Kind::add, r.name, {}, r, {}, false});
+			RuleChange &c = changes.emplace_back();
+			c.kind = RuleChange::Kind::add;
+			c.name = r.name;
+			c.after = r;
 			continue;
 		}
 		RuleSpec before = normalized(*it->second), after = normalized(r);
