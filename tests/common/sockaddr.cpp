@@ -2,8 +2,12 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <unistd.h>
 
 #include <cstring>
+#include <vector>
+
+#include "process.h"
 
 namespace sluice::test {
 
@@ -25,6 +29,27 @@ bool make_sockaddr(const std::string &text, uint16_t port, sockaddr_storage &out
 		return true;
 	}
 	return false;
+}
+
+int send_udp_in(const std::string &ns, const std::string &src, const std::string &dst, uint16_t port, int count,
+		size_t payload)
+{
+	int sent = in_netns(ns, [&]() {
+		sockaddr_storage from{}, to{};
+		socklen_t len = 0;
+		make_sockaddr(src, 0, from, len);
+		make_sockaddr(dst, port, to, len);
+		int fd = socket(from.ss_family, SOCK_DGRAM, 0);
+		if (fd < 0 || bind(fd, reinterpret_cast<sockaddr *>(&from), len))
+			return 255;
+		std::vector<char> data(payload, 0);
+		int n = 0;
+		for (int i = 0; i < count; i++)
+			n += sendto(fd, data.data(), data.size(), 0, reinterpret_cast<sockaddr *>(&to), len) ==
+			     static_cast<ssize_t>(data.size());
+		return n;
+	});
+	return sent == 255 ? -1 : sent;
 }
 
 } // namespace sluice::test

@@ -11,4 +11,10 @@ namespace sluice::test {
 /// Fills `out` with an IPv4 or IPv6 address and port; false if `text` is neither.
 bool make_sockaddr(const std::string &text, uint16_t port, sockaddr_storage &out, socklen_t &len);
 
+/// Sends `count` UDP datagrams of `payload` bytes from `src` (an address of
+/// network namespace `ns`) to dst:port; returns how many the socket accepted,
+/// or -1 if the socket could not be set up.
+int send_udp_in(const std::string &ns, const std::string &src, const std::string &dst, uint16_t port, int count,
+		size_t payload);
+
 } // namespace sluice::test

@@ -74,21 +74,7 @@ void remove_topology()
 int send_udp(const std::string &src, int count)
 {
 	bool v6 = src.find(':') != std::string::npos;
-	return in_netns(SRC_NS, [&]() {
-		sockaddr_storage from{}, to{};
-		socklen_t len = 0;
-		make_sockaddr(src, 0, from, len);
-		make_sockaddr(v6 ? DST_V6 : DST_V4, PORT, to, len);
-		int fd = socket(from.ss_family, SOCK_DGRAM, 0);
-		if (fd < 0 || bind(fd, reinterpret_cast<sockaddr *>(&from), len))
-			return 255;
-		char payload[PAYLOAD] = {};
-		int sent = 0;
-		for (int i = 0; i < count; i++)
-			sent += sendto(fd, payload, sizeof(payload), 0, reinterpret_cast<sockaddr *>(&to), len) ==
-				static_cast<ssize_t>(sizeof(payload));
-		return sent;
-	});
+	return send_udp_in(SRC_NS, src, v6 ? DST_V6 : DST_V4, PORT, count, PAYLOAD);
 }
 
 /// Sends `sends` UDP super-packets of `segments` full-size datagrams each (UDP

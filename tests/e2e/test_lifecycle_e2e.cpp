@@ -1,0 +1,462 @@
+// End to end, the control plane's promises: a change killed at any instant
+// leaves the old rule set or the new (what `rule list` shows is what real
+// packets meet), edits in place keep ids, counters and buckets, layered
+// limits all apply, capacity is what --max-rules says, and tables can be
+// resized by `apply` keeping the rules.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "process.h"
+#include "sockaddr.h"
+
+using nlohmann::json;
+using namespace sluice::test;
+
+namespace {
+
+const std::string SRC_NS = "sllc-src", DST_NS = "sllc-dst";
+const std::string SRC_IF = "sllc-s", DST_IF = "sllc-d";
+const std::string DST = "10.210.0.1";
+constexpr uint16_t PORT = 9000;
+// Probe sources: the first, a middle and the last address of the 20,000
+// denied by the big rule set below.
+const std::vector<std::string> PROBES = {"10.211.0.1", "10.211.39.17", "10.211.78.32"};
+const std::string OUTSIDER = "10.212.0.1"; // covered by no rule at all
+constexpr int BIG = 20000;
+
+std::string pin_dir() { return "/sys/fs/bpf/sluice-lc-" + std::to_string(getpid()); }
+
+CommandResult cli(std::vector<std::string> args)
+{
+	args.insert(args.begin(), SLUICE_BIN);
+	return run_command(args);
+}
+
+/// The command line of sluice run in the receiving namespace (interfaces
+/// resolve there; nsenter --net keeps the mounts, so the pins are shared).
+std::vector<std::string> in_dst(std::vector<std::string> args)
+{
+	args.insert(args.begin(), {"nsenter", "--net=/run/netns/" + DST_NS, SLUICE_BIN});
+	return args;
+}
+
+CommandResult cli_dst(std::vector<std::string> args) { return run_command(in_dst(std::move(args))); }
+
+json cli_json(std::vector<std::string> args)
+{
+	CommandResult r = cli(args);
+	EXPECT_EQ(r.exit_code, 0) << r.err;
+	return r.exit_code == 0 ? json::parse(r.out) : json();
+}
+
+std::string big_address(int i) // 10.211.0.1 + i
+{
+	uint32_t a = (10u << 24 | 211u << 16) + 1 + uint32_t(i);
+	return std::to_string(a >> 24) + "." + std::to_string((a >> 16) & 255) + "." + std::to_string((a >> 8) & 255) +
+	       "." + std::to_string(a & 255);
+}
+
+/// Runs a command in the background; kill_after() kills it with SIGKILL.
+class Background {
+public:
+	explicit Background(const std::vector<std::string> &args)
+	{
+		std::vector<char *> argv;
+		for (const auto &a : args)
+			argv.push_back(const_cast<char *>(a.c_str()));
+		argv.push_back(nullptr);
+		pid_ = fork();
+		if (pid_ == 0) {
+			int devnull = open("/dev/null", O_RDWR);
+			dup2(devnull, 0);
+			dup2(devnull, 1);
+			dup2(devnull, 2);
+			execvp(argv[0], argv.data()); // nsenter execs sluice: the pid killed is sluice's
+			_exit(127);
+		}
+	}
+	/// Kills it after `delay`; true if it was still running then.
+	bool kill_after(std::chrono::microseconds delay)
+	{
+		std::this_thread::sleep_for(delay);
+		int status = 0;
+		bool running = waitpid(pid_, &status, WNOHANG) == 0;
+		if (running) {
+			kill(pid_, SIGKILL);
+			waitpid(pid_, &status, 0);
+		}
+		return running;
+	}
+
+private:
+	pid_t pid_ = -1;
+};
+
+class Lifecycle : public ::testing::Test {
+protected:
+	void SetUp() override
+	{
+		ASSERT_EQ(geteuid(), 0u) << "end-to-end tests create namespaces and attach XDP: run as root";
+		setenv("SLUICE_PIN_DIR", pin_dir().c_str(), 1);
+		remove_topology();
+		shell("ip netns add " + SRC_NS);
+		shell("ip netns add " + DST_NS);
+		// No IPv6 here: its neighbour discovery would land in the counters
+		// the checks read.
+		for (const auto &ns : {SRC_NS, DST_NS})
+			shell("ip netns exec " + ns + " sysctl -qw net.ipv6.conf.all.disable_ipv6=1 "
+			      "net.ipv6.conf.default.disable_ipv6=1");
+		shell("ip link add " + SRC_IF + " netns " + SRC_NS + " address 02:00:00:00:01:01 type veth peer name " +
+		      DST_IF + " netns " + DST_NS + " address 02:00:00:00:01:02");
+		shell("ip -n " + DST_NS + " addr add " + DST + "/16 dev " + DST_IF);
+		for (const auto &a : PROBES)
+			shell("ip -n " + SRC_NS + " addr add " + a + "/32 dev " + SRC_IF);
+		shell("ip -n " + SRC_NS + " addr add " + OUTSIDER + "/32 dev " + SRC_IF);
+		for (const auto &ns : {SRC_NS, DST_NS})
+			shell("ip -n " + ns + " link set lo up");
+		shell("ip -n " + SRC_NS + " link set " + SRC_IF + " up");
+		shell("ip -n " + DST_NS + " link set " + DST_IF + " up");
+		shell("ip -n " + SRC_NS + " route add 10.210.0.0/16 dev " + SRC_IF);
+		shell("ip -n " + SRC_NS + " neigh replace " + DST + " lladdr 02:00:00:00:01:02 dev " + SRC_IF +
+		      " nud permanent");
+	}
+
+	void TearDown() override
+	{
+		cli({"detach", "--all"});
+		rmdir(pin_dir().c_str());
+		remove_topology();
+		for (const auto &f : files_)
+			unlink(f.c_str());
+	}
+
+	static void remove_topology()
+	{
+		run_command({"ip", "netns", "del", SRC_NS});
+		run_command({"ip", "netns", "del", DST_NS});
+	}
+
+	void attach(std::vector<std::string> extra = {})
+	{
+		std::vector<std::string> args = {"attach", DST_IF};
+		args.insert(args.end(), extra.begin(), extra.end());
+		CommandResult r = cli_dst(args);
+		ASSERT_EQ(r.exit_code, 0) << r.err;
+	}
+
+	std::string write_file(const std::string &name, const std::string &text)
+	{
+		std::string path = "/tmp/sluice-lc-" + std::to_string(getpid()) + "-" + name;
+		std::ofstream(path) << text;
+		files_.push_back(path);
+		return path;
+	}
+
+	/// Sends `n` datagrams from each source; returns the global verdict
+	/// counters' packet increases (name -> packets).
+	std::map<std::string, uint64_t> send_and_count(const std::vector<std::string> &sources, int n)
+	{
+		json before = cli_json({"stats", "--json"})["global"];
+		for (const auto &src : sources)
+			EXPECT_EQ(send_udp_in(SRC_NS, src, DST, PORT, n, 32), n) << src;
+		// XDP has run for every frame once sendto returned on a veth.
+		json after = cli_json({"stats", "--json"})["global"];
+		std::map<std::string, uint64_t> delta;
+		for (auto it = after.begin(); it != after.end(); ++it) {
+			uint64_t d = it.value()["packets"].get<uint64_t>() - before[it.key()]["packets"].get<uint64_t>();
+			if (d)
+				delta[it.key()] = d;
+		}
+		return delta;
+	}
+
+	std::vector<std::string> rule_names()
+	{
+		std::vector<std::string> names;
+		for (const auto &r : cli_json({"rule", "list", "--json"}))
+			names.push_back(r["name"].get<std::string>());
+		return names;
+	}
+
+	/// What a user would check after a killed change: the listed rules are
+	/// exactly the old set or the new, and packets meet exactly those.
+	void expect_old_or_new(size_t old_count, size_t new_count, const std::string &new_rule_on_probes,
+			       const std::string &where)
+	{
+		SCOPED_TRACE(where);
+		std::vector<std::string> names = rule_names();
+		ASSERT_TRUE(names.size() == old_count || names.size() == new_count)
+			<< names.size() << " rules listed: neither the old " << old_count << " nor the new " << new_count;
+		bool is_new = names.size() == new_count;
+		bool listed = std::find(names.begin(), names.end(), new_rule_on_probes) != names.end();
+		EXPECT_EQ(listed, is_new);
+		auto d = send_and_count(PROBES, 5);
+		if (is_new)
+			EXPECT_EQ(d["drop_deny"], 15u) << "the probes are listed as denied: every packet must drop";
+		else
+			EXPECT_EQ(d["drop_deny"], 0u) << "the probes are not listed: nothing may drop them";
+		EXPECT_EQ(d["drop_deny"] + d["pass_no_match"] + d["pass_limit"], 15u) << "every probe is accounted";
+	}
+
+	std::vector<std::string> files_;
+};
+
+std::string big_import_file()
+{
+	std::string text;
+	for (int i = 0; i < BIG; i++)
+		text += big_address(i) + " --deny --name big" + std::to_string(i) + "\n";
+	return text;
+}
+
+std::string policy_text(bool big, const std::string &rate)
+{
+	std::string text = "interfaces:\n  - name: " + DST_IF + "\ntables:\n  max_rules: 25000\nrules:\n"
+			   "  - name: base\n    cidr: 10.213.0.0/16\n    rate: " + rate + "\n";
+	if (big)
+		for (int i = 0; i < BIG; i++)
+			text += "  - {name: big" + std::to_string(i) + ", cidr: " + big_address(i) + ", action: deny}\n";
+	return text;
+}
+
+/// Kill instants for a change that takes about `span`: spread over all of it
+/// (van der Corput order, so any prefix of them covers it evenly), every
+/// third one in its last 15 %, where it writes and switches. A kill that
+/// comes after the change finished shortens the span for the next ones, so
+/// that at least 30 land while the command runs, however fast this machine.
+class KillPlan {
+public:
+	explicit KillPlan(std::chrono::microseconds span) : span_(span) {}
+	std::chrono::microseconds next()
+	{
+		double u = 0, f = 0.5;
+		for (unsigned n = ++k_; n; n >>= 1, f /= 2)
+			u += (n & 1) * f;
+		if (k_ % 3 == 0)
+			u = 0.85 + 0.15 * u;
+		return std::chrono::microseconds(static_cast<long long>(span_.count() * u));
+	}
+	void finished_before_kill() { span_ = span_ * 9 / 10; }
+	bool more(int landed) const { return landed < 32 && k_ < 96; }
+
+private:
+	std::chrono::microseconds span_;
+	unsigned k_ = 0;
+};
+
+} // namespace
+
+TEST_F(Lifecycle, KillNineDuringAnImportLeavesTheOldRulesOrTheNewAndTheNextCommandWorks)
+{
+	attach({"--max-rules", "25000"});
+	ASSERT_EQ(cli({"rule", "add", "10.213.0.0/16", "--rate", "1000/s", "--name", "base"}).exit_code, 0);
+	std::string file = write_file("big.txt", big_import_file());
+
+	// How long the import takes here, to spread the kills over it.
+	auto t0 = std::chrono::steady_clock::now();
+	ASSERT_EQ(cli({"rule", "import", file}).exit_code, 0);
+	auto span = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0);
+	ASSERT_EQ(cli({"rule", "flush"}).exit_code, 0);
+	ASSERT_EQ(cli({"rule", "add", "10.213.0.0/16", "--rate", "1000/s", "--name", "base"}).exit_code, 0);
+
+	int killed = 0, old_seen = 0, new_seen = 0;
+	for (KillPlan plan(span); plan.more(killed);) {
+		auto at = plan.next();
+		std::string where = "killed " + std::to_string(at.count()) + " us into a " +
+				    std::to_string(span.count()) + " us import";
+		if (Background(in_dst({"rule", "import", file})).kill_after(at))
+			killed++;
+		else
+			plan.finished_before_kill();
+		size_t listed = rule_names().size();
+		(listed == 1 ? old_seen : new_seen)++;
+		expect_old_or_new(1, BIG + 1, "big0", where);
+		// The next command works: the import again (nothing left to clean
+		// up, no duplicate names), then a flush back to the start.
+		CommandResult again = cli({"rule", "import", file});
+		ASSERT_EQ(again.exit_code, 0) << where << ": " << again.err;
+		expect_old_or_new(1, BIG + 1, "big0", where + ", then imported again");
+		EXPECT_EQ(rule_names().size(), size_t(BIG + 1));
+		ASSERT_EQ(cli({"rule", "flush"}).exit_code, 0);
+		ASSERT_EQ(cli({"rule", "add", "10.213.0.0/16", "--rate", "1000/s", "--name", "base"}).exit_code, 0);
+	}
+	std::printf("import of %d rules took %lld us; %d kills landed while it ran; after them (and the runs that "
+		    "finished first) %d times the old rules, %d times the new\n",
+		    BIG, static_cast<long long>(span.count()), killed, old_seen, new_seen);
+	EXPECT_GE(killed, 30) << "kills that landed while the import ran";
+}
+
+TEST_F(Lifecycle, KillNineDuringAnApplyLeavesTheOldPolicyOrTheNew)
+{
+	std::string small = write_file("small.yaml", policy_text(false, "1000/s"));
+	std::string big = write_file("big.yaml", policy_text(true, "2000/s"));
+	ASSERT_EQ(cli_dst({"apply", small}).exit_code, 0) << "apply loads and attaches";
+	auto t0 = std::chrono::steady_clock::now();
+	ASSERT_EQ(cli_dst({"apply", big}).exit_code, 0);
+	auto span = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0);
+	ASSERT_EQ(cli_dst({"apply", small}).exit_code, 0);
+
+	int killed = 0, old_seen = 0, new_seen = 0;
+	for (KillPlan plan(span); plan.more(killed);) {
+		auto at = plan.next();
+		std::string where = "killed " + std::to_string(at.count()) + " us into a " +
+				    std::to_string(span.count()) + " us apply";
+		if (Background(in_dst({"apply", big})).kill_after(at))
+			killed++;
+		else
+			plan.finished_before_kill();
+		(rule_names().size() == 1 ? old_seen : new_seen)++;
+		expect_old_or_new(1, BIG + 1, "big0", where);
+		// base's rate is the old policy's or the new's, with the rule set it belongs to.
+		json rules = cli_json({"rule", "list", "--json"});
+		for (const auto &r : rules) {
+			if (r["name"] == "base") {
+				EXPECT_EQ(r["rate"], rules.size() == 1 ? "1000/s" : "2000/s") << where;
+			}
+		}
+		ASSERT_EQ(cli_dst({"apply", small}).exit_code, 0) << where;
+		EXPECT_EQ(cli_dst({"apply", "--diff", small}).out, "no changes\n") << where;
+	}
+	std::printf("apply of %d rules took %lld us; %d kills landed while it ran; after them (and the runs that "
+		    "finished first) %d times the old policy, %d times the new\n",
+		    BIG + 1, static_cast<long long>(span.count()), killed, old_seen, new_seen);
+	EXPECT_GE(killed, 30) << "kills that landed while the apply ran";
+}
+
+TEST_F(Lifecycle, RuleSetKeepsTheIdCountersAndBucketWithNoGap)
+{
+	attach();
+	ASSERT_EQ(cli({"rule", "add", PROBES[0], "--rate", "1/min", "--burst", "5", "--name", "lim"}).exit_code, 0);
+	auto d = send_and_count({PROBES[0]}, 20);
+	EXPECT_EQ(d["pass_limit"], 5u);
+	EXPECT_EQ(d["drop_rate"], 15u);
+	json before = cli_json({"rule", "list", "--json"})[0];
+
+	// A new rate and burst: the bucket is empty and stays so; a del + add
+	// would have let a fresh burst through.
+	CommandResult set = cli({"rule", "set", "lim", "--rate", "2/min", "--burst", "6"});
+	ASSERT_EQ(set.exit_code, 0) << set.err;
+	d = send_and_count({PROBES[0]}, 20);
+	EXPECT_LE(d["pass_limit"], 1u) << "at most the one packet's credit a larger burst adds";
+	json after = cli_json({"rule", "list", "--json"})[0];
+	EXPECT_EQ(after["id"], before["id"]);
+	EXPECT_EQ(after["rate"], "2/min");
+	json stats = cli_json({"stats", "--json", "--rule", "lim"});
+	ASSERT_EQ(stats["rules"].size(), 1u);
+	EXPECT_EQ(stats["rules"][0]["passed_packets"].get<uint64_t>() + stats["rules"][0]["dropped_packets"].get<uint64_t>(),
+		  40u) << "the counters went on";
+
+	// A new algorithm restarts the bucket, and says so in `apply --diff`'s terms.
+	ASSERT_EQ(cli({"rule", "set", "lim", "--algo", "gcra"}).exit_code, 0);
+	d = send_and_count({PROBES[0]}, 20);
+	EXPECT_EQ(d["pass_limit"], 6u) << "a restarted bucket starts full";
+
+	// Bad edits: one line, non-zero, nothing changed.
+	std::string list = cli({"rule", "list", "--json"}).out;
+	for (const auto &args : std::vector<std::vector<std::string>>{{"rule", "set", "lim"},
+								      {"rule", "set", "nosuch", "--rate", "1/s"},
+								      {"rule", "set", "lim", "--rate", "0/s"},
+								      {"rule", "set", "lim", "--algo", "fixed-window", "--burst", "3"}}) {
+		CommandResult r = cli(args);
+		EXPECT_NE(r.exit_code, 0) << args.back();
+		EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+		EXPECT_EQ(cli({"rule", "list", "--json"}).out, list);
+	}
+}
+
+TEST_F(Lifecycle, LayeredLimitsAllApplyInMatchOrder)
+{
+	attach();
+	// Per source (UDP): a burst of 5, layered; per /16 (both probes below): a burst of 8.
+	ASSERT_EQ(cli({"rule", "add", "10.211.0.0/16", "--rate", "1/min", "--burst", "5", "--proto", "udp",
+		       "--continue", "--name", "per-source"})
+			  .exit_code,
+		  0);
+	ASSERT_EQ(cli({"rule", "add", "10.211.0.0/16", "--rate", "1/min", "--burst", "8", "--per", "16", "--name",
+		       "aggregate"})
+			  .exit_code,
+		  0);
+	json list = cli_json({"rule", "list", "--json"});
+	ASSERT_EQ(list.size(), 2u);
+	EXPECT_EQ(list[0]["name"], "per-source") << "a protocol selector comes first at one prefix";
+
+	auto a = send_and_count({PROBES[0]}, 20); // 5 pass both; the aggregate keeps 3
+	auto b = send_and_count({PROBES[1]}, 20); // 5 pass its own, 3 of them the aggregate
+	EXPECT_EQ(a["pass_limit"], 5u);
+	EXPECT_EQ(a["drop_rate"], 15u);
+	EXPECT_EQ(b["pass_limit"], 3u);
+	EXPECT_EQ(b["drop_rate"], 17u);
+	json stats = cli_json({"stats", "--json"});
+	for (const auto &r : stats["rules"]) {
+		if (r["name"] == "per-source") {
+			EXPECT_EQ(r["passed_packets"], 10u) << "a layered rule counts what it passed on";
+			EXPECT_EQ(r["dropped_packets"], 30u);
+		} else {
+			EXPECT_EQ(r["passed_packets"], 8u);
+			EXPECT_EQ(r["dropped_packets"], 2u);
+		}
+	}
+}
+
+TEST_F(Lifecycle, MaxRulesHoldsThatManyScatteredAddressesAndRefusesOneMore)
+{
+	attach({"--max-rules", "2000"});
+	std::mt19937 rng(7);
+	std::set<uint32_t> addrs;
+	while (addrs.size() < 2001)
+		addrs.insert(uint32_t(rng()) | 0x01000000u); // anywhere, in 2,000 different /16s or so
+	std::string text;
+	int i = 0;
+	for (uint32_t a : addrs) {
+		if (i == 2000)
+			break;
+		text += std::to_string(a >> 24) + "." + std::to_string((a >> 16) & 255) + "." +
+			std::to_string((a >> 8) & 255) + "." + std::to_string(a & 255) + " --deny --name s" +
+			std::to_string(i++) + "\n";
+	}
+	CommandResult r = cli({"rule", "import", write_file("scattered.txt", text)});
+	ASSERT_EQ(r.exit_code, 0) << r.err;
+	EXPECT_EQ(rule_names().size(), 2000u);
+	r = cli({"rule", "add", "10.214.0.1", "--deny"});
+	EXPECT_NE(r.exit_code, 0);
+	EXPECT_NE(r.err.find("the rule table is full (2000 rules)"), std::string::npos) << r.err;
+	EXPECT_EQ(rule_names().size(), 2000u) << "a refused change leaves nothing behind";
+	EXPECT_EQ(cli({"rule", "del", "s0"}).exit_code, 0) << "and the next command works";
+	EXPECT_EQ(cli({"rule", "add", "10.214.0.1", "--deny"}).exit_code, 0);
+}
+
+TEST_F(Lifecycle, ApplyResizesTheTablesKeepingRulesAndCountersAndExportRoundTrips)
+{
+	std::string small = write_file("small.yaml", policy_text(false, "1000/s"));
+	ASSERT_EQ(cli_dst({"apply", small}).exit_code, 0);
+	ASSERT_EQ(cli({"rule", "add", PROBES[0], "--deny", "--name", "probe"}).exit_code, 0);
+	send_and_count({PROBES[0]}, 7);
+
+	// Export, change the table size, apply: the rules and counters stay.
+	CommandResult exported = cli_dst({"export"});
+	ASSERT_EQ(exported.exit_code, 0) << exported.err;
+	EXPECT_EQ(cli_dst({"apply", "--diff", write_file("same.yaml", exported.out)}).out, "no changes\n");
+	std::string resized = exported.out;
+	ASSERT_NE(resized.find("max_rules: 25000"), std::string::npos) << resized;
+	resized.replace(resized.find("max_rules: 25000"), 16, "max_rules: 30000");
+	CommandResult r = cli_dst({"apply", write_file("resized.yaml", resized)});
+	ASSERT_EQ(r.exit_code, 0) << r.err;
+	json status = cli_json({"status", "--json"});
+	EXPECT_EQ(status["max_rules"], 30000u);
+	EXPECT_EQ(rule_names(), (std::vector<std::string>{"probe", "base"}));
+	json stats = cli_json({"stats", "--json", "--rule", "probe"});
+	EXPECT_EQ(stats["rules"][0]["dropped_packets"], 7u) << "counters kept across the resize";
+	EXPECT_EQ(send_and_count({PROBES[0]}, 3)["drop_deny"], 3u) << "and the rule enforced";
+	EXPECT_EQ(cli_dst({"export"}).out, resized) << "export gives back what was applied";
+}
