@@ -380,15 +380,22 @@ TEST_F(EndToEnd, RuleChangesApplyAtOnceWithoutDetaching)
 
 TEST_F(EndToEnd, BadInputPrintsOneLineExitsNonZeroAndChangesNothing)
 {
-	// Before anything is attached.
+	// Before anything is loaded: commands that read say so and create nothing.
 	for (const auto &args : std::vector<std::vector<std::string>>{
-		     {"rule", "add", "10.0.0.0/8", "--rate", "10/s"}, {"stats"}, {"rule", "list"},
-		     {"detach", DST_IF}}) {
+		     {"stats"}, {"rule", "list"}, {"export"}, {"rule", "del", "x"}, {"detach", DST_IF}}) {
 		CommandResult r = cli(args);
 		EXPECT_NE(r.exit_code, 0) << args[0];
 		EXPECT_NE(r.err.find("not attached to any interface; run `sluice attach IFACE`"), std::string::npos)
 			<< r.err;
+		EXPECT_NE(access(pin_dir().c_str(), F_OK), 0) << args[0] << " created " << pin_dir();
 	}
+	// Rules may come first: the program loads, attached nowhere, and keeps them.
+	expect_ok(cli({"rule", "add", "10.0.0.0/8", "--rate", "10/s", "--name", "early"}));
+	json early = cli_json({"status", "--json"});
+	EXPECT_TRUE(early["loaded"].get<bool>());
+	EXPECT_EQ(early["links"].size(), 0u);
+	EXPECT_EQ(early["rules"], 1u);
+	expect_ok(cli({"detach", "--all"}));
 
 	attach();
 	expect_ok(cli({"rule", "add", "10.0.0.0/8", "--rate", "100/s", "--name", "base"}));

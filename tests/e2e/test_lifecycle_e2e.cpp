@@ -6,10 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -179,6 +182,17 @@ protected:
 				delta[it.key()] = d;
 		}
 		return delta;
+	}
+
+	/// A rule's entry in `stats --json`.
+	json rule_stats(const std::string &name)
+	{
+		json stats = cli_json({"stats", "--json"}); // kept: the loop reads into it
+		for (const auto &r : stats["rules"])
+			if (r["name"] == name)
+				return r;
+		ADD_FAILURE() << "no rule " << name << " in stats";
+		return json::object();
 	}
 
 	std::vector<std::string> rule_names()
@@ -352,10 +366,9 @@ TEST_F(Lifecycle, RuleSetKeepsTheIdCountersAndBucketWithNoGap)
 	json after = cli_json({"rule", "list", "--json"})[0];
 	EXPECT_EQ(after["id"], before["id"]);
 	EXPECT_EQ(after["rate"], "2/min");
-	json stats = cli_json({"stats", "--json", "--rule", "lim"});
-	ASSERT_EQ(stats["rules"].size(), 1u);
-	EXPECT_EQ(stats["rules"][0]["passed_packets"].get<uint64_t>() + stats["rules"][0]["dropped_packets"].get<uint64_t>(),
-		  40u) << "the counters went on";
+	json lim = rule_stats("lim");
+	EXPECT_EQ(lim["passed_packets"].get<uint64_t>() + lim["dropped_packets"].get<uint64_t>(), 40u)
+		<< "the counters went on";
 
 	// A new algorithm restarts the bucket, and says so in `apply --diff`'s terms.
 	ASSERT_EQ(cli({"rule", "set", "lim", "--algo", "gcra"}).exit_code, 0);
@@ -455,8 +468,87 @@ TEST_F(Lifecycle, ApplyResizesTheTablesKeepingRulesAndCountersAndExportRoundTrip
 	json status = cli_json({"status", "--json"});
 	EXPECT_EQ(status["max_rules"], 30000u);
 	EXPECT_EQ(rule_names(), (std::vector<std::string>{"probe", "base"}));
-	json stats = cli_json({"stats", "--json", "--rule", "probe"});
-	EXPECT_EQ(stats["rules"][0]["dropped_packets"], 7u) << "counters kept across the resize";
+	EXPECT_EQ(rule_stats("probe")["dropped_packets"], 7u) << "counters kept across the resize";
 	EXPECT_EQ(send_and_count({PROBES[0]}, 3)["drop_deny"], 3u) << "and the rule enforced";
 	EXPECT_EQ(cli_dst({"export"}).out, resized) << "export gives back what was applied";
+}
+
+// A deployment made by the previous release (sluice 0.2, whose state has no
+// layout record) is refused by this binary with one line, then upgraded in
+// place: the limited source stays limited, the denied one never gets a packet
+// through while the program is replaced, the link and the counters stay.
+TEST_F(Lifecycle, UpgradeFromThePreviousReleaseKeepsLimitsCountersAndTheLinkWithNoGap)
+{
+	const std::string previous = SLUICE_PREVIOUS_BIN;
+	ASSERT_EQ(access(previous.c_str(), X_OK), 0)
+		<< previous << " is missing: scripts/build-previous.sh builds it (scripts/test.sh runs it)";
+	auto old_cli = [&](std::vector<std::string> args) {
+		args.insert(args.begin(), {"nsenter", "--net=/run/netns/" + DST_NS, previous});
+		return run_command(args);
+	};
+	ASSERT_EQ(old_cli({"attach", DST_IF}).exit_code, 0);
+	ASSERT_EQ(old_cli({"rule", "add", PROBES[0], "--rate", "1/min", "--burst", "5", "--name", "lim"}).exit_code, 0);
+	ASSERT_EQ(old_cli({"rule", "add", PROBES[1], "--deny", "--name", "deny"}).exit_code, 0);
+	EXPECT_EQ(send_udp_in(SRC_NS, PROBES[0], DST, PORT, 20, 32), 20);
+
+	CommandResult refused = cli_dst({"status"});
+	EXPECT_NE(refused.exit_code, 0);
+	EXPECT_EQ(std::count(refused.err.begin(), refused.err.end(), '\n'), 1) << refused.err;
+	EXPECT_NE(refused.err.find("run `sluice upgrade`"), std::string::npos) << refused.err;
+	std::string old_link = run_command({"ip", "-n", DST_NS, "-d", "link", "show", DST_IF}).out;
+
+	// A denied source floods while the program is replaced; a receiver
+	// counts what arrives (nothing may: no instant without the program).
+	int arrived = -1;
+	std::thread receiver([&] {
+		arrived = in_netns(DST_NS, [] {
+			int fd = socket(AF_INET, SOCK_DGRAM, 0);
+			sockaddr_storage addr{};
+			socklen_t len = 0;
+			make_sockaddr(DST, PORT + 1, addr, len);
+			timeval quiet{1, 500000};
+			setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &quiet, sizeof(quiet));
+			if (bind(fd, reinterpret_cast<sockaddr *>(&addr), len))
+				return 255;
+			int n = 0;
+			char buf[64];
+			while (recv(fd, buf, sizeof(buf), 0) >= 0)
+				n++;
+			return std::min(n, 254);
+		});
+	});
+	std::atomic<bool> stop{false};
+	std::atomic<int> flooded{0};
+	std::this_thread::sleep_for(std::chrono::milliseconds(200));
+	std::thread flood([&] {
+		while (!stop)
+			flooded += send_udp_in(SRC_NS, PROBES[1], DST, PORT + 1, 200, 32);
+	});
+	CommandResult up = cli_dst({"upgrade"});
+	stop = true;
+	flood.join();
+	receiver.join();
+	ASSERT_EQ(up.exit_code, 0) << up.err;
+	EXPECT_GT(flooded.load(), 0);
+	EXPECT_EQ(arrived, 0) << "of " << flooded.load() << " datagrams from the denied source during the upgrade";
+
+	// Same link, now running this binary's program; rules and ids kept.
+	json status = cli_json({"status", "--json"});
+	ASSERT_EQ(status["links"].size(), 1u);
+	EXPECT_NE(old_link.find("prog/xdp id"), std::string::npos) << old_link;
+	std::string new_link = run_command({"ip", "-n", DST_NS, "-d", "link", "show", DST_IF}).out;
+	EXPECT_NE(new_link.find("prog/xdp id " + std::to_string(status["prog_id"].get<uint32_t>())), std::string::npos)
+		<< new_link;
+	EXPECT_EQ(rule_names(), (std::vector<std::string>{"lim", "deny"}));
+
+	// The limited source is still limited (its bucket came along), and its
+	// counters went on from the old program's.
+	auto d = send_and_count({PROBES[0]}, 10);
+	EXPECT_EQ(d["pass_limit"], 0u);
+	EXPECT_EQ(d["drop_rate"], 10u);
+	json lim = rule_stats("lim");
+	EXPECT_EQ(lim["passed_packets"], 5u);
+	EXPECT_EQ(lim["dropped_packets"], 25u);
+	std::printf("upgraded from sluice 0.2 while %d datagrams of a denied source were sent: %d arrived\n",
+		    flooded.load(), arrived);
 }

@@ -321,7 +321,7 @@ int main(int argc, char **argv)
 		Instance inst;
 		if (*attach) {
 			XdpMode mode = parse_mode(mode_text);
-			auto lock = inst.lock(true);
+			auto lock = inst.lock(true, true);
 			inst.attach(ifname, mode, {max_sources, max_rules, max_log_sources});
 			std::cout << "sluice attached to " << ifname << " (" << mode_name(mode) << " mode)\n";
 		} else if (*detach) {
@@ -340,7 +340,7 @@ int main(int argc, char **argv)
 			cmd_status(inst, json);
 		} else if (*add) {
 			RuleSpec spec = to_spec(rule_args, add->count("--per") > 0);
-			auto lock = inst.lock(true);
+			auto lock = inst.lock(true, true);
 			inst.load({}); // rules may come before the first attach
 			MapSet maps = inst.maps();
 			InstalledRule r = RuleTable(maps).add(spec);
@@ -348,7 +348,7 @@ int main(int argc, char **argv)
 		} else if (*import) {
 			std::vector<std::string> where;
 			std::vector<RuleSpec> specs = read_rule_file(import_path, where);
-			auto lock = inst.lock(true);
+			auto lock = inst.lock(true, true);
 			inst.load({});
 			MapSet maps = inst.maps();
 			size_t asked = specs.size();
@@ -391,7 +391,7 @@ int main(int argc, char **argv)
 					std::cout << policy_path << ": ok (" << p.rules.size() << " rules, "
 						  << p.interfaces.size() << " interfaces)\n";
 			} else {
-				auto lock = inst.lock(true);
+				auto lock = inst.lock(true, true);
 				ApplyPlan plan = apply_policy(inst, p);
 				std::cout << (plan.empty() ? "no changes\n" : plan.format());
 			}

@@ -108,14 +108,14 @@ void ensure_bpffs(const std::string &dir, bool may_mount)
 	throw Error(parent + " is not a BPF filesystem (mount -t bpf bpf " + parent + ")");
 }
 
-// Detaching links whose pins cannot be removed would leave pins of links that
-// are gone: a read-only bpffs is refused before anything changes.
+// A change on a read-only bpffs would fail halfway (detach: links gone, pins
+// left): every mutating command refuses it before anything changes.
 void refuse_read_only(const std::string &dir)
 {
 	struct statvfs fs;
 	if (statvfs(dir.c_str(), &fs) == 0 && (fs.f_flag & ST_RDONLY))
-		throw Error("cannot detach: " + parent_dir(dir) + " is mounted read-only, so the pins in " + dir +
-			    " cannot be removed; nothing was changed");
+		throw Error("cannot change anything: " + parent_dir(dir) + " is mounted read-only, so the pins and maps in " +
+			    dir + " cannot be written; nothing was changed");
 }
 
 uint64_t current_netns()
@@ -290,16 +290,21 @@ std::string Instance::default_pin_dir()
 	return env && *env ? env : SLUICE_PIN_DIR;
 }
 
-Instance::Lock Instance::lock(bool exclusive) const
+Instance::Lock Instance::lock(bool exclusive, bool create) const
 {
-	ensure_bpffs(dir_, exclusive);
-	if (exclusive && mkdir(dir_.c_str(), 0700) && errno != EEXIST)
+	ensure_bpffs(dir_, create);
+	if (create && mkdir(dir_.c_str(), 0700) && errno != EEXIST)
 		throw_errno("cannot create " + dir_, errno);
 	UniqueFd fd(open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-	if (!fd && !exclusive && errno == ENOENT)
-		return Lock(UniqueFd()); // nothing was ever pinned here: nothing to read, nothing created
+	if (!fd && errno == ENOENT) {
+		if (exclusive)
+			throw Error(NOT_ATTACHED); // nothing was ever pinned here, and this command loads nothing
+		return Lock(UniqueFd());   // nothing to read, nothing created
+	}
 	if (!fd)
 		throw_errno("cannot open " + dir_, errno);
+	if (exclusive)
+		refuse_read_only(dir_); // before anything changes, not halfway
 	if (flock(fd.get(), exclusive ? LOCK_EX : LOCK_SH))
 		throw_errno("cannot lock " + dir_, errno);
 	return Lock(std::move(fd));

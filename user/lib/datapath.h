@@ -90,7 +90,9 @@ public:
 	private:
 		UniqueFd fd_;
 	};
-	Lock lock(bool exclusive) const;
+	/// `create`: the command may load the program, so the pin directory is
+	/// made if missing; otherwise a missing one means "not attached".
+	Lock lock(bool exclusive, bool create = false) const;
 
 	bool loaded() const;
 	/// The pinned maps; throws "not attached" with a hint when nothing is loaded.

@@ -189,14 +189,33 @@ MappedArray::MappedArray(int fd)
 	long page = sysconf(_SC_PAGESIZE);
 	length_ = (size_t(entries_) * stride_ + page - 1) / page * page;
 	void *p = mmap(nullptr, length_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (p == MAP_FAILED && errno == EPERM)
-		p = mmap(nullptr, length_, PROT_READ, MAP_SHARED, fd, 0); // a read-only pin: reading still works
-	if (p == MAP_FAILED)
-		throw_errno("cannot map an array map", errno);
-	base_ = static_cast<uint8_t *>(p);
+	if (p != MAP_FAILED) {
+		base_ = static_cast<uint8_t *>(p);
+		return;
+	}
+	// A pin opened read-only (a read-only bpffs) cannot be mapped: read a
+	// copy, which serves every reader; writing it is refused.
+	int err = errno;
+	copy_.resize(size_t(entries_) * stride_);
+	std::vector<uint32_t> keys(entries_);
+	uint32_t count = entries_, cursor = 0;
+	LIBBPF_OPTS(bpf_map_batch_opts, opts);
+	if (bpf_map_lookup_batch(fd, nullptr, &cursor, keys.data(), copy_.data(), &count, &opts) && errno != ENOENT)
+		throw_errno("cannot map an array map", err);
+	base_ = copy_.data();
+	length_ = 0;
 }
 
-MappedArray::~MappedArray() { munmap(base_, length_); }
+MappedArray::~MappedArray()
+{
+	if (length_)
+		munmap(base_, length_);
+}
+
+void MappedArray::refuse_write() const
+{
+	throw Error("cannot write a map opened read-only (is bpffs mounted read-only?)");
+}
 
 std::string hex64(uint64_t v)
 {

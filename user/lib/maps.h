@@ -57,6 +57,8 @@ public:
 	/// Writes `value` at i unless it is there already; true if it wrote.
 	template <class V> bool put(uint32_t i, const V &value) const
 	{
+		if (!length_)
+			refuse_write();
 		V *p = at<V>(i);
 		if (std::memcmp(p, &value, sizeof(V)) == 0)
 			return false;
@@ -65,9 +67,12 @@ public:
 	}
 
 private:
+	[[noreturn]] void refuse_write() const;
+
 	uint8_t *base_ = nullptr;
-	size_t length_ = 0, stride_ = 0;
+	size_t length_ = 0, stride_ = 0; ///< length_ 0: a read-only copy in copy_
 	uint32_t entries_ = 0;
+	std::vector<uint8_t> copy_;
 };
 
 /// Number of possible CPUs, as per-CPU maps count them.
