@@ -120,6 +120,7 @@ void cmd_status(const Instance &inst, bool json)
 					 {"netns", l.netns},
 					 {"mode", mode_name(l.mode)},
 					 {"link_id", l.link_id},
+					 {"prog_id", l.prog_id},
 					 {"gone", l.ifindex == 0},
 					 {"pin", l.pin}});
 		nlohmann::ordered_json j = {{"loaded", s.loaded}, {"pin_dir", inst.pin_dir()}, {"links", links}};
@@ -145,7 +146,8 @@ void cmd_status(const Instance &inst, bool json)
 	std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S %Z", std::localtime(&loaded));
 	std::cout << "sluice: XDP program id " << s.prog_id << ", loaded " << when << ", state pinned in "
 		  << inst.pin_dir() << "\n";
-	std::cout << "interfaces:\n";
+	std::cout << "interfaces:" << (s.links.empty() ? " none (the rules are kept; `sluice attach IFACE`)" : "")
+		  << "\n";
 	for (const auto &l : s.links) {
 		std::cout << "  ";
 		if (!l.ifindex)
@@ -154,7 +156,11 @@ void cmd_status(const Instance &inst, bool json)
 			std::cout << "ifindex " << l.ifindex << " in network namespace " << l.netns;
 		else
 			std::cout << l.ifname << " (ifindex " << l.ifindex << ")";
-		std::cout << "  " << mode_name(l.mode) << " mode, link id " << l.link_id << "\n";
+		std::cout << "  " << mode_name(l.mode) << " mode, link id " << l.link_id;
+		if (l.ifindex && l.prog_id != s.prog_id)
+			std::cout << " (runs program id " << l.prog_id
+				  << ", not the loaded one: `sluice upgrade` moves it)";
+		std::cout << "\n";
 	}
 	Stats st = collect_stats(maps, {});
 	VerdictTotals t = verdict_totals(st);
@@ -295,7 +301,13 @@ int main(int argc, char **argv)
 
 	StatsQuery query;
 	auto *stats = app.add_subcommand("stats", "Per-source, per-rule and global counters");
-	stats->add_option("--top", query.top, "Show the N sources with most drops")->check(CLI::NonNegativeNumber);
+	stats->add_option("--top", query.top, "Show the N sources with most drops")
+		->check(CLI::Validator(
+			[](std::string &v) {
+				return v.empty() || v[0] == '-' ? std::string("a count of 0 or more, not ") + v
+								 : std::string();
+			},
+			"N"));
 	stats->add_option("--rule", query.rule, "Only this rule's sources");
 	stats->add_flag("--json", json, "JSON output");
 

@@ -570,6 +570,7 @@ Status Instance::status() const
 		__u32 len = sizeof(info);
 		if (fd && bpf_obj_get_info_by_fd(fd.get(), &info, &len) == 0) {
 			l.link_id = info.id;
+			l.prog_id = info.prog_id;
 			l.ifindex = info.xdp.ifindex; // 0 once the interface is gone
 		}
 		l.this_netns = l.netns == here;

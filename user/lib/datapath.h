@@ -58,6 +58,7 @@ struct AttachedLink {
 	bool this_netns = false;
 	XdpMode mode = XdpMode::native;
 	uint32_t link_id = 0;
+	uint32_t prog_id = 0; ///< the program the link runs (the pinned one, unless an upgrade was cut short)
 	std::string pin; ///< the link's pin name, which `detach` also takes
 };
 
