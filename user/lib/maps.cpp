@@ -52,14 +52,6 @@ const MapRef MAP_REFS[] = {
 	{SLUICE_STR(SLUICE_MAP_IFACE_MTU), &MapSet::iface_mtu, BPF_MAP_TYPE_HASH, 4, 4},
 };
 
-struct bpf_map_info map_info(int fd)
-{
-	struct bpf_map_info info = {};
-	__u32 len = sizeof(info);
-	if (bpf_obj_get_info_by_fd(fd, &info, &len))
-		throw_errno("cannot read map info", errno);
-	return info;
-}
 
 /// Why a map does not have the layout this binary expects; empty if it does.
 std::string layout_mismatch(const MapRef &ref, int fd)
@@ -76,6 +68,15 @@ std::string layout_mismatch(const MapRef &ref, int fd)
 }
 
 } // namespace
+
+struct bpf_map_info map_info(int fd)
+{
+	struct bpf_map_info info = {};
+	__u32 len = sizeof(info);
+	if (bpf_obj_get_info_by_fd(fd, &info, &len))
+		throw_errno("cannot read map info", errno);
+	return info;
+}
 
 int open_pinned_object(const std::string &path)
 {

@@ -80,6 +80,9 @@ int possible_cpus();
 
 uint32_t map_max_entries(int fd);
 
+/// The kernel's description of a map (type, sizes, flags, entries).
+struct bpf_map_info map_info(int fd);
+
 /// Opens a pinned object; on a read-only bpffs, read-only (so that reading
 /// commands still work there, and writes fail clearly). -1 and errno on failure.
 int open_pinned_object(const std::string &path);

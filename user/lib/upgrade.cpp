@@ -11,15 +11,6 @@ namespace sluice {
 
 namespace {
 
-struct bpf_map_info info_of(int fd)
-{
-	struct bpf_map_info info = {};
-	__u32 len = sizeof(info);
-	if (bpf_obj_get_info_by_fd(fd, &info, &len))
-		throw_errno("cannot read map info", errno);
-	return info;
-}
-
 bool per_cpu(uint32_t type)
 {
 	return type == BPF_MAP_TYPE_PERCPU_ARRAY || type == BPF_MAP_TYPE_PERCPU_HASH ||
@@ -33,7 +24,7 @@ size_t stride(const RawMap &m)
 
 RawMap read_raw(int fd, const std::string &name)
 {
-	struct bpf_map_info info = info_of(fd);
+	struct bpf_map_info info = map_info(fd);
 	RawMap m;
 	m.name = name;
 	m.type = info.type;
@@ -72,7 +63,7 @@ void write_raw(int fd, const RawMap &m, const char *what)
 /// value size, and for arrays the same number of entries.
 bool same_shape(int fd, const RawMap &m)
 {
-	struct bpf_map_info info = info_of(fd);
+	struct bpf_map_info info = map_info(fd);
 	bool array = m.type == BPF_MAP_TYPE_ARRAY || m.type == BPF_MAP_TYPE_PERCPU_ARRAY;
 	return info.type == m.type && info.key_size == m.key_size && info.value_size == m.value_size &&
 	       (!array || info.max_entries == m.max_entries);
@@ -92,11 +83,11 @@ UniqueFd open_map(const std::string &dir, const std::string &name)
 std::vector<InstalledRule> read_rules_abi1(const std::string &dir)
 {
 	UniqueFd rules = open_map(dir, "sluice_rules"), info = open_map(dir, "sluice_rinfo");
-	if (info_of(rules.get()).value_size != sizeof(struct sluice_rule) ||
-	    info_of(info.get()).value_size != sizeof(struct sluice_rule_info))
+	if (map_info(rules.get()).value_size != sizeof(struct sluice_rule) ||
+	    map_info(info.get()).value_size != sizeof(struct sluice_rule_info))
 		throw Error("the state pinned in " + dir + " is of an unknown layout; detach it with the sluice "
 			    "that attached it");
-	uint32_t n = info_of(rules.get()).max_entries;
+	uint32_t n = map_info(rules.get()).max_entries;
 	std::vector<InstalledRule> out;
 	for (uint32_t slot = 0; slot < n; slot++) {
 		struct sluice_rule dp = {};
@@ -136,7 +127,7 @@ const RawMap *CarriedState::find(const std::string &name) const
 uint32_t pinned_abi(const std::string &dir)
 {
 	UniqueFd meta = open_map(dir, SLUICE_STR(SLUICE_MAP_META));
-	struct bpf_map_info info = info_of(meta.get());
+	struct bpf_map_info info = map_info(meta.get());
 	if (info.value_size == 16)
 		return 1; // sluice 0.2: {next_rule_id, pad, loaded_ns}
 	std::vector<uint8_t> value(info.value_size);
@@ -162,7 +153,7 @@ CarriedState read_state(const std::string &dir)
 			throw_errno("cannot read " + dir + "/" SLUICE_STR(SLUICE_MAP_META), errno);
 		s.next_rule_id = old.next_rule_id;
 		s.rules = read_rules_abi1(dir);
-		s.max_rules = info_of(open_map(dir, "sluice_rcnt").get()).max_entries;
+		s.max_rules = map_info(open_map(dir, "sluice_rcnt").get()).max_entries;
 	} else if (s.abi == SLUICE_ABI_VERSION) {
 		MapSet maps = MapSet::open_pinned(dir); // checks the layout in full
 		uint32_t zero = 0;
@@ -177,8 +168,8 @@ CarriedState read_state(const std::string &dir)
 			    ", which this sluice (ABI " + std::to_string(SLUICE_ABI_VERSION) +
 			    ") does not know; upgrade with a sluice at least as new as the one that made it");
 	}
-	s.max_sources = info_of(open_map(dir, SLUICE_STR(SLUICE_MAP_SOURCES_V6)).get()).max_entries;
-	s.max_log_sources = info_of(open_map(dir, SLUICE_STR(SLUICE_MAP_LOGS_V4)).get()).max_entries;
+	s.max_sources = map_info(open_map(dir, SLUICE_STR(SLUICE_MAP_SOURCES_V6)).get()).max_entries;
+	s.max_log_sources = map_info(open_map(dir, SLUICE_STR(SLUICE_MAP_LOGS_V4)).get()).max_entries;
 	for (const char *name : CARRIED)
 		s.maps.push_back(read_raw(open_map(dir, name).get(), name));
 	return s;
@@ -242,7 +233,7 @@ std::vector<std::string> restore_state(const CarriedState &state, const MapSet &
 						       {SLUICE_STR(SLUICE_MAP_LOGS_V6), fresh.logs6.get()}};
 	for (auto [name, fd] : hashes) {
 		const RawMap *m = state.find(name);
-		struct bpf_map_info info = info_of(fd);
+		struct bpf_map_info info = map_info(fd);
 		if (m && info.key_size == m->key_size && info.value_size == m->value_size && m->count <= info.max_entries)
 			write_raw(fd, *m, name);
 		else if (m && m->count)
