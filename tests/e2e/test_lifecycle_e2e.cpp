@@ -552,3 +552,35 @@ TEST_F(Lifecycle, UpgradeFromThePreviousReleaseKeepsLimitsCountersAndTheLinkWith
 	std::printf("upgraded from sluice 0.2 while %d datagrams of a denied source were sent: %d arrived\n",
 		    flooded.load(), arrived);
 }
+
+TEST_F(Lifecycle, ABadPolicyIsOneLineForCheckDiffAndApplyAndChangesNothing)
+{
+	std::string small = write_file("small.yaml", policy_text(false, "1000/s"));
+	ASSERT_EQ(cli_dst({"apply", small}).exit_code, 0);
+	std::string rules = cli({"rule", "list", "--json"}).out, status = cli_dst({"status", "--json"}).out;
+	std::string too_many = "tables:\n  max_rules: 2\nrules:\n";
+	for (int i = 0; i < 3; i++)
+		too_many += "  - {name: d" + std::to_string(i) + ", cidr: " + big_address(i) + ", action: deny}\n";
+	const std::vector<std::pair<std::string, std::string>> bad = {
+		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n   rate: 5/s\n", "line"},
+		{"rules:\n  - {name: a, cidr: 10.0.0.0/8, rat: 5/s}\n", "unknown key 'rat'"},
+		{"interfaces:\n  - name: nosuch0\nrules: []\n", "interface nosuch0 does not exist"},
+		{"rules:\n  - {name: a, cidr: 10.0.0.0/8, action: allow, shadow: true}\n", "--shadow"},
+		{too_many, "3 rules do not fit in max_rules 2"},
+		{"rules:\n  - {name: a, cidr: 10.0.0.0/8, rate: 5/s}\n  - {name: a, cidr: 10.1.0.0/16, rate: 5/s}\n",
+		 "'a'"},
+	};
+	for (const auto &[text, message] : bad) {
+		std::string file = write_file("bad.yaml", text);
+		for (std::vector<std::string> args : {std::vector<std::string>{"apply", "--check", file},
+						      {"apply", "--diff", file}, {"apply", file}}) {
+			CommandResult r = cli_dst(args);
+			SCOPED_TRACE(args[1] + " of:\n" + text);
+			EXPECT_NE(r.exit_code, 0);
+			EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+			EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+			EXPECT_EQ(cli({"rule", "list", "--json"}).out, rules) << "nothing changed";
+			EXPECT_EQ(cli_dst({"status", "--json"}).out, status) << "nothing changed";
+		}
+	}
+}
