@@ -38,6 +38,8 @@ std::string canonical_line(const RuleSpec &s)
 		line += " --name=" + s.name;
 	if (s.shadow)
 		line += " --shadow";
+	if (s.layered)
+		line += " --continue";
 	return line;
 }
 
@@ -45,7 +47,8 @@ bool same_rule(const RuleSpec &a, const RuleSpec &b)
 {
 	return a.name == b.name && a.cidr == b.cidr && a.action == b.action && a.proto == b.proto &&
 	       a.dport == b.dport && a.rate == b.rate && a.algo == b.algo && a.burst == b.burst &&
-	       a.warmup_ns == b.warmup_ns && a.bucket_prefix() == b.bucket_prefix() && a.shadow == b.shadow;
+	       a.warmup_ns == b.warmup_ns && a.bucket_prefix() == b.bucket_prefix() && a.shadow == b.shadow &&
+	       a.layered == b.layered;
 }
 
 void check_rule(const RuleSpec &spec)
@@ -64,7 +67,7 @@ void check_rule(const RuleSpec &spec)
 	InstalledRule installed{1, 0, valid};
 	struct sluice_rule dp = {};
 	FUZZ_CHECK(accepts([&] { dp = to_datapath(installed); }), line);
-	RuleSpec stored = from_maps(dp, to_info(valid));
+	RuleSpec stored = from_maps(dp, to_info(installed)).spec;
 	if (valid.action == Action::limit)
 		FUZZ_CHECK(same_rule(stored, valid), line);
 	else
