@@ -694,25 +694,31 @@ int main(int argc, char **argv)
 		if (o.sections.count(1))
 			section_per_packet(o, base);
 
-		setup_netns();
-		int self = open("/proc/self/ns/net", O_RDONLY);
-		int ns = open(("/run/netns/" + NETNS).c_str(), O_RDONLY);
-		if (self < 0 || ns < 0 || setns(ns, CLONE_NEWNET))
-			throw Error("cannot enter namespace " + NETNS);
-		int ifindex = static_cast<int>(if_nametoindex(DEV.c_str()));
-		if (o.sections.count(2))
-			section_peers(o, base, ifindex);
-		if (o.sections.count(3))
-			section_memory(o, base, ifindex);
-		setns(self, CLONE_NEWNET);
+		// The namespace only for the sections that send frames through it.
+		bool need_netns = o.sections.count(2) || o.sections.count(3) || o.sections.count(4);
+		if (need_netns) {
+			setup_netns();
+			int self = open("/proc/self/ns/net", O_RDONLY);
+			int ns = open(("/run/netns/" + NETNS).c_str(), O_RDONLY);
+			if (self < 0 || ns < 0 || setns(ns, CLONE_NEWNET))
+				throw Error("cannot enter namespace " + NETNS);
+			int ifindex = static_cast<int>(if_nametoindex(DEV.c_str()));
+			if (o.sections.count(2))
+				section_peers(o, base, ifindex);
+			if (o.sections.count(3))
+				section_memory(o, base, ifindex);
+			setns(self, CLONE_NEWNET);
+		}
 
 		if (o.sections.count(4))
 			section_control(o);
-		run_command({"ip", "netns", "del", NETNS});
+		if (need_netns)
+			run_command({"ip", "netns", "del", NETNS});
 		baselines_bpf__destroy(base);
 		return 0;
 	} catch (const std::exception &e) {
-		run_command({"ip", "netns", "del", NETNS});
+		if (o.sections.count(2) || o.sections.count(3) || o.sections.count(4))
+			run_command({"ip", "netns", "del", NETNS});
 		std::cerr << "sluice-bench: " << e.what() << "\n";
 		return 1;
 	}
