@@ -15,7 +15,7 @@
 #include "replay.h"
 #include "rule_table.h"
 #include "sluice_algos.h"
-#include "sources4.h"
+#include "sources.h"
 #include "stats.h"
 
 using namespace sluice;

@@ -232,12 +232,13 @@ LoadedProgram::LoadedProgram(const TableSizes &sizes, ObjectImage image)
 	// Two IPv4 table sets: a block per rule each, a list per rule each (+ index 0).
 	size_maps({SLUICE_STR(SLUICE_MAP_DIR4_BLOCKS)}, 2 * rules);
 	size_maps({SLUICE_STR(SLUICE_MAP_LISTS_V4)}, 2 * (rules + 1));
+	// Every source table is an array of sets: the sizes round up to whole sets.
 	uint32_t sources = sizes.max_sources ? sizes.max_sources : SLUICE_DEFAULT_MAX_SOURCES;
-	uint32_t sets4 = (sources + SLUICE_SET_WAYS - 1) / SLUICE_SET_WAYS;
-	size_maps({SLUICE_STR(SLUICE_MAP_SOURCES_V6)}, sources);
-	size_maps({SLUICE_STR(SLUICE_MAP_SOURCES_V4)}, sets4);
-	size_maps({SLUICE_STR(SLUICE_MAP_LOGS_V4), SLUICE_STR(SLUICE_MAP_LOGS_V6)},
-		  sizes.max_log_sources ? sizes.max_log_sources : SLUICE_DEFAULT_MAX_LOG_SOURCES);
+	uint32_t logs = sizes.max_log_sources ? sizes.max_log_sources : SLUICE_DEFAULT_MAX_LOG_SOURCES;
+	uint32_t sets = (sources + SLUICE_SET_WAYS - 1) / SLUICE_SET_WAYS;
+	uint32_t log_sets = (logs + SLUICE_SET_WAYS - 1) / SLUICE_SET_WAYS;
+	size_maps({SLUICE_STR(SLUICE_MAP_SOURCES_V4), SLUICE_STR(SLUICE_MAP_SOURCES_V6)}, sets);
+	size_maps({SLUICE_STR(SLUICE_MAP_LOGS_V4), SLUICE_STR(SLUICE_MAP_LOGS_V6)}, log_sets);
 
 	prog_ = bpf_object__find_program_by_name(obj_, SLUICE_STR(SLUICE_PROG_NAME));
 	if (!prog_)
@@ -246,11 +247,12 @@ LoadedProgram::LoadedProgram(const TableSizes &sizes, ObjectImage image)
 	if (err)
 		throw_errno("cannot load the XDP program (run with -v for the verifier log)", err);
 
-	// Until this is written the program finds no IPv4 table and fails open.
+	// Until this is written the program finds no source table and fails open.
 	struct sluice_config cfg = {};
 	if (getrandom(&cfg.hash_seed, sizeof(cfg.hash_seed), 0) != sizeof(cfg.hash_seed))
 		throw_errno("cannot draw a hash seed", errno);
-	cfg.src4_sets = sets4;
+	cfg.src4_sets = cfg.src6_sets = sets;
+	cfg.log4_sets = cfg.log6_sets = log_sets;
 	uint32_t zero = 0;
 	struct bpf_map *cfg_map = bpf_object__find_map_by_name(obj_, SLUICE_STR(SLUICE_MAP_CONFIG));
 	if (!cfg_map)
@@ -364,13 +366,15 @@ void Instance::attach(const std::string &ifname, XdpMode mode, const TableSizes 
 		prog_fd.reset(fcntl(fresh->prog_fd(), F_DUPFD_CLOEXEC, 0));
 	} else {
 		MapSet m = maps();
-		if (sizes.max_sources && sizes.max_sources != m.max_sources())
+		// The tables hold whole sets: compare the sizes as they were rounded.
+		auto sets_of = [](uint32_t n) { return (uint64_t(n) + SLUICE_SET_WAYS - 1) / SLUICE_SET_WAYS * SLUICE_SET_WAYS; };
+		if (sizes.max_sources && sets_of(sizes.max_sources) != m.max_sources())
 			throw Error("sluice is loaded with --max-sources " + std::to_string(m.max_sources()) +
 				    "; detach it from every interface to change that");
 		if (sizes.max_rules && sizes.max_rules != m.max_rules())
 			throw Error("sluice is loaded with --max-rules " + std::to_string(m.max_rules()) +
 				    "; detach it from every interface to change that");
-		if (sizes.max_log_sources && sizes.max_log_sources != m.max_log_sources())
+		if (sizes.max_log_sources && sets_of(sizes.max_log_sources) != m.max_log_sources())
 			throw Error("sluice is loaded with --max-log-sources " +
 				    std::to_string(m.max_log_sources()) +
 				    "; detach it from every interface to change that");

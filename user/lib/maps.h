@@ -29,8 +29,8 @@ struct MapSet {
 	void for_each(const std::function<void(const char *, int)> &f) const;
 
 	uint32_t max_rules() const;
-	uint32_t max_sources() const; ///< per family, as configured (IPv4 rounds up to whole sets)
-	uint32_t max_log_sources() const;
+	uint32_t max_sources() const;     ///< per family, as configured, rounded up to whole sets
+	uint32_t max_log_sources() const; ///< per family, rounded up to whole sets
 };
 
 /// Number of possible CPUs, as per-CPU maps count them.

@@ -7,7 +7,7 @@
 #include <tuple>
 
 #include "dir4.h"
-#include "sources4.h"
+#include "sources.h"
 
 namespace sluice {
 
@@ -269,20 +269,10 @@ void RuleTable::write_v4_tables(const std::map<Cidr, std::vector<uint32_t>> &lis
 
 void RuleTable::purge_buckets(uint32_t rule_id)
 {
-	auto purge = [rule_id]<class K, class V>(int fd) {
-		std::vector<K> doomed;
-		for_each_entry<K, V>(
-			fd, [&](const K &k, const V &) {
-				if (k.rule_id == rule_id)
-					doomed.push_back(k);
-			});
-		for (const auto &k : doomed)
-			bpf_map_delete_elem(fd, &k); // ENOENT: evicted meanwhile, fine
-	};
 	SourceTable4(maps_.src4.get()).purge(rule_id);
-	purge.template operator()<struct sluice_src_v6, struct sluice_source_state>(maps_.src6.get());
-	purge.template operator()<struct sluice_src_v4, struct sluice_log_state>(maps_.logs4.get());
-	purge.template operator()<struct sluice_src_v6, struct sluice_log_state>(maps_.logs6.get());
+	SourceTable6(maps_.src6.get()).purge(rule_id);
+	LogTable4(maps_.logs4.get()).purge(rule_id);
+	LogTable6(maps_.logs6.get()).purge(rule_id);
 }
 
 } // namespace sluice
