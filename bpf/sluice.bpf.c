@@ -606,14 +606,18 @@ static __always_inline void count_source(struct sluice_source_counters *c, __u16
  * compare-and-swap, which cannot land on a later bucket of the way (its word
  * is above every earlier value). A lost compare-and-swap returns the word
  * another CPU wrote: decide again on it. -1: the key left the way. The
- * bucket is full again at its arrival time.
+ * bucket is full again at its arrival time, which ranks way `way` of tags
+ * `t` for eviction (sluice_way_touch): done here, while what it needs is at
+ * hand.
  */
-static __always_inline int charge_gcra(struct sluice_source_state *st, const __u64 *key, const __u16 *gen,
+static __always_inline int charge_gcra(struct sluice_source_state *st, struct sluice_set_tags *t, int way,
 				       const struct sluice_addr6 *addr, const struct sluice_rule *rule,
 				       struct charge_req *req)
 {
 	__u64 inc = cost_ticks(rule, req->cost), now_t = sluice_ns_to_ticks(req->now);
-	__u64 w = SLUICE_READ_ONCE(st->word), off, next, old;
+	__u64 w = SLUICE_READ_ONCE(st->word), off, next, old, tat = now_t;
+	const __u64 *key = &t->key[SLUICE_WAY(way)];
+	const __u16 *gen = &t->gen[SLUICE_WAY(way)];
 	enum bucket_result res = BUCKET_FORCED;
 	__u16 g = 0;
 	int i;
@@ -630,18 +634,19 @@ static __always_inline int charge_gcra(struct sluice_source_state *st, const __u
 		}
 		if (!sluice_gcra_admit(w - off, now_t, inc, rule->bucket.capacity, &next)) {
 			res = BUCKET_DROP;
-			req->full = sluice_tick_stamp(w - off);
+			tat = w - off;
 			break;
 		}
 		old = __sync_val_compare_and_swap(&st->word, w, next + off);
 		if (old == w) {
 			res = BUCKET_PASS;
-			req->full = sluice_tick_stamp(next);
+			tat = next;
 			break;
 		}
 		w = old;
 	}
 	count_source(&st->cnt, g, res, req, 1);
+	sluice_way_touch(t, way, req->want, req->now, sluice_tick_stamp(tat));
 	return res;
 }
 
@@ -1042,6 +1047,19 @@ __noinline int sluice_insert_v6(const struct sluice_rule *rule, struct charge_re
 	return res;
 }
 
+/* A multi-word algorithm's IPv4 bucket: charged, then its way ranked. */
+static __always_inline int charge_found_locked(struct sluice_source_state *st, struct sluice_set_tags *t, int w,
+					       const struct sluice_rule *rule, struct charge_req *req)
+{
+	int res;
+
+	req->full = sluice_stamp(req->now);
+	res = sluice_charge_locked(st, t, NULL, rule, req);
+	if (res >= 0)
+		sluice_way_touch(t, w, req->want, req->now, req->full);
+	return res;
+}
+
 /* IPv4: finds or creates the bucket of `key` in the set-associative table.
  * Inline: the hot path pays no call for the lookup or the GCRA form. */
 static __always_inline enum bucket_result charge_v4(__u64 key, const struct sluice_rule *rule,
@@ -1081,16 +1099,13 @@ static __always_inline enum bucket_result charge_v4(__u64 key, const struct slui
 		if (w >= 0) {
 			w = SLUICE_WAY(w);
 			req->way = w;
-			req->full = sluice_stamp(now);
 			race_window(&set->tag.key[w]);
 			if (gcra_form(rule))
-				res = charge_gcra(&set->way[w], &set->tag.key[w], &set->tag.gen[w], NULL, rule, req);
+				res = charge_gcra(&set->way[w], &set->tag, w, NULL, rule, req);
 			else
-				res = sluice_charge_locked(&set->way[w], &set->tag, NULL, rule, req);
-			if (res >= 0) {
-				sluice_way_touch(&set->tag, w, key, now, req->full);
+				res = charge_found_locked(&set->way[w], &set->tag, w, rule, req);
+			if (res >= 0)
 				return res;
-			}
 			continue; /* evicted under us: look again */
 		}
 		res = lookup_missed(&a->tag, &b->tag, busy_a, busy_b, req);
@@ -1144,14 +1159,10 @@ __noinline int sluice_charge_v6(const struct sluice_rule *rule, struct charge_re
 		return lookup_missed(&a->tag, &b->tag, busy_a, busy_b, req);
 	w = SLUICE_WAY(w);
 	req->way = w;
-	req->full = sluice_stamp(req->now);
 	if (!gcra_form(rule))
 		return LOOKUP_LOCKED;
-	res = charge_gcra(&set->way[w], &set->tag.key[w], &set->tag.gen[w], &set->addr[w], rule, req);
-	if (res < 0)
-		return LOOKUP_RETRY; /* evicted under us */
-	sluice_way_touch(&set->tag, w, req->want, req->now, req->full);
-	return res;
+	res = charge_gcra(&set->way[w], &set->tag, w, &set->addr[w], rule, req);
+	return res < 0 ? LOOKUP_RETRY : res; /* -1: evicted under us */
 }
 
 /* Whether the sliding log admits a packet now, read without writing: the
@@ -1206,6 +1217,8 @@ static __always_inline __u32 log_full(const struct sluice_log_state *st, const s
  * call of log_attempt by bpf_loop (as locked_attempt): SLUICE_LOCK_RETRIES
  * attempts, each a read of a held lock or a lost race.
  */
+#define LOG_DROP_LOCKED 4 /* log_ctx.res: a drop decided under the lock (a super-packet) */
+
 struct log_ctx {
 	struct sluice_log_state *st;
 	const struct sluice_set_tags *tags;
@@ -1213,7 +1226,7 @@ struct log_ctx {
 	const struct sluice_rule *rule;
 	struct charge_req *req;
 	__u16 gen_seen;
-	int res; /* BUCKET_FORCED until decided; -1: the key left the way */
+	int res; /* BUCKET_FORCED until decided; LOG_DROP_LOCKED; -1: the key left the way */
 };
 
 static long log_attempt(__u32 index, void *data)
@@ -1261,7 +1274,7 @@ static long log_attempt(__u32 index, void *data)
 	admit = sluice_log_admit(st->ring, &st->head, req->now, rule->window.window_ns, (__u32)rule->window.limit,
 				 req->packets);
 	__sync_lock_test_and_set(&st->word, s + 2); /* a full barrier, as above */
-	c->res = admit ? BUCKET_PASS : BUCKET_FORCED + 1; /* a drop decided under the lock */
+	c->res = admit ? BUCKET_PASS : LOG_DROP_LOCKED;
 	return 1;
 }
 
@@ -1284,7 +1297,7 @@ __noinline int sluice_charge_log(struct sluice_log_state *st, const struct sluic
 	bpf_loop(SLUICE_LOCK_RETRIES, log_attempt, &c, 0);
 	if (c.res < 0)
 		return -1;
-	if (c.res == BUCKET_PASS || c.res == BUCKET_FORCED + 1) {
+	if (c.res == BUCKET_PASS || c.res == LOG_DROP_LOCKED) {
 		/* Read unlocked: it only ranks the way, and keeps the lock short. */
 		req->full = log_full(st, rule, req->now);
 		if (c.res != BUCKET_PASS)
@@ -1458,6 +1471,7 @@ static __always_inline int charge_found(int kind, const struct sluice_rule *rule
 	struct sluice_set_tags *t = NULL;
 	int w = SLUICE_WAY(req->way), res = LOOKUP_RETRY;
 
+	req->full = sluice_stamp(req->now);
 	if (kind == KIND_V6) {
 		struct sluice_set_v6 *set = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V6, &req->set_idx);
 

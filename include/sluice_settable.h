@@ -191,29 +191,36 @@ static inline void sluice_way_install(struct sluice_set_tags *t, struct sluice_s
 static inline void sluice_way_touch(struct sluice_set_tags *t, int w, __u64 key, __u64 now_ns, __u32 full)
 {
 	__u32 stamp = sluice_stamp(now_ns), keep, want;
+	__s16 age;
 	__u16 born;
 
 	w = SLUICE_WAY(w);
 	keep = SLUICE_READ_ONCE(t->keep[w]);
 	born = SLUICE_READ_ONCE(t->born[w]);
-	want = (__s32)(full - stamp) > 0 ? full : stamp;
-	if (born != SLUICE_BORN_SETTLED) {
-		/* Units since it was made: a signed difference of the top 15 bits. */
-		__s16 age = (__s16)((__u16)((now_ns >> SLUICE_BORN_SHIFT) << 1) - (born & ~SLUICE_BORN_RETURNED)) >> 1;
-
-		if (age < (SLUICE_PROBATION_STAMPS >> (SLUICE_BORN_SHIFT - SLUICE_STAMP_SHIFT)) &&
-		    (__s32)(stamp - keep) < SLUICE_PROBATION_STAMPS) {
-			want = stamp; /* still on probation: last seen */
-			if (!(born & SLUICE_BORN_RETURNED) && SLUICE_READ_ONCE(t->key[w]) == key)
-				SLUICE_WRITE_ONCE(t->born[w], born | SLUICE_BORN_RETURNED);
-		} else if (SLUICE_READ_ONCE(t->key[w]) == key) {
+	if (born == SLUICE_BORN_SETTLED) {
+		want = (__s32)(full - stamp) > 0 ? full : stamp;
+		if ((__s32)(want - keep) > 0 && SLUICE_READ_ONCE(t->key[w]) == key)
 			SLUICE_WRITE_ONCE(t->keep[w], want);
-			SLUICE_WRITE_ONCE(t->born[w], SLUICE_BORN_SETTLED);
-			return;
-		}
+		return;
 	}
-	if ((__s32)(want - keep) > 0 && SLUICE_READ_ONCE(t->key[w]) == key)
-		SLUICE_WRITE_ONCE(t->keep[w], want);
+	/* On probation, and its source already back: nothing moves within a stamp. */
+	if ((__s32)(stamp - keep) <= 0 && (born & SLUICE_BORN_RETURNED))
+		return;
+	if (SLUICE_READ_ONCE(t->key[w]) != key)
+		return;
+	/* Units since it was made: a signed difference of born[]'s top 15 bits. */
+	age = (__s16)((__u16)((now_ns >> SLUICE_BORN_SHIFT) << 1) - (born & ~SLUICE_BORN_RETURNED)) >> 1;
+	if (age < (SLUICE_PROBATION_STAMPS >> (SLUICE_BORN_SHIFT - SLUICE_STAMP_SHIFT)) &&
+	    (__s32)(stamp - keep) < SLUICE_PROBATION_STAMPS) {
+		/* Still on probation: keep[] is when it was last seen. */
+		if (!(born & SLUICE_BORN_RETURNED))
+			SLUICE_WRITE_ONCE(t->born[w], born | SLUICE_BORN_RETURNED);
+		if ((__s32)(stamp - keep) > 0)
+			SLUICE_WRITE_ONCE(t->keep[w], stamp);
+		return;
+	}
+	SLUICE_WRITE_ONCE(t->keep[w], (__s32)(full - stamp) > 0 ? full : stamp);
+	SLUICE_WRITE_ONCE(t->born[w], SLUICE_BORN_SETTLED);
 }
 
 /* Empties way w if it still holds `key` (a deleted rule's bucket); 1 if it did. */
