@@ -58,7 +58,7 @@ TEST(SourceTable, AWayStampedAheadOfTheClockIsTheFreshestNotTheOldest)
 	Replayer kernel(limit_rule(), TableSizes{4, 64, 64}); // one set of four ways
 	const uint64_t t = TRACE_START_NS + 10 * SEC;
 	Trace before;
-	for (uint32_t src : {0u, 1u, 2u}) // two packets each: out of probation
+	for (uint32_t src : {0u, 1u, 2u}) // two packets each: on probation, but returned
 		for (int i = 0; i < 2; i++)
 			before.push_back({t - 504 * MS, src});
 	for (int i = 0; i < 2; i++)
