@@ -16,7 +16,6 @@ namespace sluice {
 
 struct RuleTable::Snapshot {
 	struct sluice_active active = {}; ///< the live set, and how far each set's slots go
-	uint32_t set = 0; ///< the live set
 	std::vector<InstalledRule> rules;
 	struct sluice_meta meta = {};
 	std::vector<bool> idle_used; ///< slots the idle set holds a rule in (stale entries to clear)
@@ -121,7 +120,6 @@ RuleTable::Snapshot RuleTable::read() const
 	if (bpf_map_lookup_elem(maps_.meta.get(), &zero, &s.meta))
 		throw_errno("cannot read sluice metadata", errno);
 	s.active = read_active(maps_);
-	s.set = s.active.set;
 	uint32_t n = maps_.max_rules();
 	// Both sets' entries up to the higher of their high-water marks: the
 	// live set's rules, and the idle set's leftovers to clear.
@@ -129,8 +127,8 @@ RuleTable::Snapshot RuleTable::read() const
 	MappedArray dps(maps_.rules.get()), infos(maps_.rule_info.get());
 	s.idle_used.assign(n, false);
 	for (uint32_t slot = 0; slot < reach; slot++) {
-		s.idle_used[slot] = dps.at<struct sluice_rule>(sluice_rule_index(slot, s.set ^ 1))->id != 0;
-		uint32_t i = sluice_rule_index(slot, s.set);
+		s.idle_used[slot] = dps.at<struct sluice_rule>(sluice_rule_index(slot, s.active.set ^ 1))->id != 0;
+		uint32_t i = sluice_rule_index(slot, s.active.set);
 		struct sluice_rule dp = *dps.at<struct sluice_rule>(i);
 		if (dp.id == 0)
 			continue;
@@ -413,7 +411,7 @@ RuleTable::Compiled RuleTable::prepare(const Snapshot &before, std::vector<Insta
 
 	// 2. Compile the idle set's lookup tables (throws if they do not fit).
 	Compiled c;
-	c.set = before.set ^ 1;
+	c.set = before.active.set ^ 1;
 	uint32_t list_capacity = n; // a list holds at least one rule
 	c.lists = compile_match_lists(after, c.set * (n + 1) + 1, list_capacity);
 	std::vector<std::pair<Cidr, uint32_t>> prefixes4;
