@@ -2,9 +2,10 @@
 /*
  * Benchmark builds only: BPF_PROG_TEST_RUN repeats one frame, so this rewrites
  * each frame's source address to one of `count` sources, 10.0.0.0 upwards for
- * IPv4 (header checksum fixed, so the kernel stack accepts it) or the low 32
- * bits of the IPv6 source. Sources are drawn from a per-CPU xorshift, or in
- * turn when `sequential` is set. The production program never includes this.
+ * IPv4 (header checksum fixed, so the kernel stack accepts it) or bits 32-63
+ * of the IPv6 source (each its own /64, which IPv6 buckets aggregate by
+ * default). Sources are drawn from a per-CPU xorshift, or in turn when
+ * `sequential` is set. The production program never includes this.
  */
 #ifndef SLUICE_BENCH_SOURCES_H
 #define SLUICE_BENCH_SOURCES_H
@@ -78,7 +79,7 @@ static __always_inline void bench_rewrite_source(struct xdp_md *ctx)
 
 		if ((void *)(ip6h + 1) > data_end)
 			return;
-		ip6h->saddr.in6_u.u6_addr32[3] = addr;
+		ip6h->saddr.in6_u.u6_addr32[1] = addr;
 	}
 }
 

@@ -8,8 +8,8 @@
  * IPv6; the controller compiles each prefix's candidate list, most specific
  * first), take the first rule whose protocol and port match (or, when they
  * are unknown, the strictest rule the packet may belong to), then allow, deny,
- * or charge the source's bucket (sluice_algos.h): IPv4 buckets in a set table
- * of our own, IPv6 buckets in an LRU hash.
+ * or charge the source's bucket (sluice_algos.h) in a set table of our own
+ * (sluice_settable.h): IPv4, IPv6 and sliding-log buckets alike.
  *
  * Every frame lands in exactly one verdict counter. Fail-open: whenever the
  * program cannot decide, the frame passes and a counter says why.
@@ -94,8 +94,9 @@ struct {
 	__type(value, __u32); /* the prefix's first list in SLUICE_MAP_LISTS */
 } SLUICE_MAP_MATCH_V6 SEC(".maps");
 
-/* IPv4 buckets: sets of four ways (see sluice_abi.h); the controller maps it
- * to read statistics and to purge a deleted rule's buckets. */
+/* The source tables: arrays of 4-way sets (see sluice_abi.h), every bucket's
+ * home. The controller maps them to read statistics and to purge a deleted
+ * rule's buckets, and sizes them when it loads the program. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, SLUICE_DEFAULT_MAX_SOURCES / SLUICE_SET_WAYS);
@@ -103,6 +104,30 @@ struct {
 	__type(key, __u32);
 	__type(value, struct sluice_set_v4);
 } SLUICE_MAP_SOURCES_V4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SLUICE_DEFAULT_MAX_SOURCES / SLUICE_SET_WAYS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct sluice_set_v6);
+} SLUICE_MAP_SOURCES_V6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SLUICE_DEFAULT_MAX_LOG_SOURCES / SLUICE_SET_WAYS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct sluice_log_set_v4);
+} SLUICE_MAP_LOGS_V4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SLUICE_DEFAULT_MAX_LOG_SOURCES / SLUICE_SET_WAYS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct sluice_log_set_v6);
+} SLUICE_MAP_LOGS_V6 SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -118,42 +143,13 @@ struct {
 	__type(value, struct sluice_pending_drops);
 } SLUICE_MAP_PENDING SEC(".maps");
 
-/* A new IPv6 bucket is built here before it is inserted (see charge_bucket). */
+/* A new source bucket is built here before it is installed (see sluice_insert_v4). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct sluice_source_state);
 } sluice_scratch SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, SLUICE_DEFAULT_MAX_SOURCES);
-	__type(key, struct sluice_src_v6);
-	__type(value, struct sluice_source_state);
-} SLUICE_MAP_SOURCES_V6 SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, SLUICE_DEFAULT_MAX_LOG_SOURCES);
-	__type(key, struct sluice_src_v4);
-	__type(value, struct sluice_log_state);
-} SLUICE_MAP_LOGS_V4 SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, SLUICE_DEFAULT_MAX_LOG_SOURCES);
-	__type(key, struct sluice_src_v6);
-	__type(value, struct sluice_log_state);
-} SLUICE_MAP_LOGS_V6 SEC(".maps");
-
-/* An all-zero log bucket to insert from: the struct is larger than the stack. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct sluice_log_state);
-} sluice_zero_log SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -241,17 +237,25 @@ struct {
 	__type(value, __u32);
 } sluice_race_window SEC(".maps");
 
-static __always_inline void race_window(const __u64 *key)
+/* A global function: the verifier walks its loop once, not on every path
+ * that reaches it. */
+__noinline int sluice_race_reads(const __u64 *key)
 {
 	__u32 zero = 0, *reads = bpf_map_lookup_elem(&sluice_race_window, &zero), i;
 
-	if (!reads)
-		return;
+	if (!reads || !key)
+		return 0;
 	for (i = 0; i < 1024; i++) { /* the verifier walks each iteration: keep it short */
 		if (i >= *reads)
 			break;
 		SLUICE_READ_ONCE(*key);
 	}
+	return 0;
+}
+
+static __always_inline void race_window(const __u64 *key)
+{
+	sluice_race_reads(key);
 }
 #else
 static __always_inline void race_window(const __u64 *key)
@@ -429,32 +433,48 @@ static __always_inline int decide_locked(union sluice_algo_state *s, const struc
 	}
 }
 
-/* What a packet asks of a bucket: `want` is the key it looked up (IPv4 set
- * table) at `set_idx`, `way`; `cost` its units in the rule's unit; `packets`
- * and `bytes` what it carries (struct charge). */
+/* A way a new bucket may take (sluice_choose_victim). */
+struct victim {
+	__u64 key;  /* what the way held */
+	__u32 keep; /* its keep[], to tell whether it was active */
+	__s32 rank; /* sluice_way_rank */
+	int found;
+	int way;    /* in the key's first set, or SLUICE_SET_WAYS + way in its second */
+};
+
+/* What a packet asks of a bucket: `want` is the key it looked up, `addr` its
+ * address (IPv6), in sets `set_a` and `set_b`, found at `set_idx`, `way` of
+ * table `table`; `cost` its units in the rule's unit; `packets` and `bytes`
+ * what it carries (struct charge). A charge leaves in `full` the stamp from
+ * which the bucket's state will equal a fresh bucket's (sluice_way_touch). A
+ * lookup that missed leaves in `victim` the way a new bucket takes. */
 struct charge_req {
 	__u64 want;
+	struct sluice_addr6 addr;
 	__u64 now;
 	__u64 cost;
 	__u64 packets;
 	__u64 bytes;
+	__u32 set_a;
+	__u32 set_b;
 	__u32 set_idx;
 	__u32 way;
+	__u32 full;
+	__u32 table; /* enum sluice_table */
+	struct victim victim;
 };
 
 /*
- * Where a charger finds its bucket: in the IPv4 set table, the way's key
- * (re-checked before every write, so a charge lands only on the bucket of the
- * key looked up) and generation; in the LRU tables, neither (NULL).
+ * Whether the way a charger found its bucket in (its key and, for IPv6, its
+ * address) holds another bucket now: re-checked before every write, so a
+ * charge lands only on the bucket of the key looked up.
  */
-static __always_inline int owner_gone(const __u64 *key, __u64 want)
+static __always_inline int owner_gone(const __u64 *key, const struct sluice_addr6 *addr,
+				      const struct charge_req *req)
 {
-	return key && SLUICE_READ_ONCE(*key) != want;
-}
-
-static __always_inline __u16 owner_gen(const __u16 *gen)
-{
-	return gen ? SLUICE_READ_ONCE(*gen) : 0;
+	if (SLUICE_READ_ONCE(*key) != req->want)
+		return 1;
+	return addr && (SLUICE_READ_ONCE(addr->hi) != req->addr.hi || SLUICE_READ_ONCE(addr->lo) != req->addr.lo);
 }
 
 /* Adds to a counter word if it still carries `tag`: the bucket it was read for. */
@@ -477,20 +497,48 @@ static __always_inline void count_add(__u64 *c, __u64 tag, __u64 delta)
 		__sync_fetch_and_add(c, -delta);
 }
 
-/*
- * Counts a packet on its bucket. An IPv4 drop goes to this CPU's pending slot
- * (struct sluice_pending_drops) when the slot names the bucket, so a flood of
- * one source writes no shared line to count its drops; a slot naming another
- * bucket is first added to that bucket's counters (if its way still holds
- * it: the generation tags them).
- */
-static __always_inline void count_source(struct sluice_source_counters *c, const __u16 *gen_ptr,
-					 __u16 gen, enum bucket_result res,
-					 const struct charge_req *req)
+/* Adds a pending-drops slot to the bucket it names, if its way still holds
+ * it. A global function: checked once, not in every charger that may call
+ * it (and called only when a CPU's drops move on to another bucket). */
+__noinline int sluice_flush_pending(const struct sluice_pending_drops *p)
 {
-	__u64 tag = gen_ptr ? sluice_gen_tag(gen) : 0, l3_len = req->bytes, n = req->packets;
+	struct sluice_source_counters *oc = NULL;
+	__u32 set;
+
+	if (!p)
+		return 0; /* the verifier: arguments of a global function may be NULL */
+	set = p->set;
+	if (p->table == SLUICE_TABLE_V6) {
+		struct sluice_set_v6 *s6 = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V6, &set);
+
+		if (s6)
+			oc = &s6->way[SLUICE_WAY(p->way)].cnt;
+	} else {
+		struct sluice_set_v4 *s4 = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V4, &set);
+
+		if (s4)
+			oc = &s4->way[SLUICE_WAY(p->way)].cnt;
+	}
+	if (!oc)
+		return 0;
+	count_add(&oc->dropped_packets, sluice_gen_tag(p->gen), p->packets);
+	count_add(&oc->dropped_bytes, sluice_gen_tag(p->gen), p->bytes);
+	return 1;
+}
+
+/*
+ * Counts a packet on its bucket, of generation `gen`. A source bucket's drop
+ * (`pending`) goes to this CPU's pending slot (struct sluice_pending_drops)
+ * when the slot names the bucket, so a flood of one source writes no shared
+ * line to count its drops; a slot naming another bucket is first added to
+ * that bucket's counters (if its way still holds it: the generation tags
+ * them).
+ */
+static __always_inline void count_source(struct sluice_source_counters *c, __u16 gen, enum bucket_result res,
+					 const struct charge_req *req, int pending)
+{
+	__u64 tag = sluice_gen_tag(gen), l3_len = req->bytes, n = req->packets;
 	struct sluice_pending_drops *p;
-	struct sluice_set_v4 *old;
 	__u32 zero = 0;
 
 	if (res != BUCKET_DROP) {
@@ -498,28 +546,23 @@ static __always_inline void count_source(struct sluice_source_counters *c, const
 		count_add(&c->passed_bytes, tag, l3_len);
 		return;
 	}
-	p = gen_ptr ? bpf_map_lookup_elem(&SLUICE_MAP_PENDING, &zero) : NULL;
+	p = pending ? bpf_map_lookup_elem(&SLUICE_MAP_PENDING, &zero) : NULL;
 	if (!p) {
 		count_add(&c->dropped_packets, tag, n);
 		count_add(&c->dropped_bytes, tag, l3_len);
 		return;
 	}
-	if (p->packets && p->set == req->set_idx && p->way == req->way && p->gen == gen) {
+	if (p->packets && p->set == req->set_idx && p->way == req->way && p->table == req->table &&
+	    p->gen == gen) {
 		p->packets += n;
 		p->bytes += l3_len;
 		return;
 	}
-	if (p->packets) {
-		old = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V4, &p->set);
-		if (old) {
-			struct sluice_source_counters *oc = &old->way[p->way & (SLUICE_SET_WAYS - 1)].cnt;
-
-			count_add(&oc->dropped_packets, sluice_gen_tag(p->gen), p->packets);
-			count_add(&oc->dropped_bytes, sluice_gen_tag(p->gen), p->bytes);
-		}
-	}
+	if (p->packets)
+		sluice_flush_pending(p);
 	p->set = req->set_idx;
-	p->way = (__u16)req->way;
+	p->way = (__u8)req->way;
+	p->table = (__u8)req->table;
 	p->gen = gen;
 	p->packets = n;
 	p->bytes = l3_len;
@@ -533,22 +576,27 @@ static __always_inline void count_source(struct sluice_source_counters *c, const
  * key). The decision is made on that snapshot; a pass is written by
  * compare-and-swap, which cannot land on a later bucket of the way (its word
  * is above every earlier value). A lost compare-and-swap returns the word
- * another CPU wrote: decide again on it. -1: the key left the way.
+ * another CPU wrote: decide again on it. -1: the key left the way. The
+ * bucket is full again at its arrival time, which ranks way `way` of tags
+ * `t` for eviction (sluice_way_touch): done here, while what it needs is at
+ * hand.
  */
-static __always_inline int charge_gcra(struct sluice_source_state *st, const __u64 *key,
-				       const __u16 *gen, const struct sluice_rule *rule,
-				       const struct charge_req *req)
+static __always_inline int charge_gcra(struct sluice_source_state *st, struct sluice_set_tags *t, int way,
+				       const struct sluice_addr6 *addr, const struct sluice_rule *rule,
+				       struct charge_req *req)
 {
 	__u64 inc = cost_ticks(rule, req->cost), now_t = sluice_ns_to_ticks(req->now);
-	__u64 w = SLUICE_READ_ONCE(st->word), off, next, old;
+	__u64 w = SLUICE_READ_ONCE(st->word), off, next, old, tat = now_t;
+	const __u64 *key = &t->key[SLUICE_WAY(way)];
+	const __u16 *gen = &t->gen[SLUICE_WAY(way)];
 	enum bucket_result res = BUCKET_FORCED;
 	__u16 g = 0;
 	int i;
 
 	for (i = 0; i < SLUICE_CAS_RETRIES; i++) {
 		off = SLUICE_READ_ONCE(st->algo.gcra.off);
-		g = owner_gen(gen);
-		if (owner_gone(key, req->want))
+		g = SLUICE_READ_ONCE(*gen);
+		if (owner_gone(key, addr, req))
 			return -1;
 		old = SLUICE_READ_ONCE(st->word);
 		if (old != w) {
@@ -557,17 +605,47 @@ static __always_inline int charge_gcra(struct sluice_source_state *st, const __u
 		}
 		if (!sluice_gcra_admit(w - off, now_t, inc, rule->bucket.capacity, &next)) {
 			res = BUCKET_DROP;
+			tat = w - off;
 			break;
 		}
 		old = __sync_val_compare_and_swap(&st->word, w, next + off);
 		if (old == w) {
 			res = BUCKET_PASS;
+			tat = next;
 			break;
 		}
 		w = old;
 	}
-	count_source(&st->cnt, gen, g, res, req);
+	count_source(&st->cnt, g, res, req, 1);
+	sluice_way_touch(t, way, req->want, req->now, sluice_tick_stamp(tat));
 	return res;
+}
+
+/* The debt of a window holding `count` of its `limit` units, as the time its
+ * rate would take to earn them back (window / limit per unit), from now; but
+ * never past `end`, when the state equals a fresh one whatever it holds. */
+static __always_inline __u32 window_full(const struct sluice_rule *rule, __u64 now, __u64 count, __u64 end)
+{
+	__u64 per = rule->window.limit ? rule->window.window_ns / rule->window.limit : 0;
+	__u64 debt = now + per * count;
+
+	return sluice_stamp(debt < end ? debt : end);
+}
+
+/* When a multi-word algorithm's state `s` will equal a fresh bucket's. */
+static __always_inline __u32 locked_full(const union sluice_algo_state *s, const struct sluice_rule *rule,
+					 __u64 now)
+{
+	__u64 w = rule->window.window_ns;
+
+	switch (rule->algo) {
+	case SLUICE_ALGO_FIXED_WINDOW:
+		return window_full(rule, now, s->fixed.count, (s->fixed.window + 1) * w);
+	case SLUICE_ALGO_SLIDING_WINDOW:
+		return window_full(rule, now, s->sliding.cur + s->sliding.prev, (s->sliding.window + 2) * w);
+	default: /* a warm-up token bucket: full once its tokens are back */
+		return sluice_tick_stamp(s->tb.last + (rule->bucket.capacity - s->tb.tokens));
+	}
 }
 
 /*
@@ -583,10 +661,10 @@ static __always_inline int charge_gcra(struct sluice_source_state *st, const __u
  */
 struct locked_ctx {
 	struct sluice_source_state *st;
-	const __u64 *key;
-	const __u16 *gen;
+	const struct sluice_set_tags *tags; /* the way's key and generation: way req->way */
+	const struct sluice_addr6 *addr;
 	const struct sluice_rule *rule;
-	const struct charge_req *req;
+	struct charge_req *req;
 	__u16 gen_seen;
 	int res; /* BUCKET_FORCED until decided; -1: the key left the way */
 };
@@ -595,16 +673,19 @@ static long locked_attempt(__u32 index, void *data)
 {
 	struct locked_ctx *c = data;
 	struct sluice_source_state *st = c->st;
+	const struct sluice_set_tags *t = c->tags;
 	union sluice_algo_state copy;
+	int w;
 	__u64 s;
 
-	if (!st || !c->rule || !c->req)
+	if (!st || !t || !c->rule || !c->req)
 		return 1; /* the verifier: pointers read back from the context may be NULL */
+	w = SLUICE_WAY(c->req->way);
 	s = SLUICE_READ_ONCE(st->word);
 	if (s & 1)
 		return 0; /* held: read again */
-	c->gen_seen = owner_gen(c->gen);
-	if (owner_gone(c->key, c->req->want)) {
+	c->gen_seen = SLUICE_READ_ONCE(t->gen[w]);
+	if (owner_gone(&t->key[w], c->addr, c->req)) {
 		c->res = -1;
 		return 1;
 	}
@@ -619,7 +700,7 @@ static long locked_attempt(__u32 index, void *data)
 	}
 	if (__sync_val_compare_and_swap(&st->word, s, s + 1) != s)
 		return 0;
-	if (owner_gone(c->key, c->req->want)) {
+	if (owner_gone(&t->key[w], c->addr, c->req)) {
 		__sync_lock_test_and_set(&st->word, s + 2);
 		c->res = -1;
 		return 1;
@@ -632,38 +713,47 @@ static long locked_attempt(__u32 index, void *data)
 	return 1;
 }
 
-static __always_inline int charge_locked(struct sluice_source_state *st, const __u64 *key,
-					 const __u16 *gen, const struct sluice_rule *rule,
-					 const struct charge_req *req)
+/* A multi-word algorithm's charge of way req->way of tags `t`. The stamp at
+ * which the bucket is full again is read after the decision, unlocked: it
+ * ranks the way for eviction, and another CPU's charge a moment later would
+ * move it as much. */
+static __always_inline int charge_locked(struct sluice_source_state *st, const struct sluice_set_tags *t,
+					 const struct sluice_addr6 *addr, const struct sluice_rule *rule,
+					 struct charge_req *req)
 {
-	struct locked_ctx c = { .st = st, .key = key, .gen = gen, .rule = rule, .req = req,
+	struct locked_ctx c = { .st = st, .tags = t, .addr = addr, .rule = rule, .req = req,
 				.res = BUCKET_FORCED };
+	int w = SLUICE_WAY(req->way);
 
 	/* The generation a forced pass counts with, if the lock is never seen free. */
-	c.gen_seen = owner_gen(gen);
-	if (owner_gone(key, req->want))
+	c.gen_seen = SLUICE_READ_ONCE(t->gen[w]);
+	if (owner_gone(&t->key[w], addr, req))
 		return -1;
 	bpf_loop(SLUICE_LOCK_RETRIES, locked_attempt, &c, 0);
 	if (c.res < 0)
 		return -1;
-	count_source(&st->cnt, gen, c.gen_seen, c.res, req);
+	if (c.res != BUCKET_FORCED)
+		req->full = locked_full(&st->algo, rule, req->now);
+	count_source(&st->cnt, c.gen_seen, c.res, req, 1);
 	return c.res;
 }
 
 /*
- * Charges a bucket: an enum bucket_result, or -1 if `key` no longer holds
- * req->want (set table; key and gen are NULL in the LRU tables). A global
- * function, so the verifier checks its bounded loops once, not once per
- * path of every caller (inlined, the program exceeded its complexity limit).
+ * Charges a multi-word algorithm's bucket found in way req->way of the set
+ * whose tags are `t` (and, for IPv6, at `addr`): an enum bucket_result, or -1
+ * if the way no longer holds req's key. A global function, so the verifier
+ * checks its bounded loops once, not once per path of every caller (inlined,
+ * the program exceeded its complexity limit); called by decide_packet itself,
+ * as its lock's bpf_loop callback is one more frame in a chain of calls that
+ * has 512 bytes of stack. The GCRA form is charged inline (charge_gcra).
  */
-__noinline int sluice_charge(struct sluice_source_state *st, const __u64 *key, const __u16 *gen,
-			     const struct sluice_rule *rule, const struct charge_req *req)
+__noinline int sluice_charge_locked(struct sluice_source_state *st, const struct sluice_set_tags *t,
+				    const struct sluice_addr6 *addr, const struct sluice_rule *rule,
+				    struct charge_req *req)
 {
-	if (!st || !rule || !req)
+	if (!st || !t || !rule || !req)
 		return BUCKET_FAIL_TABLE; /* the verifier: arguments of a global function may be NULL */
-	if (gcra_form(rule))
-		return charge_gcra(st, key, gen, rule, req);
-	return charge_locked(st, key, gen, rule, req);
+	return charge_locked(st, t, addr, rule, req);
 }
 
 /*
@@ -722,61 +812,25 @@ static __always_inline struct charge_req *new_req(const struct sluice_rule *rule
 	req->bytes = ch->bytes;
 	req->set_idx = 0;
 	req->way = 0;
+	req->table = SLUICE_TABLE_V4;
 	return req;
 }
 
-/* IPv6: charges `cost` units to the bucket at `key` in the LRU table. */
-static __always_inline enum bucket_result charge_bucket(void *sources, void *key,
-							 const struct sluice_rule *rule, __u64 now,
-							 const struct charge *ch)
-{
-	struct sluice_source_state *st;
-	enum bucket_result res;
-	struct charge_req *req;
-	__u32 zero = 0;
-	int err;
-
-	req = new_req(rule, now, ch);
-	if (!req)
-		return BUCKET_FAIL_TABLE;
-
-	st = bpf_map_lookup_elem(sources, key);
-	if (!st) {
-		/* Built in a per-CPU scratch slot, not on the stack: the program's
-		 * frames must fit the verifier's 512 bytes across calls. */
-		struct sluice_source_state *init = bpf_map_lookup_elem(&sluice_scratch, &zero);
-
-		if (!init)
-			return BUCKET_FAIL_TABLE;
-		__builtin_memset(init, 0, sizeof(*init));
-		res = init_state(init, rule, now, req->cost, req->packets, req->bytes);
-		if (gcra_form(rule))
-			init->word += sluice_ns_to_ticks(now); /* offset 0: the word is the arrival time */
-		err = bpf_map_update_elem(sources, key, init, BPF_NOEXIST);
-		if (err == 0) {
-			count_global(SLUICE_CNT_INFO_NEW_BUCKET, 0);
-			return res;
-		}
-		if (err != -EEXIST)
-			return BUCKET_FAIL_TABLE;
-		/* Another CPU created it first: charge the bucket it made. */
-		st = bpf_map_lookup_elem(sources, key);
-		if (!st)
-			return BUCKET_FAIL_TABLE;
-	}
-	return sluice_charge(st, NULL, NULL, rule, req);
-}
-
-/* The way of `set` holding `key`, or -1; *busy is set to 1 + a way being written. */
-static __always_inline int scan_set(const struct sluice_set_v4 *set, __u64 key, int *busy)
+/*
+ * The way of a set holding req's key (and, with `addrs`, the set's address
+ * line, req's address), or -1; *busy is set to 1 + a way being written.
+ */
+static __always_inline int scan_set(const struct sluice_set_tags *t, const struct sluice_addr6 *addrs,
+				    const struct charge_req *req, int *busy)
 {
 	int w;
 
 #pragma unroll
 	for (w = 0; w < SLUICE_SET_WAYS; w++) {
-		__u64 k = SLUICE_READ_ONCE(set->key[w]);
+		__u64 k = SLUICE_READ_ONCE(t->key[w]);
 
-		if (k == key)
+		if (k == req->want && (!addrs || (SLUICE_READ_ONCE(addrs[w].hi) == req->addr.hi &&
+						  SLUICE_READ_ONCE(addrs[w].lo) == req->addr.lo)))
 			return w;
 		if (k == SLUICE_KEY_BUSY)
 			*busy = w + 1;
@@ -785,110 +839,207 @@ static __always_inline int scan_set(const struct sluice_set_v4 *set, __u64 key, 
 }
 
 /* Waits, boundedly, for another CPU to publish the bucket it is writing. */
-static __always_inline void wait_published(const struct sluice_set_v4 *set, int w)
+static __always_inline void wait_published(const struct sluice_set_tags *t, int w)
 {
 	int i;
 
-	w &= SLUICE_SET_WAYS - 1;
+	w = SLUICE_WAY(w);
 	for (i = 0; i < SLUICE_LOCK_RETRIES; i++) {
-		if (SLUICE_READ_ONCE(set->key[w]) != SLUICE_KEY_BUSY)
+		if (SLUICE_READ_ONCE(t->key[w]) != SLUICE_KEY_BUSY)
 			break;
 	}
 }
 
-struct victim {
-	struct sluice_set_v4 *set;
-	__u64 key;  /* what the way held */
-	__s32 age;  /* stamps since it was seen (probation included), never negative */
-	int way;
-};
-
-/* Keeps in *v the better way to evict: empty, else seen longest ago. */
-static __always_inline void consider_set(struct sluice_set_v4 *set, __u32 stamp, struct victim *v)
+/* Keeps in *v the better way to evict: empty, else the lowest rank. */
+static __always_inline void consider_set(const struct sluice_set_tags *t, int base, __u32 stamp,
+					 struct victim *v)
 {
 	int w;
 
 #pragma unroll
 	for (w = 0; w < SLUICE_SET_WAYS; w++) {
-		__u64 k = SLUICE_READ_ONCE(set->key[w]);
-		__s32 age = sluice_way_age(set, w, stamp);
+		__u64 k = SLUICE_READ_ONCE(t->key[w]);
+		__s32 rank;
 
-		if (k == SLUICE_KEY_BUSY || (v->set && v->key == SLUICE_KEY_EMPTY))
+		if (k == SLUICE_KEY_BUSY || (v->found && v->key == SLUICE_KEY_EMPTY))
 			continue;
-		if (k == SLUICE_KEY_EMPTY || !v->set || age > v->age) {
-			v->set = set;
+		rank = sluice_way_rank(t, w, stamp);
+		if (k == SLUICE_KEY_EMPTY || !v->found || rank < v->rank) {
+			v->found = 1;
 			v->key = k;
-			v->age = age;
-			v->way = w;
+			v->rank = rank;
+			v->keep = SLUICE_READ_ONCE(t->keep[w]);
+			v->way = base + w;
 		}
 	}
 }
 
 /*
- * Creates the bucket of `key` in one of its two sets, with its first packet's
- * decision in *out; -1 if another CPU won the way, or a charger of the old
- * bucket held its lock too long. The protocol (claim, freeze, write, publish)
- * is include/sluice_settable.h. Two CPUs creating the same new source at the
- * same instant may each make one; the copy found second is never charged
- * again and ages out.
+ * The way a new bucket takes among both sets, into *v: 1, or 0 if every way
+ * is being written. A global function: its callers see an unknown way, so the
+ * verifier walks the choice once, not once per way.
  */
-__noinline int sluice_insert_v4(struct sluice_set_v4 *a, struct sluice_set_v4 *b,
-				const struct sluice_rule *rule, const struct charge_req *req)
+__noinline int sluice_choose_victim(const struct sluice_set_tags *a, const struct sluice_set_tags *b,
+				    __u32 stamp, struct victim *v)
 {
-	struct sluice_source_state *init;
-	struct victim v = {};
-	__u32 zero = 0;
-	enum bucket_result res;
-	__u32 stamp;
-	__u64 frozen;
-	int w, active;
-
-	if (!a || !b || !rule || !req)
-		return -1; /* the verifier: arguments of a global function may be NULL */
-	stamp = (__u32)(req->now >> SLUICE_STAMP_SHIFT);
-
-	consider_set(a, stamp, &v);
+	if (!a || !b || !v)
+		return 0; /* the verifier: arguments of a global function may be NULL */
+	v->found = 0;
+	v->key = 0;
+	v->keep = 0;
+	v->rank = 0;
+	v->way = 0;
+	consider_set(a, 0, stamp, v);
 	if (b != a)
-		consider_set(b, stamp, &v);
-	if (!v.set)
-		return -1; /* every way being written */
-	w = v.way & (SLUICE_SET_WAYS - 1);
-	if (!sluice_way_claim(v.set, w, v.key))
-		return -1;
-	if (!sluice_way_freeze(v.set, w, &frozen)) {
-		sluice_way_unclaim(v.set, w, v.key);
-		return -1;
-	}
-	/* Read before the way is stamped anew: was the evicted source active? */
-	active = v.key != SLUICE_KEY_EMPTY && sluice_way_active(v.set, w, v.age);
-	/* Built in the per-CPU scratch slot: stack frames are short across calls. */
-	init = bpf_map_lookup_elem(&sluice_scratch, &zero);
-	if (!init) {
-		sluice_way_unclaim(v.set, w, v.key);
-		return -1;
-	}
-	__builtin_memset(init, 0, sizeof(*init));
-	res = init_state(init, rule, req->now, req->cost, req->packets, req->bytes);
-	sluice_way_install(v.set, w, frozen, init, gcra_form(rule), sluice_ns_to_ticks(req->now), stamp,
-			   req->want);
+		consider_set(b, SLUICE_SET_WAYS, stamp, v);
+	return v->found;
+}
 
+/* Counts a new bucket, and what it evicted. */
+static __always_inline void count_insert(const struct victim *v, __u32 stamp)
+{
 	count_global(SLUICE_CNT_INFO_NEW_BUCKET, 0);
-	if (v.key != SLUICE_KEY_EMPTY) {
+	if (v->key != SLUICE_KEY_EMPTY) {
 		count_global(SLUICE_CNT_INFO_EVICTED, 0);
-		if (active)
+		if (sluice_way_active(v->keep, stamp))
 			count_global(SLUICE_CNT_INFO_EVICTED_ACTIVE, 0);
 	}
+}
+
+/*
+ * Lookups end in one of these, or in a bucket_result: NOT_FOUND asks the
+ * caller to create the bucket in req->victim (chosen by the lookup), RETRY to
+ * look again (the key left its way under the charge, or a way was being
+ * written).
+ */
+#define LOOKUP_RETRY     (-1)
+#define LOOKUP_NOT_FOUND (-2)
+#define LOOKUP_LOCKED    (-3)
+
+/*
+ * After a lookup of req's key in sets a and b missed: LOOKUP_RETRY if a way
+ * was being written (it may be this very bucket, created by another CPU:
+ * waited for), else the way a new bucket takes, in req->victim, and
+ * LOOKUP_NOT_FOUND (LOOKUP_RETRY if every way is being written).
+ */
+static __always_inline int lookup_missed(const struct sluice_set_tags *a, const struct sluice_set_tags *b,
+					 int busy_a, int busy_b, struct charge_req *req)
+{
+	if (busy_a) {
+		wait_published(a, busy_a - 1);
+		return LOOKUP_RETRY;
+	}
+	if (busy_b) {
+		wait_published(b, busy_b - 1);
+		return LOOKUP_RETRY;
+	}
+	return sluice_choose_victim(a, b, sluice_stamp(req->now), &req->victim) ? LOOKUP_NOT_FOUND : LOOKUP_RETRY;
+}
+
+/* Writes a new source bucket, with its first packet's decision (returned),
+ * into claimed and frozen way w (tags `t`, bucket `st`), and publishes it.
+ * Built in `init`, the per-CPU scratch slot: stack frames are short across calls. */
+static __always_inline int install_source(struct sluice_set_tags *t, struct sluice_source_state *st, int w,
+					  __u64 frozen, struct sluice_source_state *init,
+					  const struct sluice_rule *rule, const struct charge_req *req)
+{
+	enum bucket_result res;
+
+	__builtin_memset(init, 0, sizeof(*init));
+	res = init_state(init, rule, req->now, req->cost, req->packets, req->bytes);
+	sluice_way_install(t, st, w, frozen, init, gcra_form(rule), req->now, req->want);
 	return res;
 }
 
-/* IPv4: finds or creates the bucket of `key` in the set-associative table. */
+/*
+ * Creates the bucket of req's key in the way a lookup chose (req->victim of
+ * sets req->set_a and req->set_b), with its first packet's decision; or
+ * LOOKUP_RETRY if another CPU took the way first, or a charger of the old
+ * bucket held its lock too long. The protocol (claim, freeze, write,
+ * publish) is include/sluice_settable.h. Two CPUs creating the same new
+ * source at the same instant may each make one; the copy found second is
+ * never charged again and goes first (it stays on probation). Global
+ * functions, one per table, called by decide_packet itself: the verifier
+ * allows 512 bytes of stack across a chain of calls.
+ */
+__noinline int sluice_insert_v4(const struct sluice_rule *rule, struct charge_req *req)
+{
+	struct sluice_source_state *init;
+	struct sluice_set_v4 *set;
+	__u32 zero = 0, idx;
+	__u64 frozen;
+	int w, res;
+
+	if (!rule || !req)
+		return LOOKUP_RETRY; /* the verifier: arguments of a global function may be NULL */
+	init = bpf_map_lookup_elem(&sluice_scratch, &zero);
+	idx = req->victim.way & SLUICE_SET_WAYS ? req->set_b : req->set_a;
+	set = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V4, &idx);
+	if (!init || !set)
+		return LOOKUP_RETRY;
+	w = SLUICE_WAY(req->victim.way);
+	if (!sluice_way_claim(&set->tag, w, req->victim.key))
+		return LOOKUP_RETRY;
+	if (!sluice_way_freeze(&set->tag, w, &set->way[w].word, &frozen)) {
+		sluice_way_unclaim(&set->tag, w, req->victim.key);
+		return LOOKUP_RETRY;
+	}
+	res = install_source(&set->tag, &set->way[w], w, frozen, init, rule, req);
+	count_insert(&req->victim, sluice_stamp(req->now));
+	return res;
+}
+
+/* The same for IPv6: the address goes into the set's address line first. */
+__noinline int sluice_insert_v6(const struct sluice_rule *rule, struct charge_req *req)
+{
+	struct sluice_source_state *init;
+	struct sluice_set_v6 *set;
+	__u32 zero = 0, idx;
+	__u64 frozen;
+	int w, res;
+
+	if (!rule || !req)
+		return LOOKUP_RETRY; /* the verifier: arguments of a global function may be NULL */
+	init = bpf_map_lookup_elem(&sluice_scratch, &zero);
+	idx = req->victim.way & SLUICE_SET_WAYS ? req->set_b : req->set_a;
+	set = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V6, &idx);
+	if (!init || !set)
+		return LOOKUP_RETRY;
+	w = SLUICE_WAY(req->victim.way);
+	if (!sluice_way_claim(&set->tag, w, req->victim.key))
+		return LOOKUP_RETRY;
+	if (!sluice_way_freeze(&set->tag, w, &set->way[w].word, &frozen)) {
+		sluice_way_unclaim(&set->tag, w, req->victim.key);
+		return LOOKUP_RETRY;
+	}
+	set->addr[w] = req->addr;
+	res = install_source(&set->tag, &set->way[w], w, frozen, init, rule, req);
+	count_insert(&req->victim, sluice_stamp(req->now));
+	return res;
+}
+
+/* A multi-word algorithm's IPv4 bucket: charged, then its way ranked. */
+static __always_inline int charge_found_locked(struct sluice_source_state *st, struct sluice_set_tags *t, int w,
+					       const struct sluice_rule *rule, struct charge_req *req)
+{
+	int res;
+
+	req->full = sluice_stamp(req->now);
+	res = sluice_charge_locked(st, t, NULL, rule, req);
+	if (res >= 0)
+		sluice_way_touch(t, w, req->want, req->now, req->full);
+	return res;
+}
+
+/* IPv4: finds or creates the bucket of `key` in the set-associative table.
+ * Inline: the hot path pays no call for the lookup or the GCRA form. */
 static __always_inline enum bucket_result charge_v4(__u64 key, const struct sluice_rule *rule,
 						     __u64 now, const struct charge *ch)
 {
 	struct charge_req *req = new_req(rule, now, ch);
 	const struct sluice_config *cfg;
 	struct sluice_set_v4 *a, *b, *set;
-	__u32 zero = 0, i1, i2, stamp;
+	__u32 zero = 0, i1, i2;
 	int attempt, w, res;
 
 	if (!req)
@@ -902,51 +1053,87 @@ static __always_inline enum bucket_result charge_v4(__u64 key, const struct slui
 	b = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V4, &i2);
 	if (!a || !b)
 		return BUCKET_FAIL_TABLE;
+	req->set_a = i1;
+	req->set_b = i2;
 
 	for (attempt = 0; attempt < 4; attempt++) {
 		int busy_a = 0, busy_b = 0;
 
 		set = a;
 		req->set_idx = i1;
-		w = scan_set(a, key, &busy_a);
+		w = scan_set(&a->tag, NULL, req, &busy_a);
 		if (w < 0) {
 			set = b;
 			req->set_idx = i2;
-			w = scan_set(b, key, &busy_b);
+			w = scan_set(&b->tag, NULL, req, &busy_b);
 		}
 		if (w >= 0) {
-			w &= SLUICE_SET_WAYS - 1;
-			stamp = (__u32)(now >> SLUICE_STAMP_SHIFT);
-			/* Written once per stamp, so the tag line stays shared; never
-			 * moved back by a CPU whose clock reads a little behind. */
-			if ((__s32)(stamp - set->seen[w]) > 0)
-				set->seen[w] = stamp;
+			w = SLUICE_WAY(w);
 			req->way = w;
-			race_window(&set->key[w]);
-			/* The GCRA form inline: the hot path pays no call. */
+			race_window(&set->tag.key[w]);
 			if (gcra_form(rule))
-				res = charge_gcra(&set->way[w], &set->key[w], &set->gen[w], rule, req);
+				res = charge_gcra(&set->way[w], &set->tag, w, NULL, rule, req);
 			else
-				res = sluice_charge(&set->way[w], &set->key[w], &set->gen[w], rule, req);
+				res = charge_found_locked(&set->way[w], &set->tag, w, rule, req);
 			if (res >= 0)
 				return res;
 			continue; /* evicted under us: look again */
 		}
-		/* A way being written may be this very bucket, created by another
-		 * CPU: wait for it, then look again. */
-		if (busy_a) {
-			wait_published(a, busy_a - 1);
-			continue;
-		}
-		if (busy_b) {
-			wait_published(b, busy_b - 1);
-			continue;
-		}
-		res = sluice_insert_v4(a, b, rule, req);
+		res = lookup_missed(&a->tag, &b->tag, busy_a, busy_b, req);
+		if (res == LOOKUP_NOT_FOUND)
+			res = sluice_insert_v4(rule, req);
 		if (res >= 0)
 			return res;
 	}
 	return BUCKET_FAIL_TABLE;
+}
+
+/*
+ * IPv6: looks up the bucket of req's address (req->addr, masked) in its set
+ * table and charges it: a bucket_result, or LOOKUP_RETRY, or LOOKUP_NOT_FOUND
+ * with the way to create it in (sluice_insert_v6), or LOOKUP_LOCKED with the
+ * way found (req->set_idx, req->way) for a multi-word algorithm, which the
+ * caller charges with sluice_charge_locked. A global function:
+ * checked once by the verifier.
+ */
+__noinline int sluice_charge_v6(const struct sluice_rule *rule, struct charge_req *req)
+{
+	const struct sluice_config *cfg;
+	struct sluice_set_v6 *a, *b, *set;
+	int w, res, busy_a = 0, busy_b = 0;
+	__u32 zero = 0;
+	__u64 h;
+
+	if (!rule || !req)
+		return BUCKET_FAIL_TABLE; /* the verifier: arguments of a global function may be NULL */
+	cfg = bpf_map_lookup_elem(&SLUICE_MAP_CONFIG, &zero);
+	if (!cfg || !cfg->src6_sets)
+		return BUCKET_FAIL_TABLE;
+	h = sluice_src6_hash(rule->id, req->addr.hi, req->addr.lo, cfg->hash_seed);
+	req->want = sluice_src6_key(rule->id, h);
+	req->table = SLUICE_TABLE_V6;
+	sluice_hash_sets(h, cfg->src6_sets, &req->set_a, &req->set_b);
+	a = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V6, &req->set_a);
+	b = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V6, &req->set_b);
+	if (!a || !b)
+		return BUCKET_FAIL_TABLE;
+
+	set = a;
+	req->set_idx = req->set_a;
+	w = scan_set(&a->tag, a->addr, req, &busy_a);
+	if (w < 0) {
+		set = b;
+		req->set_idx = req->set_b;
+		w = scan_set(&b->tag, b->addr, req, &busy_b);
+	}
+	if (w < 0)
+		return lookup_missed(&a->tag, &b->tag, busy_a, busy_b, req);
+	w = SLUICE_WAY(w);
+	req->way = w;
+	if (!gcra_form(rule))
+		return LOOKUP_LOCKED;
+	res = charge_gcra(&set->way[w], &set->tag, w, &set->addr[w], rule, req);
+	return res < 0 ? LOOKUP_RETRY : res; /* -1: evicted under us */
 }
 
 /* Whether the sliding log admits a packet now, read without writing: the
@@ -961,78 +1148,357 @@ static __always_inline int log_would_admit(struct sluice_log_state *st, __u32 he
 	return !oldest || (__s64)(now - oldest) >= (__s64)rule->window.window_ns;
 }
 
+/* The ring index of a log's newest pass, given the index of its oldest. */
+static __always_inline __u32 log_newest(__u32 head, const struct sluice_rule *rule)
+{
+	__u32 limit = (__u32)rule->window.limit;
+	__u32 h = head < limit ? head : 0;
+
+	return ((h ? h : limit) - 1) & (SLUICE_MAX_LOG - 1);
+}
+
+/* When a log will equal a fresh one: its passes inside the window, each worth
+ * window / limit of the rate, from now; but no later than its newest pass's
+ * window end, when it holds no pass inside its window. */
+static __always_inline __u32 log_full(const struct sluice_log_state *st, const struct sluice_rule *rule,
+				      __u64 now)
+{
+	__u32 limit = (__u32)rule->window.limit, i;
+	__u64 w = rule->window.window_ns, n = 0, newest = 0;
+
+	for (i = 0; i < SLUICE_MAX_LOG; i++) {
+		__u64 t;
+
+		if (i >= limit)
+			break;
+		t = SLUICE_READ_ONCE(st->ring[i]);
+		if (t && (__s64)(now - t) < (__s64)w)
+			n++;
+		if (t > newest)
+			newest = t;
+	}
+	return window_full(rule, now, n, newest + w);
+}
+
 /*
  * Decides a sliding-log packet as the other multi-word algorithms are: on a
- * snapshot between two equal even values of its sequence lock, the lock taken
- * only to write a pass. A global function, checked once by the verifier.
+ * snapshot between two equal even values of its sequence lock (the word), the
+ * lock taken only to write a pass, the key (and address) of way req->way of
+ * tags `t` re-checked in the snapshot and under the lock. Each attempt is one
+ * call of log_attempt by bpf_loop (as locked_attempt): SLUICE_LOCK_RETRIES
+ * attempts, each a read of a held lock or a lost race.
  */
-__noinline int sluice_charge_log(struct sluice_log_state *st, const struct sluice_rule *rule,
-				 const struct charge_req *req)
-{
-	enum bucket_result res = BUCKET_FORCED;
-	__u32 s, head;
-	int i, j, admit;
+#define LOG_DROP_LOCKED 4 /* log_ctx.res: a drop decided under the lock (a super-packet) */
 
-	if (!st || !rule || !req)
-		return BUCKET_FAIL_TABLE; /* the verifier: arguments of a global function may be NULL */
-	for (i = 0; i < SLUICE_CAS_RETRIES; i++) {
-		s = 1;
-		for (j = 0; j < SLUICE_LOCK_RETRIES; j++) {
-			s = SLUICE_READ_ONCE(st->lock);
-			if (!(s & 1))
-				break;
-		}
-		if (s & 1)
-			break; /* held throughout: a preempted holder */
-		head = SLUICE_READ_ONCE(st->head);
-		/* A super-packet's several passes are decided under the lock. */
-		admit = req->packets != 1 || log_would_admit(st, head, req->now, rule);
-		if (SLUICE_READ_ONCE(st->lock) != s)
-			continue;
-		if (!admit) {
-			res = BUCKET_DROP;
-			break;
-		}
-		if (__sync_val_compare_and_swap(&st->lock, s, s + 1) != s)
-			continue;
-		admit = sluice_log_admit(st->ring, &st->head, req->now, rule->window.window_ns,
-					 (__u32)rule->window.limit, req->packets);
-		__sync_lock_test_and_set(&st->lock, s + 2); /* a full barrier, as above */
-		res = admit ? BUCKET_PASS : BUCKET_DROP;
-		break;
+struct log_ctx {
+	struct sluice_log_state *st;
+	const struct sluice_set_tags *tags;
+	const struct sluice_addr6 *addr;
+	const struct sluice_rule *rule;
+	struct charge_req *req;
+	__u16 gen_seen;
+	int res; /* BUCKET_FORCED until decided; LOG_DROP_LOCKED; -1: the key left the way */
+};
+
+static long log_attempt(__u32 index, void *data)
+{
+	struct log_ctx *c = data;
+	struct sluice_log_state *st = c->st;
+	const struct sluice_set_tags *t = c->tags;
+	const struct sluice_rule *rule = c->rule;
+	struct charge_req *req = c->req;
+	__u32 head;
+	__u64 s;
+	int w, admit;
+
+	if (!st || !t || !rule || !req)
+		return 1; /* the verifier: pointers read back from the context may be NULL */
+	w = SLUICE_WAY(req->way);
+	s = SLUICE_READ_ONCE(st->word);
+	if (s & 1)
+		return 0; /* held: read again */
+	c->gen_seen = SLUICE_READ_ONCE(t->gen[w]);
+	if (owner_gone(&t->key[w], c->addr, req)) {
+		c->res = -1;
+		return 1;
 	}
-	count_source(&st->cnt, NULL, 0, res, req);
+	head = SLUICE_READ_ONCE(st->head);
+	/* A super-packet's several passes are decided under the lock. */
+	admit = req->packets != 1 || log_would_admit(st, head, req->now, rule);
+	if (SLUICE_READ_ONCE(st->word) != s)
+		return 0;
+	if (!admit) {
+		/* Every pass it holds is inside the window: full again a window
+		 * after its newest. */
+		req->full = sluice_stamp(SLUICE_READ_ONCE(st->ring[log_newest(head, rule)]) +
+					 rule->window.window_ns);
+		c->res = BUCKET_DROP;
+		return 1;
+	}
+	if (__sync_val_compare_and_swap(&st->word, s, s + 1) != s)
+		return 0;
+	if (owner_gone(&t->key[w], c->addr, req)) {
+		__sync_lock_test_and_set(&st->word, s + 2);
+		c->res = -1;
+		return 1;
+	}
+	admit = sluice_log_admit(st->ring, &st->head, req->now, rule->window.window_ns, (__u32)rule->window.limit,
+				 req->packets);
+	__sync_lock_test_and_set(&st->word, s + 2); /* a full barrier, as above */
+	c->res = admit ? BUCKET_PASS : LOG_DROP_LOCKED;
+	return 1;
+}
+
+/* Charges the log found in way req->way of tags `t`: an enum bucket_result,
+ * or -1 if the way no longer holds req's key. A global function, called by
+ * decide_packet itself (its bpf_loop callback is one more stack frame). */
+__noinline int sluice_charge_log(struct sluice_log_state *st, const struct sluice_set_tags *t,
+				 const struct sluice_addr6 *addr, const struct sluice_rule *rule,
+				 struct charge_req *req)
+{
+	struct log_ctx c = { .st = st, .tags = t, .addr = addr, .rule = rule, .req = req, .res = BUCKET_FORCED };
+	int w;
+
+	if (!st || !t || !rule || !req)
+		return BUCKET_FAIL_TABLE; /* the verifier: arguments of a global function may be NULL */
+	w = SLUICE_WAY(req->way);
+	c.gen_seen = SLUICE_READ_ONCE(t->gen[w]);
+	if (owner_gone(&t->key[w], addr, req))
+		return -1;
+	bpf_loop(SLUICE_LOCK_RETRIES, log_attempt, &c, 0);
+	if (c.res < 0)
+		return -1;
+	if (c.res == BUCKET_PASS || c.res == LOG_DROP_LOCKED) {
+		/* Read unlocked: it only ranks the way, and keeps the lock short. */
+		req->full = log_full(st, rule, req->now);
+		if (c.res != BUCKET_PASS)
+			c.res = BUCKET_DROP;
+	}
+	count_source(&st->cnt, c.gen_seen, c.res, req, 0);
+	return c.res;
+}
+
+/* Writes a new log with its first packet's decision (returned) into claimed
+ * and frozen way w, and publishes it. A fresh log admits a packet carrying at
+ * most `limit` (a super-packet carries several), logged from slot 0. */
+static __always_inline int install_log(struct sluice_set_tags *t, struct sluice_log_state *st, int w,
+				       __u64 frozen, const struct sluice_rule *rule, const struct charge_req *req)
+{
+	__u64 tag = sluice_way_begin(t, w, 1, req->now), n = req->packets;
+	int admit = n >= 1 && n <= rule->window.limit, i;
+
+	__builtin_memset(st->ring, 0, sizeof(st->ring));
+	st->head = 0;
+	if (admit) {
+		for (i = 0; i < SLUICE_MAX_LOG; i++) {
+			if (i >= n)
+				break;
+			st->ring[i] = req->now;
+		}
+		st->head = n >= rule->window.limit ? 0 : (__u32)n;
+	}
+	st->cnt.passed_packets = (admit ? n : 0) | tag;
+	st->cnt.passed_bytes = (admit ? req->bytes : 0) | tag;
+	st->cnt.dropped_packets = (admit ? 0 : n) | tag;
+	st->cnt.dropped_bytes = (admit ? 0 : req->bytes) | tag;
+	sluice_way_publish(t, w, &st->word, frozen + 1, req->want);
+	return admit ? BUCKET_PASS : BUCKET_DROP;
+}
+
+/* Creates a sliding-log bucket in the way a lookup chose, as
+ * sluice_insert_v4 does a source bucket. One global function per family. */
+__noinline int sluice_log_insert_v4(const struct sluice_rule *rule, struct charge_req *req)
+{
+	struct sluice_log_set_v4 *set;
+	__u32 idx;
+	__u64 frozen;
+	int w, res;
+
+	if (!rule || !req)
+		return LOOKUP_RETRY; /* the verifier: arguments of a global function may be NULL */
+	idx = req->victim.way & SLUICE_SET_WAYS ? req->set_b : req->set_a;
+	set = bpf_map_lookup_elem(&SLUICE_MAP_LOGS_V4, &idx);
+	if (!set)
+		return LOOKUP_RETRY;
+	w = SLUICE_WAY(req->victim.way);
+	if (!sluice_way_claim(&set->tag, w, req->victim.key))
+		return LOOKUP_RETRY;
+	if (!sluice_way_freeze(&set->tag, w, &set->way[w].word, &frozen)) {
+		sluice_way_unclaim(&set->tag, w, req->victim.key);
+		return LOOKUP_RETRY;
+	}
+	res = install_log(&set->tag, &set->way[w], w, frozen, rule, req);
+	count_insert(&req->victim, sluice_stamp(req->now));
 	return res;
 }
 
-/* A sliding-log bucket: created empty from the zero template, then charged. */
-static __always_inline enum bucket_result charge_log(void *logs, void *key,
-						      const struct sluice_rule *rule, __u64 now,
-						      const struct charge *ch)
+__noinline int sluice_log_insert_v6(const struct sluice_rule *rule, struct charge_req *req)
 {
-	struct charge_req *req = new_req(rule, now, ch);
-	struct sluice_log_state *st;
-	__u32 zero = 0;
-	int err;
+	struct sluice_log_set_v6 *set;
+	__u32 idx;
+	__u64 frozen;
+	int w, res;
 
-	if (!req)
-		return BUCKET_FAIL_TABLE;
-	st = bpf_map_lookup_elem(logs, key);
-	if (!st) {
-		struct sluice_log_state *empty = bpf_map_lookup_elem(&sluice_zero_log, &zero);
-
-		if (!empty)
-			return BUCKET_FAIL_TABLE;
-		err = bpf_map_update_elem(logs, key, empty, BPF_NOEXIST);
-		if (err == 0)
-			count_global(SLUICE_CNT_INFO_NEW_BUCKET, 0);
-		else if (err != -EEXIST)
-			return BUCKET_FAIL_TABLE;
-		st = bpf_map_lookup_elem(logs, key);
-		if (!st)
-			return BUCKET_FAIL_TABLE;
+	if (!rule || !req)
+		return LOOKUP_RETRY; /* the verifier: arguments of a global function may be NULL */
+	idx = req->victim.way & SLUICE_SET_WAYS ? req->set_b : req->set_a;
+	set = bpf_map_lookup_elem(&SLUICE_MAP_LOGS_V6, &idx);
+	if (!set)
+		return LOOKUP_RETRY;
+	w = SLUICE_WAY(req->victim.way);
+	if (!sluice_way_claim(&set->tag, w, req->victim.key))
+		return LOOKUP_RETRY;
+	if (!sluice_way_freeze(&set->tag, w, &set->way[w].word, &frozen)) {
+		sluice_way_unclaim(&set->tag, w, req->victim.key);
+		return LOOKUP_RETRY;
 	}
-	return sluice_charge_log(st, rule, req);
+	set->addr[w] = req->addr;
+	res = install_log(&set->tag, &set->way[w], w, frozen, rule, req);
+	count_insert(&req->victim, sluice_stamp(req->now));
+	return res;
+}
+
+/*
+ * Sliding-log buckets, in their own set tables (a log is 560 bytes): looked
+ * up as sluice_charge_v6 does a source bucket, and found, LOOKUP_LOCKED with
+ * the way (req->set_idx, req->way) for the caller to charge with
+ * sluice_charge_log. One global function per family.
+ */
+__noinline int sluice_log_v4(const struct sluice_rule *rule, struct charge_req *req)
+{
+	const struct sluice_config *cfg;
+	struct sluice_log_set_v4 *a, *b;
+	int w, busy_a = 0, busy_b = 0;
+	__u32 zero = 0;
+
+	if (!rule || !req)
+		return BUCKET_FAIL_TABLE; /* the verifier: arguments of a global function may be NULL */
+	cfg = bpf_map_lookup_elem(&SLUICE_MAP_CONFIG, &zero);
+	if (!cfg || !cfg->log4_sets)
+		return BUCKET_FAIL_TABLE;
+	sluice_src4_sets(req->want, cfg->hash_seed, cfg->log4_sets, &req->set_a, &req->set_b);
+	a = bpf_map_lookup_elem(&SLUICE_MAP_LOGS_V4, &req->set_a);
+	b = bpf_map_lookup_elem(&SLUICE_MAP_LOGS_V4, &req->set_b);
+	if (!a || !b)
+		return BUCKET_FAIL_TABLE;
+
+	req->set_idx = req->set_a;
+	w = scan_set(&a->tag, NULL, req, &busy_a);
+	if (w < 0) {
+		req->set_idx = req->set_b;
+		w = scan_set(&b->tag, NULL, req, &busy_b);
+	}
+	if (w < 0)
+		return lookup_missed(&a->tag, &b->tag, busy_a, busy_b, req);
+	req->way = SLUICE_WAY(w);
+	return LOOKUP_LOCKED;
+}
+
+__noinline int sluice_log_v6(const struct sluice_rule *rule, struct charge_req *req)
+{
+	const struct sluice_config *cfg;
+	struct sluice_log_set_v6 *a, *b;
+	int w, busy_a = 0, busy_b = 0;
+	__u32 zero = 0;
+	__u64 h;
+
+	if (!rule || !req)
+		return BUCKET_FAIL_TABLE; /* the verifier: arguments of a global function may be NULL */
+	cfg = bpf_map_lookup_elem(&SLUICE_MAP_CONFIG, &zero);
+	if (!cfg || !cfg->log6_sets)
+		return BUCKET_FAIL_TABLE;
+	h = sluice_src6_hash(rule->id, req->addr.hi, req->addr.lo, cfg->hash_seed);
+	req->want = sluice_src6_key(rule->id, h);
+	sluice_hash_sets(h, cfg->log6_sets, &req->set_a, &req->set_b);
+	a = bpf_map_lookup_elem(&SLUICE_MAP_LOGS_V6, &req->set_a);
+	b = bpf_map_lookup_elem(&SLUICE_MAP_LOGS_V6, &req->set_b);
+	if (!a || !b)
+		return BUCKET_FAIL_TABLE;
+
+	req->set_idx = req->set_a;
+	w = scan_set(&a->tag, a->addr, req, &busy_a);
+	if (w < 0) {
+		req->set_idx = req->set_b;
+		w = scan_set(&b->tag, b->addr, req, &busy_b);
+	}
+	if (w < 0)
+		return lookup_missed(&a->tag, &b->tag, busy_a, busy_b, req);
+	req->way = SLUICE_WAY(w);
+	return LOOKUP_LOCKED;
+}
+
+/* The tables whose lookup is a global function (every one but IPv4's). */
+enum table_kind {
+	KIND_V6,
+	KIND_LOG4,
+	KIND_LOG6,
+};
+
+/* Charges the bucket a lookup found for a multi-word algorithm (LOOKUP_LOCKED):
+ * a global function per kind of bucket, called from here so that its lock's
+ * bpf_loop callback is the deepest frame. */
+static __always_inline int charge_found(int kind, const struct sluice_rule *rule, struct charge_req *req)
+{
+	struct sluice_set_tags *t = NULL;
+	int w = SLUICE_WAY(req->way), res = LOOKUP_RETRY;
+
+	req->full = sluice_stamp(req->now);
+	if (kind == KIND_V6) {
+		struct sluice_set_v6 *set = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V6, &req->set_idx);
+
+		if (set) {
+			t = &set->tag;
+			res = sluice_charge_locked(&set->way[w], t, &set->addr[w], rule, req);
+		}
+	} else if (kind == KIND_LOG4) {
+		struct sluice_log_set_v4 *set = bpf_map_lookup_elem(&SLUICE_MAP_LOGS_V4, &req->set_idx);
+
+		if (set) {
+			t = &set->tag;
+			res = sluice_charge_log(&set->way[w], t, NULL, rule, req);
+		}
+	} else {
+		struct sluice_log_set_v6 *set = bpf_map_lookup_elem(&SLUICE_MAP_LOGS_V6, &req->set_idx);
+
+		if (set) {
+			t = &set->tag;
+			res = sluice_charge_log(&set->way[w], t, &set->addr[w], rule, req);
+		}
+	}
+	if (!t || res < 0)
+		return LOOKUP_RETRY;
+	sluice_way_touch(t, w, req->want, req->now, req->full);
+	return res;
+}
+
+/* Looks up and charges req's bucket in a table of `kind`, creating it if
+ * missing; a few attempts, as charge_v4 makes. */
+static __always_inline enum bucket_result charge_table(enum table_kind kind, const struct sluice_rule *rule,
+						       struct charge_req *req)
+{
+	int attempt, res;
+
+	for (attempt = 0; attempt < 4; attempt++) {
+		if (kind == KIND_V6)
+			res = sluice_charge_v6(rule, req);
+		else if (kind == KIND_LOG4)
+			res = sluice_log_v4(rule, req);
+		else
+			res = sluice_log_v6(rule, req);
+		if (res == LOOKUP_LOCKED)
+			res = charge_found(kind, rule, req);
+		if (res == LOOKUP_NOT_FOUND) {
+			if (kind == KIND_V6)
+				res = sluice_insert_v6(rule, req);
+			else if (kind == KIND_LOG4)
+				res = sluice_log_insert_v4(rule, req);
+			else
+				res = sluice_log_insert_v6(rule, req);
+		}
+		if (res >= 0)
+			return res;
+	}
+	return BUCKET_FAIL_TABLE;
 }
 
 static __always_inline enum bucket_result apply_limit(const struct packet_info *pkt,
@@ -1041,6 +1507,7 @@ static __always_inline enum bucket_result apply_limit(const struct packet_info *
 {
 	int log = rule->algo == SLUICE_ALGO_SLIDING_LOG;
 	__u64 now = now_ns(rule);
+	struct charge_req *req;
 
 	if (pkt->family == 4) {
 		struct sluice_src_v4 key = { .rule_id = rule->id };
@@ -1048,18 +1515,24 @@ static __always_inline enum bucket_result apply_limit(const struct packet_info *
 
 		__builtin_memcpy(key.addr, pkt->saddr, 4);
 		mask_addr(key.addr, 1, rule->per_prefix);
-		if (log)
-			return charge_log(&SLUICE_MAP_LOGS_V4, &key, rule, now, ch);
 		__builtin_memcpy(&addr, key.addr, 4);
-		return charge_v4(sluice_src4_key(rule->id, addr), rule, now, ch);
+		if (!log)
+			return charge_v4(sluice_src4_key(rule->id, addr), rule, now, ch);
+		req = new_req(rule, now, ch);
+		if (!req)
+			return BUCKET_FAIL_TABLE;
+		req->want = sluice_src4_key(rule->id, addr);
+		return charge_table(KIND_LOG4, rule, req);
 	} else {
 		struct sluice_src_v6 key = { .rule_id = rule->id };
 
 		__builtin_memcpy(key.addr, pkt->saddr, 16);
 		mask_addr(key.addr, 4, rule->per_prefix);
-		if (log)
-			return charge_log(&SLUICE_MAP_LOGS_V6, &key, rule, now, ch);
-		return charge_bucket(&SLUICE_MAP_SOURCES_V6, &key, rule, now, ch);
+		req = new_req(rule, now, ch);
+		if (!req)
+			return BUCKET_FAIL_TABLE;
+		__builtin_memcpy(&req->addr, key.addr, 16);
+		return charge_table(log ? KIND_LOG6 : KIND_V6, rule, req);
 	}
 }
 

@@ -49,7 +49,7 @@
 /* Sizes fixed at build time. Rule and source table sizes are set at attach. */
 #define SLUICE_DEFAULT_MAX_RULES   16384
 #define SLUICE_DEFAULT_MAX_SOURCES 1000000
-#define SLUICE_DEFAULT_MAX_LOG_SOURCES 16384 /* sliding-log buckets are 552 bytes */
+#define SLUICE_DEFAULT_MAX_LOG_SOURCES 16384 /* sliding-log buckets are 560 bytes */
 #define SLUICE_MAX_LOG             64 /* sliding-log: packets remembered per bucket */
 #define SLUICE_LIST_SLOTS          14 /* rules per match list; longer lists chain */
 #define SLUICE_MAX_LIST_WALK       128 /* match lists walked per packet: the cover limit */
@@ -130,8 +130,8 @@ enum sluice_counter_index {
 	SLUICE_CNT_INFO_FRAGMENT = SLUICE_CNT_VERDICT_END, /* non-first fragments */
 	SLUICE_CNT_INFO_L4_UNKNOWN,    /* ports/protocol unreadable: matched conservatively */
 	SLUICE_CNT_INFO_NEW_BUCKET,    /* buckets created (evicting when the table is full) */
-	SLUICE_CNT_INFO_EVICTED,       /* IPv4: a bucket evicted to make room for a new one */
-	SLUICE_CNT_INFO_EVICTED_ACTIVE,/* IPv4: ...of a source seen in the last second: table too small */
+	SLUICE_CNT_INFO_EVICTED,       /* a bucket evicted to make room for a new one */
+	SLUICE_CNT_INFO_EVICTED_ACTIVE,/* ...seen in the last second or in debt: table too small */
 	SLUICE_CNT_INFO_ENCAPSULATED,  /* IP in IP, GRE, ESP, PPPoE, MPLS: judged by the outer header */
 	SLUICE_CNT_MAX,
 };
@@ -326,24 +326,41 @@ struct sluice_src_v6 {
 SLUICE_ASSERT_SIZE(struct sluice_src_v6, 20);
 
 /*
- * The IPv4 source table: an array of 4-way sets in which a bucket may sit in
- * either of two sets chosen by a keyed hash of (rule id, address). A lookup
- * reads at most two 64-byte tag lines and the bucket's own line; memory is
- * fixed when the program loads. A new bucket takes an empty way of its two
- * sets, else the way seen longest ago. It starts "on probation", stamped as if
- * last seen SLUICE_PROBATION_STAMPS ago, and is stamped with the real time
- * when its source returns: so a flood of one-packet (spoofed) sources evicts
- * its own buckets, not those of sources that keep sending.
+ * The source tables. Every bucket (IPv4 and IPv6, the sliding log's too) lives
+ * in a set table: an array of 4-way sets in which a bucket may sit in either of
+ * two sets chosen by a keyed hash of (rule id, address). A lookup reads at most
+ * two 64-byte tag lines and the bucket; memory is fixed when the program loads.
  *
- * A key is (rule_id << 32) | the address's four bytes read as a host-order
- * word (sluice_src4_key). 0 is an empty way; SLUICE_KEY_BUSY a way whose
- * bucket is being written. Rule ids never reach 0xffffffff.
+ * A key is a 64-bit word: (rule_id << 32) | a 32-bit word of the address. For
+ * IPv4 that word is the address itself (sluice_src4_key); for IPv6 it is a
+ * keyed fingerprint of the address (sluice_src6_hash), and the address itself
+ * sits in the set's address line, checked on every lookup and before every
+ * charge. 0 is an empty way; SLUICE_KEY_BUSY a way whose bucket is being
+ * written. Rule ids never reach 0xffffffff, so no key is either.
+ *
+ * Which bucket a new one replaces (struct sluice_set_tags), lowest rank
+ * first (sluice_way_rank):
+ *  - a bucket "on probation": its source has not yet sent a packet at least
+ *    SLUICE_PROBATION_STAMPS (about a second) after its first. Ranked by when
+ *    it was last seen, as if that were twice that long earlier, or once if
+ *    its source has sent more than one packet; whatever its debt. So a flood
+ *    of spoofed sources evicts its own buckets, whatever the number of
+ *    packets each sends within its first second, before any settled bucket
+ *    seen or in debt within the last second;
+ *  - a settled bucket by its `keep` stamp: when its state will equal a fresh
+ *    bucket's (a GCRA arrival time; a window's count or a log's passes, each
+ *    worth window / limit), or when its source was last seen if that is
+ *    later. A bucket that is full and idle costs nothing to lose and goes
+ *    first; a limited one (in debt) last, the more in debt the later.
  */
 #define SLUICE_SET_WAYS          4
 #define SLUICE_KEY_EMPTY         0ULL
 #define SLUICE_KEY_BUSY          (~0ULL)
 #define SLUICE_STAMP_SHIFT       20   /* stamps count units of 2^20 ns (1.05 ms) */
 #define SLUICE_PROBATION_STAMPS  1024 /* about 1.07 s */
+#define SLUICE_BORN_SHIFT        27   /* born[] bits 15-1 count units of 2^27 ns (134 ms) */
+#define SLUICE_BORN_RETURNED     0x1  /* born[] bit 0: its source sent a second packet */
+#define SLUICE_BORN_SETTLED      0xffff /* born[] of a bucket off probation */
 
 /* The keyed hash both sides use to place a key: its two candidate sets. */
 static inline __u64 sluice_mix64(__u64 x)
@@ -356,12 +373,16 @@ static inline __u64 sluice_mix64(__u64 x)
 	return x;
 }
 
-static inline void sluice_src4_sets(__u64 key, __u64 seed, __u32 nsets, __u32 *first, __u32 *second)
+/* The two candidate sets of a hash: a multiply-shift of each 32-bit half. */
+static inline void sluice_hash_sets(__u64 h, __u32 nsets, __u32 *first, __u32 *second)
 {
-	__u64 h = sluice_mix64(key ^ seed);
-
 	*first = (__u32)(((h & 0xffffffffULL) * nsets) >> 32);
 	*second = (__u32)(((h >> 32) * nsets) >> 32);
+}
+
+static inline void sluice_src4_sets(__u64 key, __u64 seed, __u32 nsets, __u32 *first, __u32 *second)
+{
+	sluice_hash_sets(sluice_mix64(key ^ seed), nsets, first, second);
 }
 
 static inline __u64 sluice_src4_key(__u32 rule_id, __u32 addr_word)
@@ -369,18 +390,62 @@ static inline __u64 sluice_src4_key(__u32 rule_id, __u32 addr_word)
 	return ((__u64)rule_id << 32) | addr_word;
 }
 
+/* An IPv6 key's hash, from the address's two halves as loaded from memory
+ * (network order). The seed is mixed with the first half before the second
+ * half and the rule id join, so no choice of addresses lines up their sets
+ * without knowing the seed. */
+static inline __u64 sluice_src6_hash(__u32 rule_id, __u64 hi, __u64 lo, __u64 seed)
+{
+	return sluice_mix64(sluice_mix64(hi ^ seed) ^ lo ^ rule_id);
+}
+
+/* An IPv6 key: the rule id and a fingerprint of the hash that its sets'
+ * choice does not determine (both halves' low and high bits). */
+static inline __u64 sluice_src6_key(__u32 rule_id, __u64 h)
+{
+	return ((__u64)rule_id << 32) | (__u32)(h ^ (h >> 32));
+}
+
+/*
+ * The tag line of a set: what each way holds, one 64-byte line. A lookup reads
+ * key[] only; a charge may advance keep[] and settle born[].
+ */
+struct sluice_set_tags {
+	__u64 key[SLUICE_SET_WAYS];
+	/* Stamp to rank ways by for eviction (see above): on probation, when its
+	 * source was last seen; then the later of that and when its state will
+	 * equal a fresh bucket's. Written only when it moves forward. */
+	__u32 keep[SLUICE_SET_WAYS];
+	/* On probation: when the bucket was made, in units of 2^SLUICE_BORN_SHIFT
+	 * ns, << 1, | SLUICE_BORN_RETURNED once its source sent a second packet.
+	 * A packet at least SLUICE_PROBATION_STAMPS after the first (or after a
+	 * silence that long) settles it: SLUICE_BORN_SETTLED. */
+	__u16 born[SLUICE_SET_WAYS];
+	__u16 gen[SLUICE_SET_WAYS]; /* buckets the way has held << 1 | 1 if its word is a lock */
+};
+SLUICE_ASSERT_SIZE(struct sluice_set_tags, 64);
+
+/* The address of an IPv6 bucket, network order, masked to the rule's prefix. */
+struct sluice_addr6 {
+	__u64 hi;
+	__u64 lo;
+};
+SLUICE_ASSERT_SIZE(struct sluice_addr6, 16);
+
 /* Written once by the controller when it loads the program, read per packet. */
 struct sluice_config {
 	__u64 hash_seed;  /* random: sources cannot be chosen to collide */
 	__u32 src4_sets;  /* sets in SLUICE_MAP_SOURCES_V4 */
-	__u32 pad;
+	__u32 src6_sets;  /* ... SLUICE_MAP_SOURCES_V6 */
+	__u32 log4_sets;  /* ... SLUICE_MAP_LOGS_V4 */
+	__u32 log6_sets;  /* ... SLUICE_MAP_LOGS_V6 */
 };
-SLUICE_ASSERT_SIZE(struct sluice_config, 16);
+SLUICE_ASSERT_SIZE(struct sluice_config, 24);
 
-/* Counters kept with every bucket. In the IPv4 set table each word carries in
- * its top 8 bits the generation of the bucket its way holds, so that a CPU
- * still counting for an evicted bucket cannot count on its successor; the
- * count is the low 56 bits (sluice_cnt_value). */
+/* Counters kept with every bucket. Each word carries in its top 8 bits the
+ * generation of the bucket its way holds, so that a CPU still counting for an
+ * evicted bucket cannot count on its successor; the count is the low 56 bits
+ * (sluice_cnt_value). */
 #define SLUICE_CNT_TAG_SHIFT 56
 #define SLUICE_CNT_VALUE_MASK ((1ULL << SLUICE_CNT_TAG_SHIFT) - 1)
 static inline __u64 sluice_cnt_value(__u64 word)
@@ -423,9 +488,9 @@ SLUICE_ASSERT_SIZE(union sluice_algo_state, 24);
  * A bucket and its source's counters (every algorithm but sliding-log).
  * `word` is the GCRA form's theoretical arrival time plus algo.gcra.off,
  * updated by compare-and-swap; for the other algorithms it is a sequence lock
- * (odd: held; see include/sluice_settable.h). In the IPv4 set table a way's
- * word only ever grows, across every bucket the way holds in turn, so no
- * compare-and-swap begun on an evicted bucket can land on its successor.
+ * (odd: held; see include/sluice_settable.h). A way's word only ever grows,
+ * across every bucket the way holds in turn, so no compare-and-swap begun on
+ * an evicted bucket can land on its successor.
  */
 struct sluice_source_state {
 	__u64 word;
@@ -434,19 +499,33 @@ struct sluice_source_state {
 };
 SLUICE_ASSERT_SIZE(struct sluice_source_state, 64);
 
-/* One set of the IPv4 source table: the tag line, then the four buckets. */
+/* One set of the IPv4 source table: the tag line, then the four buckets.
+ * 80 bytes per source. */
 struct sluice_set_v4 {
-	__u64 key[SLUICE_SET_WAYS];
-	__u32 seen[SLUICE_SET_WAYS]; /* stamp of the last packet charged; on probation, born - SLUICE_PROBATION_STAMPS */
-	__u16 born[SLUICE_SET_WAYS]; /* low 16 bits of the stamp at creation */
-	__u16 gen[SLUICE_SET_WAYS];  /* buckets the way has held << 1 | 1 if its word is a lock */
+	struct sluice_set_tags tag;
 	struct sluice_source_state way[SLUICE_SET_WAYS];
 };
 SLUICE_ASSERT_SIZE(struct sluice_set_v4, 320);
 
+/* One set of the IPv6 source table: the tag line, the addresses of its four
+ * buckets (the line next to the tags), then the buckets. 96 bytes per source. */
+struct sluice_set_v6 {
+	struct sluice_set_tags tag;
+	struct sluice_addr6 addr[SLUICE_SET_WAYS];
+	struct sluice_source_state way[SLUICE_SET_WAYS];
+};
+SLUICE_ASSERT_SIZE(struct sluice_set_v6, 384);
+
+/* Which source table a pending-drops slot names. */
+enum sluice_table {
+	SLUICE_TABLE_V4 = 0,
+	SLUICE_TABLE_V6 = 1,
+};
+
 /*
- * Drops not yet added to an IPv4 bucket's counters: a per-CPU slot (one
- * entry) naming one bucket by set, way and generation. A CPU that drops a
+ * Drops not yet added to a bucket's counters (IPv4 and IPv6 source tables):
+ * a per-CPU slot (one entry) naming one bucket by table, set, way and
+ * generation. A CPU that drops a
  * packet of the bucket its slot names counts it there, without writing the
  * bucket's shared line; dropping one of another bucket, it first adds the
  * slot's counts to the bucket named (if that way still holds it). Readers
@@ -455,28 +534,47 @@ SLUICE_ASSERT_SIZE(struct sluice_set_v4, 320);
  */
 struct sluice_pending_drops {
 	__u32 set;
-	__u16 way;
+	__u8  way;
+	__u8  table; /* enum sluice_table */
 	__u16 gen;
 	__u64 packets;
 	__u64 bytes;
 };
 SLUICE_ASSERT_SIZE(struct sluice_pending_drops, 24);
 
-/* A sliding-log bucket: the times of the last `limit` passes as a ring. */
+/* A sliding-log bucket: the times of the last `limit` passes as a ring. Its
+ * word is a sequence lock (odd while held) that, like a source bucket's, only
+ * grows across the buckets its way holds. */
 struct sluice_log_state {
-	__u32 lock;    /* sequence lock: odd while held */
+	__u64 word;
 	__u32 head;    /* index of the oldest remembered pass */
+	__u32 pad;
 	__u64 ring[SLUICE_MAX_LOG]; /* ns; 0 = slot never used */
 	struct sluice_source_counters cnt;
 };
-SLUICE_ASSERT_SIZE(struct sluice_log_state, 552);
+SLUICE_ASSERT_SIZE(struct sluice_log_state, 560);
+
+/* Sets of the sliding-log tables: 576 bytes per IPv4 source, 592 per IPv6. */
+struct sluice_log_set_v4 {
+	struct sluice_set_tags tag;
+	struct sluice_log_state way[SLUICE_SET_WAYS];
+};
+SLUICE_ASSERT_SIZE(struct sluice_log_set_v4, 2304);
+
+struct sluice_log_set_v6 {
+	struct sluice_set_tags tag;
+	struct sluice_addr6 addr[SLUICE_SET_WAYS];
+	struct sluice_log_state way[SLUICE_SET_WAYS];
+};
+SLUICE_ASSERT_SIZE(struct sluice_log_set_v6, 2368);
 
 /*
  * Controller bookkeeping: a one-entry array. The pinned state's layout is
  * recorded here when the program loads: abi_version stays the first field of
  * every future layout, so any binary can read which layout it meets.
  */
-#define SLUICE_ABI_VERSION 2 /* 1: sluice 0.2, which recorded no layout */
+#define SLUICE_ABI_VERSION 3 /* 1: sluice 0.2, which recorded no layout; 2: IPv6 and
+                              * sliding-log buckets in LRU hashes */
 struct sluice_meta {
 	__u32 abi_version;  /* SLUICE_ABI_VERSION of the binary that loaded the program */
 	__u32 next_rule_id; /* ids are never reused, so no stale bucket meets a new rule */

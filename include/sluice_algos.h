@@ -212,6 +212,10 @@ static inline int sluice_sliding_admit(__u64 *window, __u64 *cur, __u64 *prev, _
  * client that backs off recovers one window after its last pass. A clock
  * behind the newest entry is logged as the newest time (no credit gained).
  */
+#ifdef __bpf__
+/* Six arguments: more than a BPF call can pass, so never a call there. */
+__attribute__((always_inline))
+#endif
 static inline int sluice_log_admit(__u64 *ring, __u32 *head, __u64 now_ns, __u64 window_ns,
 				   __u32 limit, __u64 cost)
 {

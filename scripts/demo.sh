@@ -51,7 +51,7 @@ echo "== rules"
 run "$SLUICE" rule add 10.250.0.0/24 --rate 100/s --burst 50 --proto udp --name per-host
 run "$SLUICE" rule add 10.250.0.13 --deny --name blocked
 run "$SLUICE" rule add 10.250.0.14 --allow --name trusted
-run "$SLUICE" rule add fd00:250::/64 --rate 200/s --burst 100 --algo gcra --proto udp --name per-host-v6
+run "$SLUICE" rule add fd00:250::/64 --rate 200/s --burst 100 --algo gcra --proto udp --per 128 --name per-host-v6
 run "$SLUICE" rule list
 
 echo

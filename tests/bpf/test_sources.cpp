@@ -1,5 +1,6 @@
-// The IPv4 source table under the test clock: which bucket is evicted, and
-// what the eviction counters say, with every packet's time set by the test.
+// The source tables under the test clock: which bucket is evicted, what the
+// eviction counters say, and what a flood of spoofed sources can do to a
+// limited source, with every packet's time set by the test.
 #include <gtest/gtest.h>
 
 #include <linux/bpf.h>
@@ -9,13 +10,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <functional>
+#include <string>
 #include <thread>
 
 #include "packet.h"
 #include "replay.h"
 #include "rule_table.h"
 #include "sluice_algos.h"
-#include "sources4.h"
+#include "sources.h"
 #include "stats.h"
 
 using namespace sluice;
@@ -54,7 +58,7 @@ TEST(SourceTable, AWayStampedAheadOfTheClockIsTheFreshestNotTheOldest)
 	Replayer kernel(limit_rule(), TableSizes{4, 64, 64}); // one set of four ways
 	const uint64_t t = TRACE_START_NS + 10 * SEC;
 	Trace before;
-	for (uint32_t src : {0u, 1u, 2u}) // two packets each: out of probation
+	for (uint32_t src : {0u, 1u, 2u}) // two packets each: on probation, but returned
 		for (int i = 0; i < 2; i++)
 			before.push_back({t - 504 * MS, src});
 	for (int i = 0; i < 2; i++)
@@ -213,4 +217,198 @@ TEST(SourceTable, AChargeLandsOnlyOnTheBucketOfTheKeyLookedUp)
 	EXPECT_GT(a_seen, churn / 1000) << "A kept coming back: the race was run";
 	EXPECT_EQ(bad_bytes, 0u) << "a charge of A landed on a B, e.g. " << first_bad;
 	EXPECT_EQ(bad_tat, 0u) << "A's compare-and-swap advanced a B's arrival time";
+}
+
+// ---- Issue 8, defect 8: spoofed sources must not reset a limit.
+//
+// An established source (sending for more than a second) is limited; then a
+// flood of spoofed sources five times the table, each sending k packets at
+// once, passes through it within 0.2 s. Every packet of the established
+// source during and after the flood must be dropped: a fresh bucket would
+// pass it.
+
+namespace {
+
+struct Spoofing {
+	std::string established;                        ///< its address
+	std::function<std::string(uint32_t)> spoofed;   ///< the i-th spoofed address
+	uint8_t proto = 17;
+	uint16_t dport = 53;
+};
+
+struct FloodResult {
+	uint64_t established_passed = 0; ///< of its packets during and after the flood
+	uint64_t established_sent = 0;
+	uint64_t evicted = 0;
+	uint64_t failopen = 0;
+};
+
+/// The established source sends `burst + 1` packets at t, one more 1.5 s
+/// later (it has been sending for more than a second: off probation), then
+/// one per `every` spoofed sources (more than the table holds: an LRU would
+/// have forgotten it) while `sources` spoofed sources send `k` packets each
+/// (10 us apart), and one after. What it passed after its burst.
+FloodResult spoofed_flood(Replayer &kernel, const Spoofing &s, uint64_t burst, uint32_t sources, int k,
+			  uint32_t every = 5000)
+{
+	auto frame = [&](const std::string &src) {
+		return build_packet({.src = src, .proto = s.proto, .dport = s.dport});
+	};
+	const std::vector<uint8_t> mine = frame(s.established);
+	uint64_t t = TRACE_START_NS + 10 * SEC;
+	FloodResult r;
+	uint64_t passed = 0;
+	for (uint64_t i = 0; i <= burst; i++)
+		passed += kernel.send(mine, t);
+	EXPECT_EQ(passed, burst) << "its burst, then a drop";
+	t += 1500 * MS;
+	auto established_sends = [&] {
+		r.established_passed += kernel.send(mine, t);
+		r.established_sent++;
+	};
+	established_sends();
+	for (uint32_t i = 0; i < sources; i++) {
+		const std::vector<uint8_t> spoof = frame(s.spoofed(i));
+		t += 10000;
+		for (int j = 0; j < k; j++)
+			kernel.send(spoof, t);
+		if (i % every == every - 1)
+			established_sends();
+	}
+	established_sends();
+	Stats st = collect_stats(kernel.maps(), {});
+	r.evicted = st.global[SLUICE_CNT_INFO_EVICTED].packets;
+	r.failopen = st.global[SLUICE_CNT_FAILOPEN_TABLE].packets;
+	return r;
+}
+
+std::string v6_slash64(uint32_t i)
+{
+	char buf[64];
+	std::snprintf(buf, sizeof(buf), "2001:db8:%x:%x::1", (i >> 16) + 1, i & 0xffff);
+	return buf;
+}
+
+RuleSpec rule_of(const char *cidr, const char *rate, uint64_t burst, Algo algo = Algo::token_bucket)
+{
+	RuleSpec r;
+	r.name = "limited";
+	r.cidr = parse_cidr(cidr);
+	r.rate = parse_rate(rate);
+	r.burst = burst;
+	r.algo = algo;
+	validate_rule(r);
+	return r;
+}
+
+} // namespace
+
+// The README's own rule. Before: the sliding log was an LRU hash with no
+// probation, and 20,000 spoofed SYNs gave the limited source 5 fresh passes.
+TEST(SpoofedFlood, AnEstablishedSlidingLogSourceGetsNoFreshPassFromOneAndTwoPacketSpoofs)
+{
+	ASSERT_EQ(geteuid(), 0u) << "loads a real XDP program: run as root";
+	for (int k : {1, 2}) {
+		SCOPED_TRACE("spoofed sources sending " + std::to_string(k) + " SYNs each");
+		RuleSpec r = rule_of("0.0.0.0/0", "5/min", 0, Algo::sliding_log);
+		r.proto = Proto::tcp;
+		r.dport = {22, 22};
+		validate_rule(r);
+		Replayer kernel(r, TableSizes{4096, 64, 4096});
+		Spoofing s{"198.51.100.7", [](uint32_t i) { return source_address(i); }, 6, 22};
+		FloodResult f = spoofed_flood(kernel, s, 5, 20000, k);
+		std::printf("sliding log 5/min, 20,000 spoofed sources x %d SYNs in a 4,096-log table: the limited source "
+			    "passed %llu of %llu, %llu logs evicted\n",
+			    k, (unsigned long long)f.established_passed, (unsigned long long)f.established_sent,
+			    (unsigned long long)f.evicted);
+		EXPECT_EQ(f.established_passed, 0u) << "a fresh log let the limited source through";
+		EXPECT_GT(f.evicted, 10000u) << "the flood filled the table";
+		EXPECT_EQ(f.failopen, 0u);
+	}
+}
+
+// Before: IPv6 buckets were per /128, so one /64 had 2^64 fresh bursts.
+TEST(SpoofedFlood, OneSlash64SendingFromManyAddressesIsOneBucket)
+{
+	ASSERT_EQ(geteuid(), 0u) << "loads a real XDP program: run as root";
+	Replayer kernel(rule_of("2001:db8::/32", "1/h", 5), TableSizes{4096, 64, 64});
+	uint64_t passed = 0;
+	const uint32_t addresses = 1000;
+	for (uint32_t i = 0; i < addresses; i++) {
+		char src[64];
+		std::snprintf(src, sizeof(src), "2001:db8:0:7:%x:%x:%x:%x", i * 7919 % 65536, i, i * 31 % 65536, i + 1);
+		passed += kernel.send(build_packet({.src = src}), TRACE_START_NS + i * MS);
+	}
+	EXPECT_EQ(passed, 5u) << "the /64's burst, once";
+	Stats s = collect_stats(kernel.maps(), {});
+	ASSERT_EQ(s.sources.size(), 1u);
+	EXPECT_EQ(s.sources[0].source, "2001:db8:0:7::/64");
+	EXPECT_EQ(s.sources[0].passed_packets, 5u);
+	EXPECT_EQ(s.sources[0].dropped_packets, addresses - 5);
+}
+
+// Before: IPv4 probation ended at a source's second packet, and IPv6 buckets
+// had none, so spoofed sources sending 2 or 10 packets each pushed limited
+// sources' buckets out and gave them a fresh burst.
+TEST(SpoofedFlood, EstablishedLimitedSourcesStayLimitedUnderTwoAndTenPacketSpoofs)
+{
+	ASSERT_EQ(geteuid(), 0u) << "loads a real XDP program: run as root";
+	for (int family : {4, 6}) {
+		for (int k : {2, 10}) {
+			SCOPED_TRACE("IPv" + std::to_string(family) + ", spoofed sources sending " + std::to_string(k) +
+				     " packets each");
+			RuleSpec r = family == 4 ? rule_of("10.0.0.0/8", "1/h", 5) : rule_of("2001:db8::/32", "1/h", 5);
+			Replayer kernel(r, TableSizes{4096, 64, 64});
+			Spoofing s = family == 4 ? Spoofing{"10.200.0.1", [](uint32_t i) { return source_address(i); }}
+						 : Spoofing{"2001:db8:ffff:1::1", v6_slash64};
+			FloodResult f = spoofed_flood(kernel, s, 5, 20000, k);
+			std::printf("IPv%d, 20,000 spoofed sources x %d packets in a 4,096-bucket table: the limited source "
+				    "passed %llu of %llu, %llu buckets evicted\n",
+				    family, k, (unsigned long long)f.established_passed,
+				    (unsigned long long)f.established_sent, (unsigned long long)f.evicted);
+			EXPECT_EQ(f.established_passed, 0u) << "a fresh bucket let the limited source through";
+			EXPECT_GT(f.evicted, 10000u) << "the flood filled the table";
+			EXPECT_EQ(f.failopen, 0u);
+		}
+	}
+}
+
+// Spoofed sources that wait out probation (their second packet 1.2 s after
+// their first) hold settled buckets, but less in debt than a source held at
+// its burst: they go first. One set of four ways, so every new bucket must
+// evict one of them; 100 such sources, one after another, while the limited
+// source sends once per ten of them. Before: the limited source, seen longest
+// ago, was evicted.
+TEST(SpoofedFlood, SettledSpoofsLessInDebtGoBeforeALimitedSource)
+{
+	ASSERT_EQ(geteuid(), 0u) << "loads a real XDP program: run as root";
+	Replayer kernel(rule_of("10.0.0.0/8", "1/h", 5), TableSizes{4, 64, 64});
+	const std::vector<uint8_t> mine = build_packet({.src = "10.200.0.1"});
+	uint64_t t = TRACE_START_NS + 10 * SEC, passed = 0, sent = 0;
+	for (int i = 0; i < 6; i++)
+		passed += kernel.send(mine, t);
+	ASSERT_EQ(passed, 5u);
+	passed = kernel.send(mine, t + 1500 * MS); // settled, 5 h in debt
+	sent++;
+	const uint32_t sources = 100;
+	for (uint32_t i = 0; i < sources; i++) {
+		const std::vector<uint8_t> spoof = build_packet({.src = source_address(i)});
+		t += 2 * SEC;
+		kernel.send(spoof, t);
+		kernel.send(spoof, t + 1200 * MS); // settled, 2 h in debt
+		if (i % 10 == 9) {
+			passed += kernel.send(mine, t + 1300 * MS);
+			sent++;
+		}
+	}
+	Stats s = collect_stats(kernel.maps(), {});
+	std::printf("%u spoofed sources, 2 packets 1.2 s apart, through one set: the limited source passed %llu of "
+		    "%llu; %llu evicted\n",
+		    sources, (unsigned long long)passed, (unsigned long long)sent,
+		    (unsigned long long)s.global[SLUICE_CNT_INFO_EVICTED].packets);
+	EXPECT_EQ(passed, 0u) << "a fresh bucket let the limited source through";
+	EXPECT_GE(s.global[SLUICE_CNT_INFO_EVICTED].packets, sources - 3) << "every new bucket evicted one";
+	EXPECT_TRUE(std::any_of(s.sources.begin(), s.sources.end(),
+				[](const SourceStats &x) { return x.source == "10.200.0.1"; }))
+		<< "the limited source kept its bucket";
 }

@@ -271,7 +271,8 @@ void Oracle::remember_fragment(const FrameFacts &f)
 uint64_t &Oracle::tokens(size_t rule, const FrameFacts &f)
 {
 	const ModelRule &r = rules_[rule].spec;
-	int keep = r.per_prefix >= 0 ? r.per_prefix : (f.family == 4 ? 32 : 128);
+	// Without --per: per IPv4 address, per IPv6 /64.
+	int keep = r.per_prefix >= 0 ? r.per_prefix : (f.family == 4 ? 32 : 64);
 	std::array<uint8_t, 16> key{};
 	for (int bit = 0; bit < keep && bit < 128; bit++)
 		key[bit / 8] |= f.src[bit / 8] & (0x80 >> (bit % 8));

@@ -55,7 +55,7 @@ struct ModelRule {
 	enum class Action { limit, allow, deny } action = Action::limit;
 	uint64_t burst = 0;        ///< limit: packets that pass before the first drop
 	uint64_t ns_per_packet = 0; ///< limit: the sustained rate's cost (its strictness)
-	int per_prefix = -1;       ///< bucket prefix; -1 per address
+	int per_prefix = -1;       ///< bucket prefix; -1 per IPv4 address, per IPv6 /64
 
 	bool has_ports() const { return !(port_lo == 0 && port_hi == 65535); }
 	uint64_t strictness() const;

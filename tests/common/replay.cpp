@@ -37,13 +37,17 @@ Replayer::Replayer(RuleSpec rule, TableSizes sizes)
 
 void Replayer::set_clock(uint64_t t_ns)
 {
+	if (t_ns == clock_ns_)
+		return;
 	std::vector<uint64_t> per_cpu(possible_cpus(), t_ns);
 	uint32_t zero = 0;
 	map_update(clock_fd_, &zero, per_cpu.data(), "test clock");
+	clock_ns_ = t_ns;
 }
 
 void Replayer::set_clocks(const std::vector<uint64_t> &t_ns)
 {
+	clock_ns_ = UINT64_MAX;
 	std::vector<uint64_t> per_cpu(possible_cpus(), t_ns.empty() ? 0 : t_ns.back());
 	for (size_t i = 0; i < t_ns.size() && i < per_cpu.size(); i++)
 		per_cpu[i] = t_ns[i];
@@ -95,6 +99,16 @@ std::vector<bool> Replayer::run(const Trace &trace)
 		passed.push_back(opts.retval == XDP_PASS);
 	}
 	return passed;
+}
+
+bool Replayer::send(const std::vector<uint8_t> &frame, uint64_t t_ns)
+{
+	set_clock(t_ns);
+	LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = frame.data(), .data_size_in = static_cast<__u32>(frame.size()),
+		    .repeat = 1);
+	if (bpf_prog_test_run_opts(prog_->prog_fd(), &opts))
+		throw std::runtime_error("BPF_PROG_TEST_RUN failed");
+	return opts.retval == XDP_PASS;
 }
 
 Trace constant_flood(double pps, uint64_t duration_ns, uint32_t sources)

@@ -32,6 +32,8 @@ public:
 	explicit Replayer(RuleSpec rule, TableSizes sizes = {1 << 16, 64, 1 << 16});
 	/// Each arrival's verdict: true if it passed. Times must not go backwards.
 	std::vector<bool> run(const Trace &trace);
+	/// Sends one frame of the caller's at `t_ns` on the current CPU: true if it passed.
+	bool send(const std::vector<uint8_t> &frame, uint64_t t_ns);
 	const MapSet &maps() const { return maps_; }
 	int prog_fd() const { return prog_->prog_fd(); }
 	/// Sets the clock of every CPU: CPU i reads t_ns[i] (tests of clocks that disagree).
@@ -48,6 +50,7 @@ private:
 	MapSet maps_;
 	int clock_fd_ = -1;
 	int cpu_ = -1;
+	uint64_t clock_ns_ = UINT64_MAX; // what every CPU's clock was last set to
 	std::vector<std::vector<uint8_t>> frames_; // by source, built on first use
 	std::vector<uint32_t> frame_payload_;
 };

@@ -304,8 +304,9 @@ TEST_F(EndToEnd, PerSourceCountersMatchTheTrafficAndEnforcementOutlivesTheContro
 	attach();
 	expect_ok(cli({"rule", "add", "10.200.0.0/24", "--rate", "1/min", "--burst", "5", "--proto", "udp",
 			  "--name", "v4"}));
+	// --per 128: the four IPv6 sources share a /64, one bucket by default.
 	expect_ok(cli({"rule", "add", "fd00:200::/64", "--rate", "1/min", "--burst", "7", "--proto", "udp",
-			  "--name", "v6"}));
+			  "--per", "128", "--name", "v6"}));
 	// Every sluice process has exited by now: what follows is the kernel alone.
 	ASSERT_NE(run_command({"pgrep", "-x", "sluice"}).exit_code, 0) << "no controller process is running";
 

@@ -544,16 +544,16 @@ TEST(PolicyDiff, WhichChangesKeepTheBuckets)
 TEST(PolicyDiff, FormatDiffDescribesEachRule)
 {
 	auto added = rules("[{name: web, cidr: 2001:db8::/32, proto: tcp, dport: 8000-8080, rate: 1000/s, "
-			   "burst: 3000, per: 64, warmup: 30s, shadow: true, continue: true},"
+			   "burst: 3000, per: 48, warmup: 30s, shadow: true, continue: true},"
 			   " {name: office, cidr: 198.51.100.0/24, action: allow},"
 			   " {name: bulk, cidr: 203.0.113.0/24, rate: 1MB/s, algo: sliding-window}]");
 	EXPECT_EQ(format_diff(diff_rules({}, added)),
-		  "+ rule web: 2001:db8::/32 tcp dport 8000-8080 limit 1000/s burst 3000 per 64 warmup 30s continue "
+		  "+ rule web: 2001:db8::/32 tcp dport 8000-8080 limit 1000/s burst 3000 per 48 warmup 30s continue "
 		  "shadow\n"
 		  "+ rule office: 198.51.100.0/24 allow\n"
 		  "+ rule bulk: 203.0.113.0/24 limit 1MB/s sliding-window\n");
 	EXPECT_EQ(format_diff(diff_rules(added, {})),
-		  "- rule web: 2001:db8::/32 tcp dport 8000-8080 limit 1000/s burst 3000 per 64 warmup 30s continue "
+		  "- rule web: 2001:db8::/32 tcp dport 8000-8080 limit 1000/s burst 3000 per 48 warmup 30s continue "
 		  "shadow\n"
 		  "- rule office: 198.51.100.0/24 allow\n"
 		  "- rule bulk: 203.0.113.0/24 limit 1MB/s sliding-window\n");
@@ -563,7 +563,7 @@ TEST(PolicyDiff, FormatDiffDescribesEachRule)
 	changed[0].shadow = false;
 	changed[2].rate = parse_rate("2MB/s");
 	EXPECT_EQ(format_diff(diff_rules(added, changed)),
-		  "~ rule web: per 64 -> address, shadow true -> false (buckets restart)\n"
+		  "~ rule web: per 48 -> default, shadow true -> false (buckets restart)\n"
 		  "~ rule bulk: rate 1MB/s -> 2MB/s (buckets kept)\n");
 }
 

@@ -52,6 +52,38 @@ TEST(RuleValidation, PerPrefixMustFitTheFamily)
 	EXPECT_THROW(validate_rule(s), Error);
 }
 
+// Issue 8, defect 8: one IPv6 host or subnet is given a /64; a bucket per
+// /128 would give it 2^64 fresh bursts. --per still overrides.
+TEST(RuleValidation, Ipv6SourcesShareABucketPerSlash64ByDefault)
+{
+	RuleSpec s;
+	s.cidr = parse_cidr("2001:db8::/32");
+	s.rate = parse_rate("10/s");
+	validate_rule(s);
+	EXPECT_EQ(s.bucket_prefix(), 64);
+	s.per_prefix = 128;
+	EXPECT_EQ(s.bucket_prefix(), 128) << "--per 128: a bucket per address";
+	s.per_prefix = 48;
+	EXPECT_EQ(s.bucket_prefix(), 48);
+	s.per_prefix = -1;
+	s.cidr = parse_cidr("2001:db8::7/128");
+	EXPECT_EQ(s.bucket_prefix(), 128) << "a rule longer than /64 has one bucket, named by its prefix";
+	s.cidr = parse_cidr("10.0.0.0/8");
+	EXPECT_EQ(s.bucket_prefix(), 32) << "IPv4: per address";
+
+	// --per 128 survives the maps, and the default reads back as the default.
+	InstalledRule r;
+	r.id = 3;
+	r.spec.cidr = parse_cidr("2001:db8::/32");
+	r.spec.rate = parse_rate("10/s");
+	r.spec.per_prefix = 128;
+	validate_rule(r.spec);
+	EXPECT_EQ(from_maps(to_datapath(r), to_info(r)).spec.per_prefix, 128);
+	r.spec.per_prefix = -1;
+	EXPECT_EQ(to_datapath(r).per_prefix, 64);
+	EXPECT_EQ(from_maps(to_datapath(r), to_info(r)).spec.per_prefix, -1);
+}
+
 TEST(RuleValidation, AllowAndDenyTakeNoBucketOptions)
 {
 	RuleSpec s;

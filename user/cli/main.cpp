@@ -258,7 +258,7 @@ int main(int argc, char **argv)
 	attach->add_option("--max-sources", max_sources, "Buckets per address family (default 1000000)");
 	attach->add_option("--max-rules", max_rules, "Rule table size (default 16384)");
 	attach->add_option("--max-log-sources", max_log_sources,
-			   "Sliding-log buckets per address family (default 16384, 552 bytes each)");
+			   "Sliding-log buckets per address family (default 16384, 576 bytes each for IPv4, 592 for IPv6)");
 
 	bool detach_all = false;
 	auto *detach = app.add_subcommand("detach", "Detach from an interface (the last one unloads)");

@@ -20,7 +20,7 @@ void add_rule_options(CLI::App *cmd, RuleArgs &a)
 	allow->excludes(deny);
 	cmd->add_option("--proto", a.proto, "tcp, udp or icmp");
 	cmd->add_option("--dport", a.dport, "Destination port or range P-Q (needs --proto tcp|udp)");
-	cmd->add_option("--per", a.per, "Bucket per prefix of this length (default: per address)");
+	cmd->add_option("--per", a.per, "Bucket per prefix of this length (default: per IPv4 address, per IPv6 /64)");
 	cmd->add_option("--name", a.name, "Rule name (default rule<ID>)");
 	cmd->add_option("--algo", a.algo,
 			"token-bucket (default), gcra, fixed-window, sliding-log or sliding-window");

@@ -236,12 +236,13 @@ LoadedProgram::LoadedProgram(const TableSizes &sizes, ObjectImage image)
 		  2 * rules);
 	size_maps({SLUICE_STR(SLUICE_MAP_DIR4_BLOCKS)}, 2 * 2 * rules);
 	size_maps({SLUICE_STR(SLUICE_MAP_LISTS)}, 2 * (rules + 1));
+	// Every source table is an array of sets: the sizes round up to whole sets.
 	uint32_t sources = sizes.max_sources ? sizes.max_sources : SLUICE_DEFAULT_MAX_SOURCES;
-	uint32_t sets4 = (sources + SLUICE_SET_WAYS - 1) / SLUICE_SET_WAYS;
-	size_maps({SLUICE_STR(SLUICE_MAP_SOURCES_V6)}, sources);
-	size_maps({SLUICE_STR(SLUICE_MAP_SOURCES_V4)}, sets4);
-	size_maps({SLUICE_STR(SLUICE_MAP_LOGS_V4), SLUICE_STR(SLUICE_MAP_LOGS_V6)},
-		  sizes.max_log_sources ? sizes.max_log_sources : SLUICE_DEFAULT_MAX_LOG_SOURCES);
+	uint32_t logs = sizes.max_log_sources ? sizes.max_log_sources : SLUICE_DEFAULT_MAX_LOG_SOURCES;
+	uint32_t sets = (sources + SLUICE_SET_WAYS - 1) / SLUICE_SET_WAYS;
+	uint32_t log_sets = (logs + SLUICE_SET_WAYS - 1) / SLUICE_SET_WAYS;
+	size_maps({SLUICE_STR(SLUICE_MAP_SOURCES_V4), SLUICE_STR(SLUICE_MAP_SOURCES_V6)}, sets);
+	size_maps({SLUICE_STR(SLUICE_MAP_LOGS_V4), SLUICE_STR(SLUICE_MAP_LOGS_V6)}, log_sets);
 
 	prog_ = bpf_object__find_program_by_name(obj_, SLUICE_STR(SLUICE_PROG_NAME));
 	if (!prog_)
@@ -250,11 +251,12 @@ LoadedProgram::LoadedProgram(const TableSizes &sizes, ObjectImage image)
 	if (err)
 		throw_errno("cannot load the XDP program (run with -v for the verifier log)", err);
 
-	// Until this is written the program finds no IPv4 table and fails open.
+	// Until this is written the program finds no source table and fails open.
 	struct sluice_config cfg = {};
 	if (getrandom(&cfg.hash_seed, sizeof(cfg.hash_seed), 0) != sizeof(cfg.hash_seed))
 		throw_errno("cannot draw a hash seed", errno);
-	cfg.src4_sets = sets4;
+	cfg.src4_sets = cfg.src6_sets = sets;
+	cfg.log4_sets = cfg.log6_sets = log_sets;
 	uint32_t zero = 0;
 	struct bpf_map *cfg_map = bpf_object__find_map_by_name(obj_, SLUICE_STR(SLUICE_MAP_CONFIG));
 	if (!cfg_map)
@@ -369,15 +371,17 @@ bool Instance::load(const TableSizes &sizes)
 
 void Instance::check_sizes(const MapSet &m, const TableSizes &sizes)
 {
-	auto differs = [](uint32_t asked, uint32_t have, const char *option) {
+	// The source tables hold whole sets: compare sizes as they were rounded.
+	auto sets_of = [](uint32_t n) { return (uint64_t(n) + SLUICE_SET_WAYS - 1) / SLUICE_SET_WAYS * SLUICE_SET_WAYS; };
+	auto differs = [](uint64_t asked, uint32_t have, const char *option) {
 		if (asked && asked != have)
 			throw Error("sluice is loaded with " + std::string(option) + " " + std::to_string(have) +
 				    "; change it with `sluice apply` (tables:), which keeps the rules, or detach "
 				    "from every interface");
 	};
-	differs(sizes.max_sources, m.max_sources(), "--max-sources");
+	differs(sets_of(sizes.max_sources), m.max_sources(), "--max-sources");
 	differs(sizes.max_rules, m.max_rules(), "--max-rules");
-	differs(sizes.max_log_sources, m.max_log_sources(), "--max-log-sources");
+	differs(sets_of(sizes.max_log_sources), m.max_log_sources(), "--max-log-sources");
 }
 
 void Instance::attach(const std::string &ifname, XdpMode mode, const TableSizes &sizes, bool beside_other_mode)

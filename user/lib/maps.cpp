@@ -35,12 +35,9 @@ const MapRef MAP_REFS[] = {
 	{SLUICE_STR(SLUICE_MAP_LISTS), &MapSet::lists, BPF_MAP_TYPE_ARRAY, 4, sizeof(struct sluice_match_list), BPF_F_MMAPABLE},
 	{SLUICE_STR(SLUICE_MAP_MATCH_V6), &MapSet::match6, BPF_MAP_TYPE_LPM_TRIE, sizeof(struct sluice_lpm_v6), 4},
 	{SLUICE_STR(SLUICE_MAP_SOURCES_V4), &MapSet::src4, BPF_MAP_TYPE_ARRAY, 4, sizeof(struct sluice_set_v4), BPF_F_MMAPABLE},
-	{SLUICE_STR(SLUICE_MAP_SOURCES_V6), &MapSet::src6, BPF_MAP_TYPE_LRU_HASH, sizeof(struct sluice_src_v6),
-	 sizeof(struct sluice_source_state)},
-	{SLUICE_STR(SLUICE_MAP_LOGS_V4), &MapSet::logs4, BPF_MAP_TYPE_LRU_HASH, sizeof(struct sluice_src_v4),
-	 sizeof(struct sluice_log_state)},
-	{SLUICE_STR(SLUICE_MAP_LOGS_V6), &MapSet::logs6, BPF_MAP_TYPE_LRU_HASH, sizeof(struct sluice_src_v6),
-	 sizeof(struct sluice_log_state)},
+	{SLUICE_STR(SLUICE_MAP_SOURCES_V6), &MapSet::src6, BPF_MAP_TYPE_ARRAY, 4, sizeof(struct sluice_set_v6), BPF_F_MMAPABLE},
+	{SLUICE_STR(SLUICE_MAP_LOGS_V4), &MapSet::logs4, BPF_MAP_TYPE_ARRAY, 4, sizeof(struct sluice_log_set_v4), BPF_F_MMAPABLE},
+	{SLUICE_STR(SLUICE_MAP_LOGS_V6), &MapSet::logs6, BPF_MAP_TYPE_ARRAY, 4, sizeof(struct sluice_log_set_v6), BPF_F_MMAPABLE},
 	{SLUICE_STR(SLUICE_MAP_COUNTERS), &MapSet::counters, BPF_MAP_TYPE_PERCPU_ARRAY, 4,
 	 sizeof(struct sluice_counter)},
 	{SLUICE_STR(SLUICE_MAP_META), &MapSet::meta, BPF_MAP_TYPE_ARRAY, 4, sizeof(struct sluice_meta)},
@@ -169,8 +166,8 @@ void MapSet::for_each(const std::function<void(const char *, int)> &f) const
 }
 
 uint32_t MapSet::max_rules() const { return map_max_entries(rule_counters.get()); }
-uint32_t MapSet::max_sources() const { return map_max_entries(src6.get()); }
-uint32_t MapSet::max_log_sources() const { return map_max_entries(logs4.get()); }
+uint32_t MapSet::max_sources() const { return map_max_entries(src6.get()) * SLUICE_SET_WAYS; }
+uint32_t MapSet::max_log_sources() const { return map_max_entries(logs4.get()) * SLUICE_SET_WAYS; }
 
 int possible_cpus()
 {

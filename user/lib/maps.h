@@ -30,9 +30,9 @@ struct MapSet {
 	/// Calls f(name, fd) for every map, in a fixed order.
 	void for_each(const std::function<void(const char *, int)> &f) const;
 
-	uint32_t max_rules() const; ///< rules of one set (each map holds two)
-	uint32_t max_sources() const; ///< per family, as configured (IPv4 rounds up to whole sets)
-	uint32_t max_log_sources() const;
+	uint32_t max_rules() const;       ///< rules of one set (each map holds two)
+	uint32_t max_sources() const;     ///< per family, as configured, rounded up to whole sets
+	uint32_t max_log_sources() const; ///< per family, rounded up to whole sets
 };
 
 /// A hash of every map's name, type, key and value size as this binary

@@ -324,7 +324,7 @@ InstalledRule from_maps(const struct sluice_rule &dp, const struct sluice_rule_i
 		s.rate = {info.rate_amount, info.rate_period_ns, static_cast<RateUnit>(info.rate_unit)};
 		s.algo = static_cast<Algo>(dp.algo);
 		s.burst = info.burst;
-		s.per_prefix = dp.per_prefix == s.cidr.max_len() ? -1 : dp.per_prefix;
+		s.per_prefix = dp.per_prefix == s.default_bucket_prefix() ? -1 : dp.per_prefix;
 		if (s.algo == Algo::token_bucket)
 			s.warmup_ns = dp.bucket.warmup >> SLUICE_TICK_SHIFT;
 	}

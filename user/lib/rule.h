@@ -44,7 +44,7 @@ struct RuleSpec {
 	Algo algo = Algo::token_bucket; ///< limit rules only
 	uint64_t burst = 0; ///< token bucket and GCRA: packets, or bytes for byte rates
 	uint64_t warmup_ns = 0; ///< token bucket only: warm-up period, 0 for none
-	int per_prefix = -1; ///< limit rules only: bucket prefix length; -1 = per address
+	int per_prefix = -1; ///< limit rules only: bucket prefix length; -1 = the default (default_bucket_prefix)
 	bool shadow = false; ///< count would-be drops but pass them
 	/// `--continue` (limit rules only): a packet this rule passes goes on to
 	/// the next matching rule instead of being decided here.
@@ -53,8 +53,17 @@ struct RuleSpec {
 	/// True for the algorithms with a burst (token bucket, GCRA).
 	bool has_burst() const { return algo == Algo::token_bucket || algo == Algo::gcra; }
 
-	/// The aggregation prefix length in effect (32/128 when per address).
-	int bucket_prefix() const { return per_prefix < 0 ? cidr.max_len() : per_prefix; }
+	/// The aggregation prefix length in effect: --per, else the default.
+	int bucket_prefix() const { return per_prefix < 0 ? default_bucket_prefix() : per_prefix; }
+
+	/// Without --per: one bucket per IPv4 address, and per IPv6 /64, the
+	/// block one host or subnet is given (a rule longer than /64 has one
+	/// bucket either way, named by its own prefix).
+	int default_bucket_prefix() const
+	{
+		return cidr.family == 4 ? 32 : cidr.prefix_len > IPV6_DEFAULT_PER ? cidr.prefix_len : IPV6_DEFAULT_PER;
+	}
+	static constexpr int IPV6_DEFAULT_PER = 64;
 };
 
 /// A rule held in the maps: its stable id, the id of its buckets (the rule's

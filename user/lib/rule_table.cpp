@@ -10,7 +10,7 @@
 #include <unordered_set>
 
 #include "dir4.h"
-#include "sources4.h"
+#include "sources.h"
 
 namespace sluice {
 
@@ -92,19 +92,10 @@ void write_v6(int fd, uint32_t set, const MatchLists &lists)
 /// Empties every bucket of a rule id for which doomed(id) holds.
 void purge_buckets(const MapSet &maps, const std::function<bool(uint32_t)> &doomed)
 {
-	auto purge = [&doomed]<class K, class V>(int fd) {
-		std::vector<K> gone;
-		for_each_entry<K, V>(fd, [&](const K &k, const V &) {
-			if (doomed(k.rule_id))
-				gone.push_back(k);
-		});
-		for (const auto &k : gone)
-			bpf_map_delete_elem(fd, &k); // ENOENT: evicted meanwhile, fine
-	};
 	SourceTable4(maps.src4.get()).purge_if(doomed);
-	purge.template operator()<struct sluice_src_v6, struct sluice_source_state>(maps.src6.get());
-	purge.template operator()<struct sluice_src_v4, struct sluice_log_state>(maps.logs4.get());
-	purge.template operator()<struct sluice_src_v6, struct sluice_log_state>(maps.logs6.get());
+	SourceTable6(maps.src6.get()).purge_if(doomed);
+	LogTable4(maps.logs4.get()).purge_if(doomed);
+	LogTable6(maps.logs6.get()).purge_if(doomed);
 }
 
 uint32_t bucket_of(const InstalledRule &r) { return r.bucket_id ? r.bucket_id : r.id; }

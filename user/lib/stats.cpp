@@ -7,7 +7,7 @@
 #include <unordered_map>
 
 #include "rule_table.h"
-#include "sources4.h"
+#include "sources.h"
 
 namespace sluice {
 
@@ -44,7 +44,7 @@ void collect_one(uint32_t rule_id, const uint8_t *addr, size_t addr_len, int fam
 	tracked++;
 	if (!query.rule.empty() && !rule_is(rs.rule, query.rule))
 		return;
-	// Set-table counters carry their bucket's generation in their top bits.
+	// Counters carry their bucket's generation in their top bits.
 	struct sluice_source_counters value = {sluice_cnt_value(cnt.passed_packets), sluice_cnt_value(cnt.passed_bytes),
 					       sluice_cnt_value(cnt.dropped_packets),
 					       sluice_cnt_value(cnt.dropped_bytes)};
@@ -53,13 +53,19 @@ void collect_one(uint32_t rule_id, const uint8_t *addr, size_t addr_len, int fam
 	out.push_back(raw);
 }
 
-template <class Key, class Value>
-void collect_family(int fd, int family, const std::unordered_map<uint32_t, RuleStats *> &by_id,
-		    const StatsQuery &query, std::vector<RawSource> &out, uint64_t &tracked)
+/// Counts every bucket of one source table, with the drops still pending.
+template <class Set>
+void collect_table(int fd, const std::vector<struct sluice_pending_drops> &pending,
+		   const std::unordered_map<uint32_t, RuleStats *> &by_id, const StatsQuery &query,
+		   std::vector<RawSource> &out, uint64_t &tracked)
 {
-	for_each_entry<Key, Value>(fd, [&](const Key &k, const Value &v) {
-		collect_one(k.rule_id, k.addr, sizeof(k.addr), family, v.cnt, by_id, query, out, tracked);
-	});
+	using Table = SetTable<Set>;
+	Table(fd).for_each(
+		[&](uint32_t rule_id, const uint8_t *addr, const typename Table::Bucket &b) {
+			collect_one(rule_id, addr, Table::family == 4 ? 4 : 16, Table::family, b.cnt, by_id, query,
+				    out, tracked);
+		},
+		pending);
 }
 
 } // namespace
@@ -95,19 +101,12 @@ Stats collect_stats(const MapSet &maps, const StatsQuery &query)
 		by_id[rs.rule.id] = &rs;
 
 	std::vector<RawSource> raw;
-	// Every CPU's drops not yet added to their IPv4 bucket.
+	// Every CPU's drops not yet added to their bucket.
 	std::vector<struct sluice_pending_drops> pending = lookup_percpu<struct sluice_pending_drops>(maps.pending.get(), 0);
-	SourceTable4(maps.src4.get()).for_each(
-		[&](uint32_t rule_id, const uint8_t *addr, const struct sluice_source_state &st) {
-			collect_one(rule_id, addr, 4, 4, st.cnt, by_id, query, raw, s.tracked_sources);
-		},
-		pending);
-	collect_family<struct sluice_src_v6, struct sluice_source_state>(maps.src6.get(), 6, by_id, query, raw,
-									s.tracked_sources);
-	collect_family<struct sluice_src_v4, struct sluice_log_state>(maps.logs4.get(), 4, by_id, query, raw,
-								     s.tracked_sources);
-	collect_family<struct sluice_src_v6, struct sluice_log_state>(maps.logs6.get(), 6, by_id, query, raw,
-								     s.tracked_sources);
+	collect_table<struct sluice_set_v4>(maps.src4.get(), pending, by_id, query, raw, s.tracked_sources);
+	collect_table<struct sluice_set_v6>(maps.src6.get(), pending, by_id, query, raw, s.tracked_sources);
+	collect_table<struct sluice_log_set_v4>(maps.logs4.get(), pending, by_id, query, raw, s.tracked_sources);
+	collect_table<struct sluice_log_set_v6>(maps.logs6.get(), pending, by_id, query, raw, s.tracked_sources);
 
 	// Most dropped first, then most passed, then by address.
 	auto order = [](const RawSource &a, const RawSource &b) {

@@ -5,7 +5,11 @@
 #include <cstring>
 #include <map>
 
+#include <ctime>
+#include <unordered_map>
+
 #include "rule_table.h"
+#include "sources.h"
 
 namespace sluice {
 
@@ -106,6 +110,25 @@ std::vector<InstalledRule> read_rules_abi1(const std::string &dir)
 	return out;
 }
 
+/// Rules of ABI 2: the rule maps had today's layout; the source tables were
+/// LRU hashes (IPv6, sliding logs) and the configuration 16 bytes.
+std::vector<InstalledRule> read_rules_abi2(const std::string &dir, uint32_t &max_rules)
+{
+	MapSet m;
+	m.active = open_map(dir, SLUICE_STR(SLUICE_MAP_ACTIVE));
+	m.rules = open_map(dir, SLUICE_STR(SLUICE_MAP_RULES));
+	m.rule_info = open_map(dir, SLUICE_STR(SLUICE_MAP_RULE_INFO));
+	m.rule_counters = open_map(dir, SLUICE_STR(SLUICE_MAP_RULE_COUNTERS));
+	m.meta = open_map(dir, SLUICE_STR(SLUICE_MAP_META));
+	if (map_info(m.active.get()).value_size != sizeof(struct sluice_active) ||
+	    map_info(m.rules.get()).value_size != sizeof(struct sluice_rule) ||
+	    map_info(m.rule_info.get()).value_size != sizeof(struct sluice_rule_info))
+		throw Error("the state pinned in " + dir + " is of an unknown layout; detach it with the sluice "
+			    "that attached it");
+	max_rules = m.max_rules();
+	return RuleTable(m).list();
+}
+
 // The maps whose contents are carried as they are, where their shape allows.
 const char *const CARRIED[] = {
 	SLUICE_STR(SLUICE_MAP_RULE_COUNTERS), SLUICE_STR(SLUICE_MAP_COUNTERS), SLUICE_STR(SLUICE_MAP_CONFIG),
@@ -154,6 +177,14 @@ CarriedState read_state(const std::string &dir)
 		s.next_rule_id = old.next_rule_id;
 		s.rules = read_rules_abi1(dir);
 		s.max_rules = map_info(open_map(dir, "sluice_rcnt").get()).max_entries;
+	} else if (s.abi == 2) {
+		UniqueFd meta = open_map(dir, SLUICE_STR(SLUICE_MAP_META));
+		struct sluice_meta record = {};
+		uint32_t zero = 0;
+		if (bpf_map_lookup_elem(meta.get(), &zero, &record))
+			throw_errno("cannot read " + dir + "/" SLUICE_STR(SLUICE_MAP_META), errno);
+		s.next_rule_id = record.next_rule_id;
+		s.rules = read_rules_abi2(dir, s.max_rules);
 	} else if (s.abi == SLUICE_ABI_VERSION) {
 		MapSet maps = MapSet::open_pinned(dir); // checks the layout in full
 		uint32_t zero = 0;
@@ -168,12 +199,169 @@ CarriedState read_state(const std::string &dir)
 			    ", which this sluice (ABI " + std::to_string(SLUICE_ABI_VERSION) +
 			    ") does not know; upgrade with a sluice at least as new as the one that made it");
 	}
-	s.max_sources = map_info(open_map(dir, SLUICE_STR(SLUICE_MAP_SOURCES_V6)).get()).max_entries;
-	s.max_log_sources = map_info(open_map(dir, SLUICE_STR(SLUICE_MAP_LOGS_V4)).get()).max_entries;
+	// Before ABI 3 the IPv6 and log tables were hashes of that many entries;
+	// since, every source table is an array of sets.
+	uint32_t ways = s.abi < 3 ? 1 : SLUICE_SET_WAYS;
+	s.max_sources = map_info(open_map(dir, SLUICE_STR(SLUICE_MAP_SOURCES_V6)).get()).max_entries * ways;
+	s.max_log_sources = map_info(open_map(dir, SLUICE_STR(SLUICE_MAP_LOGS_V4)).get()).max_entries * ways;
 	for (const char *name : CARRIED)
 		s.maps.push_back(read_raw(open_map(dir, name).get(), name));
 	return s;
 }
+
+namespace {
+
+/// A sliding-log bucket as ABI 1 and 2 kept it: a 32-bit lock.
+struct LogStateAbi2 {
+	__u32 lock;
+	__u32 head;
+	__u64 ring[SLUICE_MAX_LOG];
+	struct sluice_source_counters cnt;
+};
+static_assert(sizeof(LogStateAbi2) == 552);
+
+template <class Bucket> void drop_tags(Bucket &b)
+{
+	b.cnt.passed_packets = sluice_cnt_value(b.cnt.passed_packets);
+	b.cnt.passed_bytes = sluice_cnt_value(b.cnt.passed_bytes);
+	b.cnt.dropped_packets = sluice_cnt_value(b.cnt.dropped_packets);
+	b.cnt.dropped_bytes = sluice_cnt_value(b.cnt.dropped_bytes);
+}
+
+/// Every CPU's pending-drops slot, as carried.
+std::vector<struct sluice_pending_drops> pending_of(const CarriedState &state)
+{
+	std::vector<struct sluice_pending_drops> out;
+	const RawMap *m = state.find(SLUICE_STR(SLUICE_MAP_PENDING));
+	if (!m || m->value_size != sizeof(struct sluice_pending_drops) || m->count == 0)
+		return out;
+	size_t step = (m->value_size + 7) & ~size_t(7);
+	for (size_t off = 0; off + step <= stride(*m); off += step) {
+		struct sluice_pending_drops p;
+		std::memcpy(&p, &m->values[off], sizeof(p)); // ABI 1 and 2: a 16-bit way, table 0 (IPv4)
+		out.push_back(p);
+	}
+	return out;
+}
+
+/// Calls f(rule id, address, bucket) for every bucket of a carried set table
+/// (any ABI: the IPv4 table kept its layout), its counts untagged and its
+/// pending drops added.
+template <class Set, class F>
+void for_each_in_sets(const RawMap &m, const std::vector<struct sluice_pending_drops> &pending, F f)
+{
+	using Bucket = typename SetTraits<Set>::Bucket;
+	for (uint32_t i = 0; i < m.count; i++) {
+		uint32_t idx;
+		std::memcpy(&idx, &m.keys[size_t(i) * 4], 4);
+		Set set;
+		std::memcpy(&set, &m.values[size_t(i) * m.value_size], sizeof(set));
+		for (int w = 0; w < SLUICE_SET_WAYS; w++) {
+			uint64_t key = set.tag.key[w];
+			if (key == SLUICE_KEY_EMPTY || key == SLUICE_KEY_BUSY)
+				continue;
+			uint8_t addr[16] = {};
+			if constexpr (SetTraits<Set>::family == 4) {
+				uint32_t word = static_cast<uint32_t>(key);
+				std::memcpy(addr, &word, 4);
+			} else {
+				std::memcpy(addr, &set.addr[w], 16);
+			}
+			Bucket b;
+			std::memcpy(&b, &set.way[w], sizeof(b));
+			drop_tags(b);
+			for (const auto &p : pending)
+				if (SetTraits<Set>::table >= 0 && p.table == SetTraits<Set>::table && p.set == idx &&
+				    p.way == w && p.gen == set.tag.gen[w]) {
+					b.cnt.dropped_packets += p.packets;
+					b.cnt.dropped_bytes += p.bytes;
+				}
+			f(static_cast<uint32_t>(key >> 32), addr, b);
+		}
+	}
+}
+
+/// Calls f(rule id, address, value) for every entry of a carried hash table
+/// keyed by struct sluice_src_v4 or sluice_src_v6 (ABI 1 and 2).
+template <class Value, class F> void for_each_in_hash(const RawMap &m, F f)
+{
+	if (m.value_size != sizeof(Value) || (m.key_size != 8 && m.key_size != 20))
+		return;
+	for (uint32_t i = 0; i < m.count; i++) {
+		const uint8_t *k = &m.keys[size_t(i) * m.key_size];
+		uint32_t rule_id;
+		uint8_t addr[16] = {};
+		std::memcpy(&rule_id, k, 4);
+		std::memcpy(addr, k + 4, m.key_size - 4);
+		Value v;
+		std::memcpy(&v, &m.values[size_t(i) * m.value_size], sizeof(v));
+		f(rule_id, addr, v);
+	}
+}
+
+/// Places every carried bucket of a rule that still exists in the fresh
+/// set tables, whatever table layout it came from.
+void place_buckets(const CarriedState &state, const std::vector<InstalledRule> &rules, const MapSet &fresh,
+		   std::vector<std::string> &restarted)
+{
+	std::unordered_map<uint32_t, bool> gcra; // bucket id -> kept in GCRA form
+	for (const auto &r : rules)
+		gcra[r.bucket_id ? r.bucket_id : r.id] =
+			r.spec.algo == Algo::gcra || (r.spec.algo == Algo::token_bucket && r.spec.warmup_ns == 0);
+	struct sluice_config cfg = {};
+	uint32_t zero = 0;
+	if (bpf_map_lookup_elem(fresh.config.get(), &zero, &cfg))
+		throw_errno("cannot read the new program's configuration", errno);
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	uint64_t now = uint64_t(ts.tv_sec) * 1000000000ULL + uint64_t(ts.tv_nsec);
+	std::vector<struct sluice_pending_drops> pending = pending_of(state);
+
+	auto move = [&]<class Set>(const char *name, int fd) {
+		const RawMap *m = state.find(name);
+		if (!m || m->count == 0)
+			return;
+		SetTable<Set> table(fd);
+		uint64_t lost = 0;
+		auto put = [&](uint32_t rule_id, const uint8_t *addr, const typename SetTraits<Set>::Bucket &b) {
+			auto it = gcra.find(rule_id);
+			if (it != gcra.end() && !table.place(rule_id, addr, b, it->second, cfg.hash_seed, now))
+				lost++;
+		};
+		bool hash = m->type == BPF_MAP_TYPE_LRU_HASH || m->type == BPF_MAP_TYPE_HASH;
+		if (!hash && m->value_size == sizeof(Set)) {
+			for_each_in_sets<Set>(*m, pending, put);
+		} else if (hash && std::is_same_v<typename SetTraits<Set>::Bucket, struct sluice_source_state>) {
+			for_each_in_hash<struct sluice_source_state>(*m, [&](uint32_t id, const uint8_t *a, auto v) {
+				if constexpr (std::is_same_v<typename SetTraits<Set>::Bucket, decltype(v)>) {
+					drop_tags(v);
+					put(id, a, v);
+				}
+			});
+		} else if (hash) {
+			for_each_in_hash<LogStateAbi2>(*m, [&](uint32_t id, const uint8_t *a, const LogStateAbi2 &old) {
+				if constexpr (std::is_same_v<typename SetTraits<Set>::Bucket, struct sluice_log_state>) {
+					struct sluice_log_state v = {};
+					v.head = old.head;
+					std::memcpy(v.ring, old.ring, sizeof(v.ring));
+					v.cnt = old.cnt;
+					drop_tags(v);
+					put(id, a, v);
+				}
+			});
+		} else {
+			lost = m->count; // a layout this binary does not know
+		}
+		if (lost)
+			restarted.push_back(std::string(name) + " (" + std::to_string(lost) + " buckets)");
+	};
+	move.template operator()<struct sluice_set_v4>(SLUICE_STR(SLUICE_MAP_SOURCES_V4), fresh.src4.get());
+	move.template operator()<struct sluice_set_v6>(SLUICE_STR(SLUICE_MAP_SOURCES_V6), fresh.src6.get());
+	move.template operator()<struct sluice_log_set_v4>(SLUICE_STR(SLUICE_MAP_LOGS_V4), fresh.logs4.get());
+	move.template operator()<struct sluice_log_set_v6>(SLUICE_STR(SLUICE_MAP_LOGS_V6), fresh.logs6.get());
+}
+
+} // namespace
 
 std::vector<std::string> restore_state(const CarriedState &state, const MapSet &fresh)
 {
@@ -220,24 +408,25 @@ std::vector<std::string> restore_state(const CarriedState &state, const MapSet &
 	carry(SLUICE_STR(SLUICE_MAP_COUNTERS), fresh.counters.get());
 	carry(SLUICE_STR(SLUICE_MAP_IFACE_MTU), fresh.iface_mtu.get());
 	carry(SLUICE_STR(SLUICE_MAP_FRAGS), fresh.frags.get());
-	// The IPv4 set table's places depend on its size and hash seed: its
-	// buckets, their pending drops and the seed go together or not at all.
-	if (carry(SLUICE_STR(SLUICE_MAP_SOURCES_V4), fresh.src4.get())) {
-		carry(SLUICE_STR(SLUICE_MAP_CONFIG), fresh.config.get());
+	// The set tables' places depend on their sizes and the hash seed: they,
+	// their pending drops and the configuration go together as they are, or
+	// every bucket is placed afresh in the new tables.
+	const char *const tables[] = {SLUICE_STR(SLUICE_MAP_SOURCES_V4), SLUICE_STR(SLUICE_MAP_SOURCES_V6),
+				      SLUICE_STR(SLUICE_MAP_LOGS_V4), SLUICE_STR(SLUICE_MAP_LOGS_V6),
+				      SLUICE_STR(SLUICE_MAP_CONFIG)};
+	const int fds[] = {fresh.src4.get(), fresh.src6.get(), fresh.logs4.get(), fresh.logs6.get(),
+			   fresh.config.get()};
+	bool as_they_are = state.abi == SLUICE_ABI_VERSION;
+	for (size_t i = 0; i < std::size(tables); i++) {
+		const RawMap *m = state.find(tables[i]);
+		as_they_are = as_they_are && m && same_shape(fds[i], *m);
+	}
+	if (as_they_are) {
+		for (size_t i = 0; i < std::size(tables); i++)
+			carry(tables[i], fds[i]);
 		carry(SLUICE_STR(SLUICE_MAP_PENDING), fresh.pending.get());
 	} else {
-		restarted.push_back(SLUICE_STR(SLUICE_MAP_SOURCES_V4));
-	}
-	const std::pair<const char *, int> hashes[] = {{SLUICE_STR(SLUICE_MAP_SOURCES_V6), fresh.src6.get()},
-						       {SLUICE_STR(SLUICE_MAP_LOGS_V4), fresh.logs4.get()},
-						       {SLUICE_STR(SLUICE_MAP_LOGS_V6), fresh.logs6.get()}};
-	for (auto [name, fd] : hashes) {
-		const RawMap *m = state.find(name);
-		struct bpf_map_info info = map_info(fd);
-		if (m && info.key_size == m->key_size && info.value_size == m->value_size && m->count <= info.max_entries)
-			write_raw(fd, *m, name);
-		else if (m && m->count)
-			restarted.push_back(name);
+		place_buckets(state, rules, fresh, restarted);
 	}
 	return restarted;
 }

@@ -1,0 +1,194 @@
+#include "sources.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <type_traits>
+#include <unordered_map>
+
+#include "error.h"
+#include "maps.h"
+#include "sluice_settable.h"
+
+namespace sluice {
+
+namespace {
+
+/// The address of way w's bucket: an IPv4 key's low word, an IPv6 set's address line.
+template <class Set> void way_address(const Set &set, int w, uint64_t key, uint8_t *out)
+{
+	if constexpr (SetTraits<Set>::family == 4) {
+		uint32_t addr = static_cast<uint32_t>(key);
+		std::memcpy(out, &addr, 4);
+	} else {
+		std::memcpy(out, const_cast<const struct sluice_addr6 *>(&set.addr[w]), 16);
+	}
+}
+
+} // namespace
+
+template <class Set> SetTable<Set>::SetTable(int fd) : sets_(map_max_entries(fd))
+{
+	long page = sysconf(_SC_PAGESIZE);
+	length_ = (size_t(sets_) * sizeof(Set) + page - 1) / page * page;
+	void *p = mmap(nullptr, length_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		throw_errno("cannot map the IPv" + std::to_string(family) + " source table", errno);
+	sets_ptr_ = static_cast<Set *>(p);
+}
+
+template <class Set> SetTable<Set>::~SetTable() { munmap(sets_ptr_, length_); }
+
+template <class Set>
+void SetTable<Set>::for_each(const std::function<void(uint32_t, const uint8_t *, const Bucket &)> &f,
+			     const std::vector<struct sluice_pending_drops> &pending) const
+{
+	std::unordered_multimap<uint64_t, const struct sluice_pending_drops *> by_way;
+	for (const auto &p : pending)
+		if (p.packets && p.table == SetTraits<Set>::table && p.set < sets_)
+			by_way.emplace(uint64_t(p.set) * SLUICE_SET_WAYS + (p.way & (SLUICE_SET_WAYS - 1)), &p);
+	for (uint32_t i = 0; i < sets_; i++) {
+		const Set &set = sets_ptr_[i];
+		for (int w = 0; w < SLUICE_SET_WAYS; w++) {
+			uint64_t key = __atomic_load_n(&set.tag.key[w], __ATOMIC_ACQUIRE);
+			if (key == SLUICE_KEY_EMPTY || key == SLUICE_KEY_BUSY)
+				continue;
+			Bucket copy;
+			std::memcpy(&copy, const_cast<const Bucket *>(&set.way[w]), sizeof(copy));
+			uint8_t addr[16] = {};
+			way_address(set, w, key, addr);
+			uint16_t gen = __atomic_load_n(&set.tag.gen[w], __ATOMIC_ACQUIRE);
+			if (__atomic_load_n(&set.tag.key[w], __ATOMIC_ACQUIRE) != key)
+				continue; // evicted while being copied
+			auto [from, to] = by_way.equal_range(uint64_t(i) * SLUICE_SET_WAYS + w);
+			for (auto it = from; it != to; ++it) {
+				if (it->second->gen != gen)
+					continue; // counted for an earlier bucket of the way
+				copy.cnt.dropped_packets += it->second->packets;
+				copy.cnt.dropped_bytes += it->second->bytes;
+			}
+			f(static_cast<uint32_t>(key >> 32), addr, copy);
+		}
+	}
+}
+
+template <class Set> uint64_t SetTable<Set>::purge(uint32_t rule_id)
+{
+	return purge_if([rule_id](uint32_t id) { return id == rule_id; });
+}
+
+template <class Set> uint64_t SetTable<Set>::purge_if(const std::function<bool(uint32_t)> &doomed)
+{
+	uint64_t purged = 0;
+	for (uint32_t i = 0; i < sets_; i++) {
+		Set &set = sets_ptr_[i];
+		for (int w = 0; w < SLUICE_SET_WAYS; w++) {
+			uint64_t key = __atomic_load_n(&set.tag.key[w], __ATOMIC_ACQUIRE);
+			if (key == SLUICE_KEY_EMPTY || key == SLUICE_KEY_BUSY || !doomed(static_cast<uint32_t>(key >> 32)))
+				continue;
+			// Lost only to the program evicting it for a new bucket: gone either way.
+			purged += sluice_way_release(&set.tag, w, key);
+		}
+	}
+	return purged;
+}
+
+template <class Set>
+bool SetTable<Set>::insert(uint32_t rule_id, const uint8_t addr[4], const struct sluice_source_state &state,
+			   uint64_t seed)
+	requires std::is_same_v<Set, struct sluice_set_v4>
+{
+	uint32_t word;
+	std::memcpy(&word, addr, 4);
+	uint64_t key = sluice_src4_key(rule_id, word);
+	uint32_t first, second;
+	sluice_src4_sets(key, seed, sets_, &first, &second);
+	for (uint32_t idx : {first, second}) {
+		struct sluice_set_v4 &set = sets_ptr_[idx];
+		for (int w = 0; w < SLUICE_SET_WAYS; w++) {
+			if (!sluice_way_claim(&set.tag, w, SLUICE_KEY_EMPTY))
+				continue;
+			__u64 frozen;
+			if (!sluice_way_freeze(&set.tag, w, &set.way[w].word, &frozen)) {
+				sluice_way_unclaim(&set.tag, w, SLUICE_KEY_EMPTY);
+				continue;
+			}
+			struct sluice_source_state init = state;
+			init.word = 0; // arrival time `now` = 0: ages ago, a full bucket
+			sluice_way_install(&set.tag, &set.way[w], w, frozen, &init, 1, 0, key);
+			return true;
+		}
+	}
+	return false;
+}
+
+template <class Set>
+bool SetTable<Set>::place(uint32_t rule_id, const uint8_t *addr, const Bucket &bucket, bool gcra, uint64_t seed,
+			  uint64_t now_ns)
+{
+	uint64_t key;
+	uint32_t first, second;
+	if constexpr (family == 4) {
+		uint32_t word;
+		std::memcpy(&word, addr, 4);
+		key = sluice_src4_key(rule_id, word);
+		sluice_src4_sets(key, seed, sets_, &first, &second);
+	} else {
+		uint64_t hi, lo;
+		std::memcpy(&hi, addr, 8);
+		std::memcpy(&lo, addr + 8, 8);
+		uint64_t h = sluice_src6_hash(rule_id, hi, lo, seed);
+		key = sluice_src6_key(rule_id, h);
+		sluice_hash_sets(h, sets_, &first, &second);
+	}
+	for (uint32_t idx : {first, second}) {
+		Set &set = sets_ptr_[idx];
+		for (int w = 0; w < SLUICE_SET_WAYS; w++) {
+			if (!sluice_way_claim(&set.tag, w, SLUICE_KEY_EMPTY))
+				continue;
+			__u64 frozen;
+			if (!sluice_way_freeze(&set.tag, w, &set.way[w].word, &frozen)) {
+				sluice_way_unclaim(&set.tag, w, SLUICE_KEY_EMPTY);
+				continue;
+			}
+			if constexpr (family == 6)
+				std::memcpy(&set.addr[w], addr, 16);
+			uint64_t tag = sluice_way_begin(&set.tag, w, !gcra, now_ns);
+			Bucket b = bucket;
+			uint64_t word = frozen + 1; // even: an unlocked lock
+			uint32_t keep = sluice_stamp(now_ns);
+			if constexpr (std::is_same_v<Bucket, struct sluice_source_state>) {
+				if (gcra) {
+					// The arrival time is word - off: lift both above the way's past.
+					uint64_t tat = b.word - b.algo.gcra.off;
+					word = std::max<uint64_t>(b.word, frozen + 1);
+					b.algo.gcra.off = word - tat;
+					uint32_t full = sluice_tick_stamp(tat);
+					if (static_cast<int32_t>(full - keep) > 0)
+						keep = full; // in debt: kept as long as a fresh bucket's would be
+				}
+			}
+			b.cnt.passed_packets = sluice_cnt_value(b.cnt.passed_packets) | tag;
+			b.cnt.passed_bytes = sluice_cnt_value(b.cnt.passed_bytes) | tag;
+			b.cnt.dropped_packets = sluice_cnt_value(b.cnt.dropped_packets) | tag;
+			b.cnt.dropped_bytes = sluice_cnt_value(b.cnt.dropped_bytes) | tag;
+			b.word = set.way[w].word; // still frozen until published
+			std::memcpy(&set.way[w], &b, sizeof(b));
+			set.tag.keep[w] = keep;
+			set.tag.born[w] = SLUICE_BORN_SETTLED;
+			sluice_way_publish(&set.tag, w, &set.way[w].word, word, key);
+			return true;
+		}
+	}
+	return false;
+}
+
+template class SetTable<struct sluice_set_v4>;
+template class SetTable<struct sluice_set_v6>;
+template class SetTable<struct sluice_log_set_v4>;
+template class SetTable<struct sluice_log_set_v6>;
+
+} // namespace sluice

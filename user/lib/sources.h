@@ -1,0 +1,92 @@
+// The controller's side of the source tables (sluice_abi.h): each an array of
+// sets mapped into this process, read for statistics and edited with the same
+// compare-and-swap protocol the XDP program uses (sluice_settable.h).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <type_traits>
+#include <vector>
+
+#include "sluice_abi.h"
+
+namespace sluice {
+
+/// What distinguishes the four tables: the bucket a way holds, the address
+/// family, and where a bucket's address is kept.
+template <class Set> struct SetTraits;
+template <> struct SetTraits<struct sluice_set_v4> {
+	using Bucket = struct sluice_source_state;
+	static constexpr int family = 4;
+	static constexpr int table = SLUICE_TABLE_V4; ///< as pending-drops slots name it
+};
+template <> struct SetTraits<struct sluice_set_v6> {
+	using Bucket = struct sluice_source_state;
+	static constexpr int family = 6;
+	static constexpr int table = SLUICE_TABLE_V6;
+};
+template <> struct SetTraits<struct sluice_log_set_v4> {
+	using Bucket = struct sluice_log_state;
+	static constexpr int family = 4;
+	static constexpr int table = -1; ///< no pending drops: logs count their own
+};
+template <> struct SetTraits<struct sluice_log_set_v6> {
+	using Bucket = struct sluice_log_state;
+	static constexpr int family = 6;
+	static constexpr int table = -1;
+};
+
+/// One source table, mapped: `Set` is one of the four set types of sluice_abi.h.
+template <class Set> class SetTable {
+public:
+	using Bucket = typename SetTraits<Set>::Bucket;
+	static constexpr int family = SetTraits<Set>::family;
+
+	/// Maps the table behind `fd` (SLUICE_MAP_SOURCES_V4 and so on).
+	explicit SetTable(int fd);
+	~SetTable();
+	SetTable(const SetTable &) = delete;
+	SetTable &operator=(const SetTable &) = delete;
+
+	/// Calls f(rule id, address bytes (4 or 16, network order), bucket) for
+	/// every published bucket: a copy, taken while the way held that key (the
+	/// data plane reuses ways), with the drops pending in `pending` (every
+	/// CPU's slot) added.
+	void for_each(const std::function<void(uint32_t, const uint8_t *, const Bucket &)> &f,
+		      const std::vector<struct sluice_pending_drops> &pending = {}) const;
+
+	/// Empties every way holding a bucket of `rule_id`; returns how many.
+	uint64_t purge(uint32_t rule_id);
+	/// Empties every way holding a bucket of a rule id for which doomed(id) holds.
+	uint64_t purge_if(const std::function<bool(uint32_t)> &doomed);
+
+	/// Buckets the table has room for: its sets times their ways.
+	uint64_t capacity() const { return uint64_t(sets_) * SLUICE_SET_WAYS; }
+
+	/// IPv4 source table only: places a bucket of a GCRA-form rule in an
+	/// empty way of its two sets, as the program would (for tools that fill
+	/// the table): its counters as given, its bucket full. False if both sets
+	/// are full.
+	bool insert(uint32_t rule_id, const uint8_t addr[4], const struct sluice_source_state &state, uint64_t seed)
+		requires std::is_same_v<Set, struct sluice_set_v4>;
+
+	/// Places a bucket carried from another table (an upgrade, or a resize)
+	/// in an empty way of its two sets, its state as it was: a GCRA-form
+	/// bucket (`gcra`) keeps its arrival time, a locked one its algorithm
+	/// state; the counters keep their counts. It is placed settled (off
+	/// probation) and seen at `now_ns`. False if both sets are full.
+	bool place(uint32_t rule_id, const uint8_t *addr, const Bucket &bucket, bool gcra, uint64_t seed,
+		   uint64_t now_ns);
+
+private:
+	Set *sets_ptr_ = nullptr;
+	uint32_t sets_ = 0;
+	size_t length_ = 0;
+};
+
+using SourceTable4 = SetTable<struct sluice_set_v4>;
+using SourceTable6 = SetTable<struct sluice_set_v6>;
+using LogTable4 = SetTable<struct sluice_log_set_v4>;
+using LogTable6 = SetTable<struct sluice_log_set_v6>;
+
+} // namespace sluice
