@@ -455,6 +455,8 @@ TEST_F(Lifecycle, ApplyResizesTheTablesKeepingRulesAndCountersAndExportRoundTrip
 	ASSERT_EQ(cli_dst({"apply", small}).exit_code, 0);
 	ASSERT_EQ(cli({"rule", "add", PROBES[0], "--deny", "--name", "probe"}).exit_code, 0);
 	send_and_count({PROBES[0]}, 7);
+	ASSERT_EQ(cli({"rule", "add", PROBES[1], "--rate", "1/min", "--burst", "3", "--name", "held"}).exit_code, 0);
+	EXPECT_EQ(send_and_count({PROBES[1]}, 5)["pass_limit"], 3u);
 
 	// Export, change the table size, apply: the rules and counters stay.
 	CommandResult exported = cli_dst({"export"});
@@ -462,14 +464,16 @@ TEST_F(Lifecycle, ApplyResizesTheTablesKeepingRulesAndCountersAndExportRoundTrip
 	EXPECT_EQ(cli_dst({"apply", "--diff", write_file("same.yaml", exported.out)}).out, "no changes\n");
 	std::string resized = exported.out;
 	ASSERT_NE(resized.find("max_rules: 25000"), std::string::npos) << resized;
-	resized.replace(resized.find("max_rules: 25000"), 16, "max_rules: 30000");
+	resized.replace(resized.find("max_rules: 25000"), 16, "max_rules: 30000\n  max_sources: 50000");
 	CommandResult r = cli_dst({"apply", write_file("resized.yaml", resized)});
 	ASSERT_EQ(r.exit_code, 0) << r.err;
 	json status = cli_json({"status", "--json"});
 	EXPECT_EQ(status["max_rules"], 30000u);
-	EXPECT_EQ(rule_names(), (std::vector<std::string>{"probe", "base"}));
+	EXPECT_EQ(status["max_sources"], 50000u);
+	EXPECT_EQ(rule_names(), (std::vector<std::string>{"probe", "held", "base"}));
 	EXPECT_EQ(rule_stats("probe")["dropped_packets"], 7u) << "counters kept across the resize";
 	EXPECT_EQ(send_and_count({PROBES[0]}, 3)["drop_deny"], 3u) << "and the rule enforced";
+	EXPECT_EQ(send_and_count({PROBES[1]}, 4)["pass_limit"], 0u) << "a limited source's bucket moved to the resized table";
 	EXPECT_EQ(cli_dst({"export"}).out, resized) << "export gives back what was applied";
 }
 
@@ -489,7 +493,12 @@ TEST_F(Lifecycle, UpgradeFromThePreviousReleaseKeepsLimitsCountersAndTheLinkWith
 	ASSERT_EQ(old_cli({"attach", DST_IF}).exit_code, 0);
 	ASSERT_EQ(old_cli({"rule", "add", PROBES[0], "--rate", "1/min", "--burst", "5", "--name", "lim"}).exit_code, 0);
 	ASSERT_EQ(old_cli({"rule", "add", PROBES[1], "--deny", "--name", "deny"}).exit_code, 0);
+	// A sliding log: sluice 0.2 kept it in an LRU hash, this one in a set table.
+	ASSERT_EQ(old_cli({"rule", "add", PROBES[2], "--rate", "2/min", "--algo", "sliding-log", "--name", "log"})
+			  .exit_code,
+		  0);
 	EXPECT_EQ(send_udp_in(SRC_NS, PROBES[0], DST, PORT, 20, 32), 20);
+	EXPECT_EQ(send_udp_in(SRC_NS, PROBES[2], DST, PORT, 6, 32), 6);
 
 	CommandResult refused = cli_dst({"status"});
 	EXPECT_NE(refused.exit_code, 0);
@@ -539,7 +548,7 @@ TEST_F(Lifecycle, UpgradeFromThePreviousReleaseKeepsLimitsCountersAndTheLinkWith
 	std::string new_link = run_command({"ip", "-n", DST_NS, "-d", "link", "show", DST_IF}).out;
 	EXPECT_NE(new_link.find("prog/xdp id " + std::to_string(status["prog_id"].get<uint32_t>())), std::string::npos)
 		<< new_link;
-	EXPECT_EQ(rule_names(), (std::vector<std::string>{"lim", "deny"}));
+	EXPECT_EQ(rule_names(), (std::vector<std::string>{"lim", "deny", "log"}));
 
 	// The limited source is still limited (its bucket came along), and its
 	// counters went on from the old program's.
@@ -549,6 +558,11 @@ TEST_F(Lifecycle, UpgradeFromThePreviousReleaseKeepsLimitsCountersAndTheLinkWith
 	json lim = rule_stats("lim");
 	EXPECT_EQ(lim["passed_packets"], 5u);
 	EXPECT_EQ(lim["dropped_packets"], 25u);
+	// The sliding log's two passes came along from the old hash: none now.
+	auto l = send_and_count({PROBES[2]}, 6);
+	EXPECT_EQ(l["pass_limit"], 0u);
+	EXPECT_EQ(l["drop_rate"], 6u);
+	EXPECT_EQ(rule_stats("log")["passed_packets"], 2u);
 	std::printf("upgraded from sluice 0.2 while %d datagrams of a denied source were sent: %d arrived\n",
 		    flooded.load(), arrived);
 }
