@@ -190,6 +190,29 @@ struct {
 	__type(value, __u32);
 } SLUICE_MAP_IFACE_MTU SEC(".maps");
 
+/* Throttle events (struct sluice_event), read by `sluice events` or the agent. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, SLUICE_EVENT_RING_BYTES);
+} SLUICE_MAP_EVENTS SEC(".maps");
+
+/* The buckets throttled now or within the last interval, each with a timer. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SLUICE_MAX_THROTTLED);
+	__type(key, struct sluice_throttle_key);
+	__type(value, struct sluice_throttle);
+} SLUICE_MAP_THROTTLED SEC(".maps");
+
+/* `sluice attach IFACE --then PROG`: the program each interface's passed
+ * packets go on to, by ifindex; an empty entry ends the chain. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, SLUICE_MAX_THEN_IFINDEX);
+	__type(key, __u32);
+	__type(value, __u32);
+} SLUICE_MAP_THEN SEC(".maps");
+
 static __always_inline void count_global(__u32 idx, __u64 bytes)
 {
 	struct sluice_counter *c = bpf_map_lookup_elem(&SLUICE_MAP_COUNTERS, &idx);
@@ -462,6 +485,8 @@ struct charge_req {
 	__u32 full;
 	__u32 table; /* enum sluice_table */
 	struct victim victim;
+	struct sluice_throttle_key tkey; /* sluice_note_drop's key */
+	__u8 tzero[sizeof(struct sluice_throttle)]; /* ...and a new entry's bytes */
 };
 
 /*
@@ -526,6 +551,122 @@ __noinline int sluice_flush_pending(const struct sluice_pending_drops *p)
 	return 1;
 }
 
+/* Writes a throttle event; counts it lost if the ring buffer is full. */
+static __always_inline void emit_event(const struct sluice_throttle_key *key, __u32 kind, __u64 now,
+				       __u64 since)
+{
+	struct sluice_event *e = bpf_ringbuf_reserve(&SLUICE_MAP_EVENTS, sizeof(*e), 0);
+
+	if (!e) {
+		count_global(SLUICE_CNT_INFO_EVENTS_LOST, 0);
+		return;
+	}
+	e->ns = now;
+	e->since_ns = since;
+	e->kind = kind;
+	e->pad = 0;
+	__builtin_memcpy(&e->key, key, sizeof(e->key));
+	bpf_ringbuf_submit(e, 0);
+}
+
+/*
+ * A throttled bucket's timer: RELEASED once no drop was noted for an
+ * interval; a bucket throttled again within an interval of its release gets
+ * its THROTTLED when that interval ends; a bucket quiet for an interval
+ * after its release is forgotten. Runs at most once per interval per bucket.
+ */
+static int throttle_timer(void *map, struct sluice_throttle_key *key, struct sluice_throttle *t)
+{
+	__u64 now = bpf_ktime_get_ns(), next = SLUICE_EVENT_INTERVAL_NS;
+	__u64 quiet = now - SLUICE_READ_ONCE(t->last_drop_ns), since_event = now - t->last_event_ns;
+
+	if (t->reported) {
+		if ((__s64)quiet >= (__s64)SLUICE_EVENT_INTERVAL_NS) {
+			emit_event(key, SLUICE_EVENT_RELEASED, now, t->since_ns);
+			t->reported = 0;
+			t->last_event_ns = now;
+		} else if ((__s64)quiet > 0) {
+			next = SLUICE_EVENT_INTERVAL_NS - quiet;
+		}
+	} else if ((__s64)quiet < (__s64)SLUICE_EVENT_INTERVAL_NS) {
+		/* Dropped again since its release. */
+		if ((__s64)since_event >= (__s64)SLUICE_EVENT_INTERVAL_NS) {
+			emit_event(key, SLUICE_EVENT_THROTTLED, now, now);
+			t->reported = 1;
+			t->since_ns = now;
+			t->last_event_ns = now;
+		} else {
+			next = SLUICE_EVENT_INTERVAL_NS - since_event;
+		}
+	} else if ((__s64)since_event >= (__s64)SLUICE_EVENT_INTERVAL_NS) {
+		bpf_map_delete_elem(map, key); /* cancels this timer: nothing runs after */
+		return 0;
+	}
+	bpf_timer_start(&t->timer, next, 0);
+	return 0;
+}
+
+/*
+ * Notes a drop of req's bucket for throttle events: the first starts an
+ * episode (THROTTLED now, a timer for the release), later ones move its
+ * last drop. Called at most once per SLUICE_NOTE_EVERY_NS per CPU and bucket
+ * (count_source), so a source that stays throttled costs nothing more. A
+ * global function: verified once; the key is built in the request, off the
+ * stack.
+ */
+__noinline int sluice_note_drop(struct charge_req *req)
+{
+	struct sluice_throttle_key *key;
+	struct sluice_throttle *t;
+	__u64 now;
+	__u32 lo;
+	int err;
+
+	if (!req)
+		return 0; /* the verifier: arguments of a global function may be NULL */
+	key = &req->tkey;
+	key->bucket_id = (__u32)(req->want >> 32);
+	key->family = req->table;
+	if (req->table == SLUICE_TABLE_V6) {
+		__builtin_memcpy(key->addr, &req->addr, 16);
+	} else {
+		lo = (__u32)req->want;
+		__builtin_memset(key->addr, 0, sizeof(key->addr));
+		__builtin_memcpy(key->addr, &lo, 4);
+	}
+	/* The timer's clock, whatever clock the rule charges with. */
+	now = bpf_ktime_get_ns();
+	t = bpf_map_lookup_elem(&SLUICE_MAP_THROTTLED, key);
+	if (t) {
+		SLUICE_WRITE_ONCE(t->last_drop_ns, now);
+		return 0;
+	}
+	__builtin_memset(req->tzero, 0, sizeof(req->tzero));
+	err = bpf_map_update_elem(&SLUICE_MAP_THROTTLED, key, req->tzero, BPF_NOEXIST);
+	if (err == -EEXIST)
+		return 0; /* another CPU began this episode a moment ago */
+	t = err ? NULL : bpf_map_lookup_elem(&SLUICE_MAP_THROTTLED, key);
+	if (!t) {
+		count_global(SLUICE_CNT_INFO_EVENTS_LOST, 0);
+		return 0;
+	}
+	t->last_drop_ns = now;
+	t->last_event_ns = now;
+	t->since_ns = now;
+	t->reported = 1;
+	if (bpf_timer_init(&t->timer, &SLUICE_MAP_THROTTLED, 1 /* CLOCK_MONOTONIC */) ||
+	    bpf_timer_set_callback(&t->timer, throttle_timer) ||
+	    bpf_timer_start(&t->timer, SLUICE_EVENT_INTERVAL_NS, 0)) {
+		/* No timer, no release: forget the episode rather than report half of it. */
+		bpf_map_delete_elem(&SLUICE_MAP_THROTTLED, key);
+		count_global(SLUICE_CNT_INFO_EVENTS_LOST, 0);
+		return 0;
+	}
+	t->armed = 1;
+	emit_event(key, SLUICE_EVENT_THROTTLED, now, now);
+	return 1;
+}
+
 /*
  * Counts a packet on its bucket, of generation `gen`. A source bucket's drop
  * (`pending`) goes to this CPU's pending slot (struct sluice_pending_drops)
@@ -535,7 +676,7 @@ __noinline int sluice_flush_pending(const struct sluice_pending_drops *p)
  * them).
  */
 static __always_inline void count_source(struct sluice_source_counters *c, __u16 gen, enum bucket_result res,
-					 const struct charge_req *req, int pending)
+					 struct charge_req *req, int pending)
 {
 	__u64 tag = sluice_gen_tag(gen), l3_len = req->bytes, n = req->packets;
 	struct sluice_pending_drops *p;
@@ -546,8 +687,15 @@ static __always_inline void count_source(struct sluice_source_counters *c, __u16
 		count_add(&c->passed_bytes, tag, l3_len);
 		return;
 	}
-	p = pending ? bpf_map_lookup_elem(&SLUICE_MAP_PENDING, &zero) : NULL;
-	if (!p) {
+	p = bpf_map_lookup_elem(&SLUICE_MAP_PENDING, &zero);
+	if (p && (p->note_want != req->want || p->note_table != req->table ||
+		  req->now - p->noted_ns >= SLUICE_NOTE_EVERY_NS)) {
+		p->note_want = req->want;
+		p->note_table = req->table;
+		p->noted_ns = req->now;
+		sluice_note_drop(req);
+	}
+	if (!p || !pending) {
 		count_add(&c->dropped_packets, tag, n);
 		count_add(&c->dropped_bytes, tag, l3_len);
 		return;
@@ -1531,6 +1679,7 @@ static __always_inline enum bucket_result apply_limit(const struct packet_info *
 		req = new_req(rule, now, ch);
 		if (!req)
 			return BUCKET_FAIL_TABLE;
+		req->table = SLUICE_TABLE_V6;
 		__builtin_memcpy(&req->addr, key.addr, 16);
 		return charge_table(log ? KIND_LOG6 : KIND_V6, rule, req);
 	}

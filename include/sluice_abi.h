@@ -39,6 +39,9 @@
 #define SLUICE_MAP_PENDING       sluice_pend
 #define SLUICE_MAP_FRAGS         sluice_frags
 #define SLUICE_MAP_IFACE_MTU     sluice_ifmtu
+#define SLUICE_MAP_EVENTS        sluice_events
+#define SLUICE_MAP_THROTTLED     sluice_thrott
+#define SLUICE_MAP_THEN          sluice_then
 #define SLUICE_PROG_NAME         sluice_xdp
 
 #define SLUICE_STR_(x) #x
@@ -133,6 +136,7 @@ enum sluice_counter_index {
 	SLUICE_CNT_INFO_EVICTED,       /* a bucket evicted to make room for a new one */
 	SLUICE_CNT_INFO_EVICTED_ACTIVE,/* ...seen in the last second or in debt: table too small */
 	SLUICE_CNT_INFO_ENCAPSULATED,  /* IP in IP, GRE, ESP, PPPoE, MPLS: judged by the outer header */
+	SLUICE_CNT_INFO_EVENTS_LOST,   /* throttle events lost: ring buffer or throttled-source table full */
 	SLUICE_CNT_MAX,
 };
 
@@ -516,11 +520,70 @@ struct sluice_set_v6 {
 };
 SLUICE_ASSERT_SIZE(struct sluice_set_v6, 384);
 
-/* Which source table a pending-drops slot names. */
+/* Which source table a pending-drops slot names; a throttle event's family. */
 enum sluice_table {
 	SLUICE_TABLE_V4 = 0,
 	SLUICE_TABLE_V6 = 1,
 };
+
+/*
+ * Throttle events. A source's bucket is "throttled" from the first packet a
+ * rule drops (or, shadow, would drop) until no packet of it has been dropped
+ * for SLUICE_EVENT_INTERVAL_NS; the program writes an event to the ring buffer
+ * SLUICE_MAP_EVENTS at each end, and at most one event per bucket per
+ * interval (a source throttled again within an interval of its release is
+ * reported when the interval ends, if it is still throttled then). The
+ * throttled buckets are tracked in SLUICE_MAP_THROTTLED, a bounded hash whose
+ * entries carry a timer that notices the release. A source that stays
+ * throttled costs nothing more per packet: each CPU notes a bucket's drops at
+ * most once per SLUICE_NOTE_EVERY_NS.
+ */
+#define SLUICE_EVENT_INTERVAL_NS 1000000000ULL
+#define SLUICE_NOTE_EVERY_NS     100000000ULL
+#define SLUICE_EVENT_RING_BYTES  (256 * 1024)
+#define SLUICE_MAX_THROTTLED     65536
+
+/* `attach --then`: interfaces up to this ifindex may chain a next program. */
+#define SLUICE_MAX_THEN_IFINDEX  4096
+
+enum sluice_event_kind {
+	SLUICE_EVENT_THROTTLED = 1, /* a rule began dropping the source's packets */
+	SLUICE_EVENT_RELEASED  = 2, /* ...and has dropped none for an interval */
+};
+
+/* A throttled bucket: its rule's bucket id and its address, masked to the
+ * rule's --per prefix, network order (IPv4: the first 4 bytes). */
+struct sluice_throttle_key {
+	__u32 bucket_id;
+	__u32 family; /* enum sluice_table */
+	__u8  addr[16];
+};
+SLUICE_ASSERT_SIZE(struct sluice_throttle_key, 24);
+
+struct sluice_event {
+	__u64 ns;       /* CLOCK_MONOTONIC */
+	__u64 since_ns; /* when the throttling began (RELEASED: the episode's start) */
+	__u32 kind;     /* enum sluice_event_kind */
+	__u32 pad;
+	struct sluice_throttle_key key;
+};
+SLUICE_ASSERT_SIZE(struct sluice_event, 48);
+
+#ifdef __cplusplus
+struct sluice_timer { __u64 opaque[2]; }; /* struct bpf_timer, as the controller sees it */
+#define SLUICE_TIMER struct sluice_timer
+#else
+#define SLUICE_TIMER struct bpf_timer
+#endif
+struct sluice_throttle {
+	SLUICE_TIMER timer;
+	__u64 last_drop_ns;  /* the latest drop noted */
+	__u64 last_event_ns; /* the latest event written */
+	__u64 since_ns;      /* the current (or last) episode's start */
+	__u32 reported;      /* 1: THROTTLED written, RELEASED not yet */
+	__u32 armed;         /* the timer is initialised */
+};
+SLUICE_ASSERT_SIZE(struct sluice_throttle, 48);
 
 /*
  * Drops not yet added to a bucket's counters (IPv4 and IPv6 source tables):
@@ -539,8 +602,15 @@ struct sluice_pending_drops {
 	__u16 gen;
 	__u64 packets;
 	__u64 bytes;
+	/* The bucket this CPU last noted a drop of for throttle events (struct
+	 * sluice_event), and when: a bucket's drops are noted once per
+	 * SLUICE_NOTE_EVERY_NS per CPU, not per packet. */
+	__u64 note_want;
+	__u64 noted_ns;
+	__u32 note_table;
+	__u32 pad;
 };
-SLUICE_ASSERT_SIZE(struct sluice_pending_drops, 24);
+SLUICE_ASSERT_SIZE(struct sluice_pending_drops, 48);
 
 /* A sliding-log bucket: the times of the last `limit` passes as a ring. Its
  * word is a sequence lock (odd while held) that, like a source bucket's, only

@@ -14,6 +14,8 @@
 
 #include "apply.h"
 #include "datapath.h"
+#include "events.h"
+#include "rate.h"
 #include "rule_args.h"
 #include "rule_table.h"
 #include "stats.h"
@@ -240,6 +242,37 @@ void cmd_stats(const Instance &inst, const StatsQuery &q, bool json)
 	print_table({"GLOBAL", "PACKETS", "BYTES"}, rows);
 }
 
+/// `sluice events`: follows the ring buffer of throttle events until `count`
+/// events (0: no limit) or `timeout_ns` (0: none) have passed.
+void cmd_events(const Instance &inst, bool json, uint64_t count, uint64_t timeout_ns)
+{
+	MapSet maps = [&] {
+		auto lock = inst.lock(false);
+		return inst.maps();
+	}();
+	EventNamer namer(maps);
+	uint64_t seen = 0;
+	EventReader reader(maps.events.get(), [&](const struct sluice_event &e) {
+		if (count && seen >= count)
+			return;
+		ThrottleEvent named = namer.name(e);
+		std::cout << (json ? event_json(named) : format_event(named)) << std::endl;
+		seen++;
+	});
+	auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(timeout_ns);
+	while (!count || seen < count) {
+		auto wait = std::chrono::milliseconds(200);
+		if (timeout_ns) {
+			auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+											   std::chrono::steady_clock::now());
+			if (left.count() <= 0)
+				break;
+			wait = std::min(wait, left);
+		}
+		reader.poll(wait);
+	}
+}
+
 } // namespace
 
 int main(int argc, char **argv)
@@ -311,6 +344,13 @@ int main(int argc, char **argv)
 	stats->add_option("--rule", query.rule, "Only this rule's sources");
 	stats->add_flag("--json", json, "JSON output");
 
+	uint64_t event_count = 0;
+	std::string event_timeout;
+	auto *events = app.add_subcommand("events", "Follow throttle events: a rule starts or stops dropping a source");
+	events->add_flag("--json", json, "One JSON object per line");
+	events->add_option("--count", event_count, "Exit after N events")->check(CLI::PositiveNumber);
+	events->add_option("--timeout", event_timeout, "Exit after this long (e.g. 30s, 2min)");
+
 	try {
 		app.parse(argc, argv);
 	} catch (const CLI::CallForHelp &e) {
@@ -322,7 +362,7 @@ int main(int argc, char **argv)
 	} catch (const CLI::ParseError &e) {
 		std::string msg = e.what();
 		if (msg.empty())
-			msg = "a subcommand is required (attach, detach, status, rule, stats, apply, export, upgrade); "
+			msg = "a subcommand is required (attach, detach, status, rule, stats, events, apply, export, upgrade); "
 			      "see --help";
 		std::cerr << "sluice: " << msg << "\n";
 		return 2;
@@ -410,12 +450,15 @@ int main(int argc, char **argv)
 		} else if (*export_cmd) {
 			auto lock = inst.lock(false);
 			std::cout << write_policy(export_policy(inst));
+		} else if (*events) {
+			uint64_t timeout_ns = event_timeout.empty() ? 0 : parse_duration_ns(event_timeout, "--timeout");
+			cmd_events(inst, json, event_count, timeout_ns);
 		} else if (*upgrade) {
 			auto lock = inst.lock(true);
 			auto restarted = inst.upgrade();
 			std::cout << "sluice upgraded in place: rules, counters and buckets kept";
-			for (const auto &name : restarted)
-				std::cout << "; " << name << " started afresh (its layout changed)";
+			for (const auto &what : restarted)
+				std::cout << "; " << what << " started afresh (no room in the new table)";
 			std::cout << "\n";
 		}
 	} catch (const std::exception &e) {

@@ -47,6 +47,10 @@ const MapRef MAP_REFS[] = {
 	{SLUICE_STR(SLUICE_MAP_FRAGS), &MapSet::frags, BPF_MAP_TYPE_LRU_HASH, sizeof(struct sluice_frag_key),
 	 sizeof(struct sluice_frag_info)},
 	{SLUICE_STR(SLUICE_MAP_IFACE_MTU), &MapSet::iface_mtu, BPF_MAP_TYPE_HASH, 4, 4},
+	{SLUICE_STR(SLUICE_MAP_EVENTS), &MapSet::events, BPF_MAP_TYPE_RINGBUF, 0, 0},
+	{SLUICE_STR(SLUICE_MAP_THROTTLED), &MapSet::throttled, BPF_MAP_TYPE_HASH, sizeof(struct sluice_throttle_key),
+	 sizeof(struct sluice_throttle)},
+	{SLUICE_STR(SLUICE_MAP_THEN), &MapSet::then, BPF_MAP_TYPE_PROG_ARRAY, 4, 4},
 };
 
 

@@ -18,7 +18,7 @@ const char *const COUNTER_NAMES[] = {
 	"pass_shadow",     "pass_contention", "drop_rate",    "drop_deny",
 	"failopen_parse",  "failopen_rule",  "failopen_table", "drop_malformed",
 	"fragments",       "l4_unknown",     "new_buckets",   "evicted",
-	"evicted_active",  "encapsulated",
+	"evicted_active",  "encapsulated",  "events_lost",
 };
 static_assert(std::size(COUNTER_NAMES) == SLUICE_CNT_MAX, "a name for every counter");
 

@@ -353,7 +353,7 @@ void place_buckets(const CarriedState &state, const std::vector<InstalledRule> &
 			lost = m->count; // a layout this binary does not know
 		}
 		if (lost)
-			restarted.push_back(std::string(name) + " (" + std::to_string(lost) + " buckets)");
+			restarted.push_back(std::to_string(lost) + " buckets of " + name);
 	};
 	move.template operator()<struct sluice_set_v4>(SLUICE_STR(SLUICE_MAP_SOURCES_V4), fresh.src4.get());
 	move.template operator()<struct sluice_set_v6>(SLUICE_STR(SLUICE_MAP_SOURCES_V6), fresh.src6.get());

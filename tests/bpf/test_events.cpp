@@ -1,0 +1,102 @@
+// Throttle events through the real program: a source a rule starts dropping
+// is reported once, stays quiet while it stays throttled, and is released by
+// the entry's timer an interval after its last drop; at most one event per
+// bucket per interval.
+#include "fixture.h"
+
+#include "events.h"
+
+namespace sluice::test {
+namespace {
+
+class ThrottleEvents : public Datapath {
+protected:
+	void SetUp() override
+	{
+		Datapath::SetUp();
+		namer_ = std::make_unique<EventNamer>(maps_);
+		reader_ = std::make_unique<EventReader>(maps_.events.get(), [this](const struct sluice_event &e) {
+			raw_.push_back(e);
+			events_.push_back(namer_->name(e));
+		});
+	}
+
+	/// Reads what is in the ring now, then waits up to `wait` for more until `want` have come.
+	void collect(size_t want, std::chrono::milliseconds wait)
+	{
+		auto deadline = std::chrono::steady_clock::now() + wait;
+		reader_->poll(std::chrono::milliseconds(0));
+		while (events_.size() < want && std::chrono::steady_clock::now() < deadline)
+			reader_->poll(std::chrono::milliseconds(50));
+	}
+
+	std::unique_ptr<EventNamer> namer_;
+	std::unique_ptr<EventReader> reader_;
+	std::vector<struct sluice_event> raw_;
+	std::vector<ThrottleEvent> events_;
+};
+
+TEST_F(ThrottleEvents, ASourceIsReportedWhenDroppingStartsAndReleasedAnIntervalAfterItEnds)
+{
+	InstalledRule lim = add("10.1.0.0/16", "10/s", 5, "lim");
+	PacketSpec hot{.src = "10.1.0.7"}, calm{.src = "10.1.0.8"};
+	run(hot, 20); // 5 pass, 15 dropped
+	run(calm, 3); // within its burst: never throttled
+	collect(1, std::chrono::milliseconds(500));
+	ASSERT_EQ(events_.size(), 1u);
+	EXPECT_TRUE(events_[0].throttled);
+	EXPECT_EQ(events_[0].source, "10.1.0.7");
+	EXPECT_EQ(events_[0].rule, "lim");
+	EXPECT_EQ(events_[0].rule_id, lim.id);
+
+	// Still throttled: more drops, from both CPUs, write no event.
+	run_on_two_cpus([&](int) { run(hot, 2000); });
+	collect(2, std::chrono::milliseconds(300));
+	EXPECT_EQ(events_.size(), 1u) << "a source that stays throttled is reported once";
+
+	// Quiet: released about an interval after its last drop, by the timer.
+	auto quiet_from = std::chrono::steady_clock::now();
+	collect(2, std::chrono::milliseconds(3000));
+	ASSERT_EQ(events_.size(), 2u);
+	double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - quiet_from).count();
+	EXPECT_FALSE(events_[1].throttled);
+	EXPECT_EQ(events_[1].source, "10.1.0.7");
+	EXPECT_EQ(raw_[1].since_ns, raw_[0].ns) << "the release names the episode's start";
+	EXPECT_GE(raw_[1].ns - raw_[0].ns, SLUICE_EVENT_INTERVAL_NS);
+	EXPECT_LT(waited, 2.5);
+
+	// Throttled again at once: reported, but not within an interval of the release.
+	run(hot, 40);
+	collect(3, std::chrono::milliseconds(3000));
+	ASSERT_EQ(events_.size(), 3u);
+	EXPECT_TRUE(events_[2].throttled);
+	EXPECT_GE(raw_[2].ns - raw_[1].ns, SLUICE_EVENT_INTERVAL_NS - 1000000) << "one event per bucket per interval";
+	EXPECT_EQ(global(SLUICE_CNT_INFO_EVENTS_LOST), 0u);
+}
+
+TEST_F(ThrottleEvents, AnIpv6SourceIsNamedByItsSlash64AndAShadowRuleSaysSo)
+{
+	add("2001:db8::/32", "10/s", 3, "v6");
+	RuleSpec s;
+	s.name = "watch";
+	s.cidr = parse_cidr("10.2.0.0/16");
+	s.rate = parse_rate("10/s");
+	s.burst = 3;
+	s.shadow = true;
+	table_->add(s);
+	run(PacketSpec{.src = "2001:db8:0:1::5"}, 2);
+	run(PacketSpec{.src = "2001:db8:0:1::6"}, 6); // the same /64 bucket
+	EXPECT_EQ(run(PacketSpec{.src = "10.2.3.4"}, 10), XDP_PASS);
+	collect(2, std::chrono::milliseconds(500));
+	ASSERT_EQ(events_.size(), 2u);
+	std::sort(events_.begin(), events_.end(), [](const auto &a, const auto &b) { return a.rule < b.rule; });
+	EXPECT_EQ(events_[0].source, "2001:db8:0:1::/64");
+	EXPECT_FALSE(events_[0].shadow);
+	EXPECT_EQ(events_[1].source, "10.2.3.4");
+	EXPECT_TRUE(events_[1].shadow);
+	EXPECT_NE(format_event(events_[1]).find("shadow"), std::string::npos);
+	EXPECT_NE(event_json(events_[0]).find("\"source\":\"2001:db8:0:1::/64\""), std::string::npos);
+}
+
+} // namespace
+} // namespace sluice::test

@@ -1,0 +1,128 @@
+#include "events.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+
+#include <nlohmann/json.hpp>
+
+#include "error.h"
+#include "net.h"
+#include "rule_table.h"
+
+namespace sluice {
+
+namespace {
+
+int64_t clock_ns(clockid_t clock)
+{
+	struct timespec ts;
+	clock_gettime(clock, &ts);
+	return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+/// CLOCK_MONOTONIC (the program's clock) to the wall clock, as of now.
+int64_t to_unix_ns(uint64_t mono_ns)
+{
+	return clock_ns(CLOCK_REALTIME) - clock_ns(CLOCK_MONOTONIC) + int64_t(mono_ns);
+}
+
+std::string iso_time(int64_t unix_ns)
+{
+	time_t secs = unix_ns / 1000000000;
+	struct tm tm;
+	gmtime_r(&secs, &tm);
+	char buf[40];
+	size_t n = strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
+	std::snprintf(buf + n, sizeof(buf) - n, ".%03dZ", int((unix_ns / 1000000) % 1000));
+	return buf;
+}
+
+} // namespace
+
+void EventNamer::refresh()
+{
+	by_bucket_.clear();
+	for (const auto &r : RuleTable(maps_).list())
+		by_bucket_[r.bucket_id ? r.bucket_id : r.id] = r;
+}
+
+ThrottleEvent EventNamer::name(const struct sluice_event &e)
+{
+	ThrottleEvent out;
+	out.throttled = e.kind == SLUICE_EVENT_THROTTLED;
+	out.unix_ns = to_unix_ns(e.ns);
+	out.since_unix_ns = to_unix_ns(e.since_ns);
+	if (!by_bucket_.count(e.key.bucket_id))
+		refresh();
+	Cidr c;
+	c.family = e.key.family == SLUICE_TABLE_V6 ? 6 : 4;
+	std::copy(std::begin(e.key.addr), std::end(e.key.addr), c.addr.begin());
+	c.prefix_len = c.max_len();
+	if (auto it = by_bucket_.find(e.key.bucket_id); it != by_bucket_.end()) {
+		out.rule_id = it->second.id;
+		out.rule = it->second.spec.name;
+		out.shadow = it->second.spec.shadow;
+		c.prefix_len = it->second.spec.bucket_prefix();
+	}
+	out.source = format_cidr(c);
+	return out;
+}
+
+std::string format_event(const ThrottleEvent &e)
+{
+	std::string rule = e.rule_id ? "rule " + e.rule + " (" + std::to_string(e.rule_id) + ")" : "a deleted rule";
+	std::string line = iso_time(e.unix_ns) + (e.throttled ? " throttled " : " released ") + e.source + " by " + rule;
+	if (e.shadow)
+		line += " (shadow: would-be drops, all passed)";
+	if (!e.throttled) {
+		char buf[48];
+		std::snprintf(buf, sizeof(buf), " after %.1f s", double(e.unix_ns - e.since_unix_ns) / 1e9);
+		line += buf;
+	}
+	return line;
+}
+
+std::string event_json(const ThrottleEvent &e)
+{
+	nlohmann::ordered_json j;
+	j["time"] = iso_time(e.unix_ns);
+	j["event"] = e.throttled ? "throttled" : "released";
+	j["source"] = e.source;
+	j["rule"] = e.rule_id ? nlohmann::ordered_json(e.rule) : nlohmann::ordered_json(nullptr);
+	j["rule_id"] = e.rule_id;
+	j["shadow"] = e.shadow;
+	j["since"] = iso_time(e.since_unix_ns);
+	if (!e.throttled)
+		j["throttled_seconds"] = std::round(double(e.unix_ns - e.since_unix_ns) / 1e6) / 1e3;
+	return j.dump();
+}
+
+EventReader::EventReader(int ring_fd, Handler handler) : handler_(std::move(handler))
+{
+	ring_ = ring_buffer__new(ring_fd, on_sample, this, nullptr);
+	if (!ring_)
+		throw_errno("cannot open the throttle events' ring buffer", errno);
+}
+
+EventReader::~EventReader() { ring_buffer__free(ring_); }
+
+int EventReader::on_sample(void *ctx, void *data, size_t size)
+{
+	if (size >= sizeof(struct sluice_event))
+		static_cast<EventReader *>(ctx)->handler_(*static_cast<const struct sluice_event *>(data));
+	return 0;
+}
+
+int EventReader::poll(std::chrono::milliseconds timeout)
+{
+	int n = ring_buffer__poll(ring_, static_cast<int>(timeout.count()));
+	if (n < 0 && n != -EINTR)
+		throw_errno("cannot read the throttle events", -n);
+	return n < 0 ? 0 : n;
+}
+
+int EventReader::fd() const { return ring_buffer__epoll_fd(ring_); }
+
+} // namespace sluice
