@@ -423,6 +423,24 @@ TEST_F(TopEndToEnd, SigtermAndSigintRestoreTheTerminalAndEndTheProcessBySignal)
 	}
 }
 
+TEST_F(TopEndToEnd, ADetachWhileItRunsEndsItWithOneLineAndTheTerminalRestored)
+{
+	ASSERT_EQ(cli_dst({"attach", DST_IF}).exit_code, 0);
+	start_shell(100, 30);
+	run_top("--interval 0.2");
+	bool ok = false;
+	std::string screen = wait_for_screen(
+		[](const std::string &s) { return s.find("no rules; add one") != std::string::npos; }, 10s, ok);
+	ASSERT_TRUE(ok) << screen;
+	ASSERT_EQ(cli({"detach", "--all"}).exit_code, 0);
+	screen = wait_for_screen(top_exited, 10s, ok);
+	ASSERT_TRUE(ok) << screen;
+	EXPECT_NE(screen.find("sluice: sluice is not attached to any interface; run `sluice attach IFACE`\ntop "
+			      "exited 1, terminal: icanon echo"),
+		  std::string::npos)
+		<< screen;
+}
+
 TEST_F(TopEndToEnd, OnceReportsRatesForScripts)
 {
 	ASSERT_EQ(cli_dst({"attach", DST_IF}).exit_code, 0);
