@@ -401,11 +401,22 @@ TEST_F(TopEndToEnd, ShowsRuleAndSourceRatesSortsByKeyAndQuitsRestoringTheTermina
 	EXPECT_NE(kill(top, 0), 0) << "the process is gone";
 }
 
-TEST_F(TopEndToEnd, SigtermAndSigintRestoreTheTerminalAndEndTheProcessBySignal)
+TEST_F(TopEndToEnd, CtrlCQuitsAndSignalsRestoreTheTerminalAndEndTheProcessBySignal)
 {
 	ASSERT_EQ(cli_dst({"attach", DST_IF}).exit_code, 0);
 	start_shell(100, 30);
-	for (int sig : {SIGTERM, SIGINT}) {
+	// Ctrl-C is a key in raw mode: it quits as q does.
+	run_top("");
+	bool ok = false;
+	std::string screen = wait_for_screen(
+		[](const std::string &s) { return s.find("no rules; add one") != std::string::npos; }, 10s, ok);
+	ASSERT_TRUE(ok) << screen;
+	keys({"C-c"});
+	screen = wait_for_screen(top_exited, 10s, ok);
+	ASSERT_TRUE(ok) << screen;
+	EXPECT_NE(screen.find("top exited 0, terminal: icanon echo"), std::string::npos) << screen;
+
+	for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
 		SCOPED_TRACE(sig);
 		run_top("--interval 0.2");
 		bool ok = false;
