@@ -283,6 +283,7 @@ protected:
 		sender.stop();
 		tmux({"kill-server"});
 		cli({"detach", "--all"});
+		rmdir(PIN_DIR.c_str());
 		remove_topology();
 	}
 
