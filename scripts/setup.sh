@@ -12,6 +12,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev libgtest-dev
   libyaml-cpp-dev                        # policy files (sluice apply, export)
   iproute2 util-linux procps             # ip netns/veth, nsenter, pgrep (tests, demo)
+  tmux                                   # sluice top's end-to-end test (a terminal to drive and capture)
   groff-base mandoc                      # the man page's checks (packaging.man): groff -ww, mandoc -T lint
 )
 

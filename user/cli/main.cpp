@@ -19,6 +19,8 @@
 #include "rule_args.h"
 #include "rule_table.h"
 #include "stats.h"
+#include "top.h"
+#include "top_view.h"
 
 using namespace sluice;
 
@@ -350,6 +352,19 @@ int main(int argc, char **argv)
 	events->add_flag("--json", json, "One JSON object per line");
 	events->add_option("--count", event_count, "Exit after N events")->check(CLI::PositiveNumber);
 	events->add_option("--timeout", event_timeout, "Exit after this long (e.g. 30s, 2min)");
+	TopOptions top_options;
+	std::string interval_text = "1", sort_text = "drop-pps";
+	auto *top = app.add_subcommand("top", "Live pass and drop rates per rule and per source; q quits");
+	top->add_option("--interval", interval_text, "Seconds between refreshes (1, 0.5, 500ms, 2s; default 1)");
+	top->add_flag("--once", top_options.once, "Print one report of rates over one interval and exit");
+	top->add_option("--top", top_options.top, "Show at most N sources (default: as many as fit)")
+		->check(CLI::Validator(
+			[](std::string &v) {
+				return v.empty() || v[0] == '-' ? std::string("a count of 0 or more, not ") + v
+								 : std::string();
+			},
+			"N"));
+	top->add_option("--sort", sort_text, "name, pass-pps, pass-bps, drop-pps (default) or drop-bps");
 
 	try {
 		app.parse(argc, argv);
@@ -362,7 +377,7 @@ int main(int argc, char **argv)
 	} catch (const CLI::ParseError &e) {
 		std::string msg = e.what();
 		if (msg.empty())
-			msg = "a subcommand is required (attach, detach, status, rule, stats, events, apply, export, upgrade); "
+			msg = "a subcommand is required (attach, detach, status, rule, stats, top, events, apply, export, upgrade); "
 			      "see --help";
 		std::cerr << "sluice: " << msg << "\n";
 		return 2;
@@ -432,6 +447,10 @@ int main(int argc, char **argv)
 			cmd_rule_list(inst, json);
 		} else if (*stats) {
 			cmd_stats(inst, query, json);
+		} else if (*top) {
+			top_options.interval_ns = parse_interval_ns(interval_text);
+			top_options.key = parse_rate_key(sort_text);
+			return run_top(inst, top_options);
 		} else if (*apply) {
 			Policy p = read_policy_file(policy_path);
 			if (check_only || diff_only) {
