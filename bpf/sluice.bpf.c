@@ -2046,6 +2046,9 @@ int SLUICE_PROG_NAME(struct xdp_md *ctx)
 	if ((pkt.flags & (PKT_FIRST_FRAG | PKT_TINY_FRAG | PKT_COVERED)) == (PKT_FIRST_FRAG | PKT_COVERED) &&
 	    pkt.proto_known)
 		remember_first_fragment(&pkt, fk);
+	/* attach --then: on to the interface's next program. Without one the
+	 * tail call falls through. */
+	bpf_tail_call(ctx, &SLUICE_MAP_THEN, ctx->ingress_ifindex);
 	return XDP_PASS;
 }
 

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "apply.h"
+#include "chain.h"
 #include "datapath.h"
 #include "events.h"
 #include "rate.h"
@@ -112,6 +113,18 @@ std::vector<RuleSpec> read_rule_file(const std::string &path, std::vector<std::s
 	return read_rule_lines(file, path, &where);
 }
 
+/// Other XDP programs on an interface's hook, as the kernel reports them (a
+/// libxdp dispatcher's components included, when libxdp's dispatcher runs there).
+void print_hook_neighbours(uint32_t ifindex, uint32_t sluice_prog)
+{
+	LIBBPF_OPTS(bpf_xdp_query_opts, q);
+	if (bpf_xdp_query(static_cast<int>(ifindex), 0, &q))
+		return;
+	for (uint32_t id : {q.drv_prog_id, q.skb_prog_id, q.hw_prog_id})
+		if (id && id != sluice_prog)
+			std::cout << "    also on this hook: " << describe_prog(id) << "\n";
+}
+
 void cmd_status(const Instance &inst, bool json)
 {
 	auto lock = inst.lock(false);
@@ -126,8 +139,17 @@ void cmd_status(const Instance &inst, bool json)
 					 {"link_id", l.link_id},
 					 {"prog_id", l.prog_id},
 					 {"gone", l.ifindex == 0},
-					 {"pin", l.pin}});
-		nlohmann::ordered_json j = {{"loaded", s.loaded}, {"pin_dir", inst.pin_dir()}, {"links", links}};
+					 {"pin", l.pin},
+					 {"then_prog_id", l.then_prog_id}});
+		nlohmann::ordered_json arrays = nlohmann::ordered_json::array();
+		for (const auto &a : s.arrays)
+			arrays.push_back({{"map_id", a.map_id},
+					  {"map_name", a.map_name},
+					  {"index", a.index},
+					  {"prog_id", a.prog_id},
+					  {"pin", a.pin}});
+		nlohmann::ordered_json j = {{"loaded", s.loaded}, {"pin_dir", inst.pin_dir()}, {"links", links},
+					    {"prog_arrays", arrays}};
 		if (s.loaded) {
 			j["loaded_at"] = s.loaded_ns / 1000000000ULL; // Unix time
 			j["prog_id"] = s.prog_id;
@@ -164,7 +186,19 @@ void cmd_status(const Instance &inst, bool json)
 		if (l.ifindex && l.prog_id != s.prog_id)
 			std::cout << " (runs program id " << l.prog_id
 				  << ", not the loaded one: `sluice upgrade` moves it)";
+		if (l.then_prog_id)
+			std::cout << ", then " << describe_prog(l.then_prog_id);
 		std::cout << "\n";
+		if (l.ifindex && l.this_netns)
+			print_hook_neighbours(l.ifindex, s.prog_id);
+	}
+	for (const auto &a : s.arrays) {
+		std::cout << "  program array " << (a.map_name.empty() ? "" : a.map_name + " ") << "(map id " << a.map_id
+			  << "), index " << a.index;
+		if (a.prog_id != s.prog_id)
+			std::cout << (a.prog_id ? " (now holds " + describe_prog(a.prog_id) + ", not sluice)"
+						: " (emptied by its owner)");
+		std::cout << "  [" << a.pin << "]\n";
 	}
 	Stats st = collect_stats(maps, {});
 	VerdictTotals t = verdict_totals(st);
@@ -244,6 +278,21 @@ void cmd_stats(const Instance &inst, const StatsQuery &q, bool json)
 	print_table({"GLOBAL", "PACKETS", "BYTES"}, rows);
 }
 
+/// `attach --multiprog`: libxdp's dispatcher runs several XDP programs on one
+/// interface through BPF trampolines (freplace). Without them libxdp falls
+/// back to attaching one program alone, which would pass for sharing and
+/// push the other program off: refused, saying so.
+void refuse_multiprog(const std::string &ifname)
+{
+	if (!kernel_has_trampolines())
+		throw Error("cannot share " + ifname + "'s XDP hook through libxdp: this kernel has no BPF trampolines "
+			    "(program types ext and tracing are unavailable), so libxdp's dispatcher cannot run "
+			    "several programs and would fall back to attaching one alone; chain instead "
+			    "(`--then PROG`, or `--prog-array` into another loader's array)");
+	throw Error("--multiprog on a kernel with BPF trampolines is not built into this sluice yet; chain instead "
+		    "(`--then PROG`, or `--prog-array`)");
+}
+
 /// `sluice events`: follows the ring buffer of throttle events until `count`
 /// events (0: no limit) or `timeout_ns` (0: none) have passed.
 void cmd_events(const Instance &inst, bool json, uint64_t count, uint64_t timeout_ns)
@@ -288,7 +337,23 @@ int main(int argc, char **argv)
 	std::string ifname, mode_text = "native";
 	uint32_t max_sources = 0, max_rules = 0, max_log_sources = 0;
 	auto *attach = app.add_subcommand("attach", "Attach to an interface (loads on first use)");
-	attach->add_option("IFACE", ifname, "Interface")->required();
+	std::string then_prog, prog_array_path;
+	uint32_t prog_array_index = 0;
+	bool multiprog = false;
+	int priority = 50;
+	auto *attach_if = attach->add_option("IFACE", ifname, "Interface");
+	attach->add_option("--then", then_prog,
+			   "Hand the packets sluice passes to this XDP program: a pinned program, or FILE.o[:NAME]")
+		->needs(attach_if);
+	auto *attach_array = attach->add_option("--prog-array", prog_array_path,
+						"Install sluice in this pinned program array instead of an interface")
+				     ->excludes(attach_if);
+	attach->add_option("--index", prog_array_index, "The program array's slot (with --prog-array)")
+		->needs(attach_array);
+	auto *multi = attach->add_flag("--multiprog", multiprog,
+				       "Share the hook through libxdp's dispatcher (needs BPF trampolines)");
+	attach->add_option("--priority", priority, "libxdp run priority, lower first (with --multiprog)")
+		->needs(multi);
 	attach->add_option("--mode", mode_text, "native (driver) or generic (skb); no silent fallback");
 	attach->add_option("--max-sources", max_sources, "Buckets per address family (default 1000000)");
 	attach->add_option("--max-rules", max_rules, "Rule table size (default 16384)");
@@ -297,9 +362,13 @@ int main(int argc, char **argv)
 
 	bool detach_all = false;
 	auto *detach = app.add_subcommand("detach", "Detach from an interface (the last one unloads)");
-	auto *detach_if = detach->add_option("IFACE", ifname, "Interface");
+	auto *detach_if = detach->add_option("IFACE", ifname, "Interface, or a link's or slot's name from status");
+	auto *detach_array = detach->add_option("--prog-array", prog_array_path, "Take sluice out of this program array")
+				     ->excludes(detach_if);
+	detach->add_option("--index", prog_array_index, "The program array's slot")->needs(detach_array);
 	detach->add_flag("--all", detach_all, "Detach from every interface and remove all state")
-		->excludes(detach_if);
+		->excludes(detach_if)
+		->excludes(detach_array);
 
 	bool json = false;
 	auto *status = app.add_subcommand("status", "Show where sluice is attached and its tables");
@@ -388,12 +457,30 @@ int main(int argc, char **argv)
 		Instance inst;
 		if (*attach) {
 			XdpMode mode = parse_mode(mode_text);
+			if (prog_array_path.empty() && ifname.empty())
+				throw Error("attach needs an interface, or --prog-array MAP --index N");
+			if (multiprog)
+				refuse_multiprog(ifname);
 			auto lock = inst.lock(true, true);
-			inst.attach(ifname, mode, {max_sources, max_rules, max_log_sources});
-			std::cout << "sluice attached to " << ifname << " (" << mode_name(mode) << " mode)\n";
+			if (!prog_array_path.empty()) {
+				inst.attach_to_prog_array(prog_array_path, prog_array_index,
+							  {max_sources, max_rules, max_log_sources});
+				std::cout << "sluice installed at index " << prog_array_index << " of " << prog_array_path
+					  << "\n";
+			} else {
+				inst.attach(ifname, mode, {max_sources, max_rules, max_log_sources}, false, then_prog);
+				std::cout << "sluice attached to " << ifname << " (" << mode_name(mode) << " mode)";
+				if (!then_prog.empty())
+					std::cout << ", then " << then_prog;
+				std::cout << "\n";
+			}
 		} else if (*detach) {
 			auto lock = inst.lock(true);
-			if (detach_all) {
+			if (!prog_array_path.empty()) {
+				inst.detach_from_prog_array(prog_array_path, prog_array_index);
+				std::cout << "sluice removed from index " << prog_array_index << " of " << prog_array_path
+					  << (inst.loaded() ? "" : "; nothing left, state removed") << "\n";
+			} else if (detach_all) {
 				inst.unload();
 				std::cout << "sluice detached from every interface and unloaded\n";
 			} else if (ifname.empty()) {

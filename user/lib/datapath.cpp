@@ -24,6 +24,7 @@
 #include <sstream>
 
 #include "sluice_bpf.skel.h"
+#include "chain.h"
 #include "upgrade.h"
 
 namespace sluice {
@@ -168,6 +169,30 @@ bool parse_link_pin_name(const std::string &name, uint64_t &netns, uint32_t &ifi
 	ifindex = idx;
 	mode = std::string_view(mode_buf) == "generic" ? XdpMode::generic : XdpMode::native;
 	return true;
+}
+
+/// The record of a program-array slot: the array pinned under this name.
+std::string array_pin_name(uint32_t map_id, uint32_t index)
+{
+	return "array-" + std::to_string(map_id) + "-" + std::to_string(index);
+}
+
+bool parse_array_pin_name(const std::string &name, uint32_t &map_id, uint32_t &index)
+{
+	unsigned id = 0, idx = 0;
+	char end = 0;
+	if (sscanf(name.c_str(), "array-%u-%u%c", &id, &idx, &end) != 2)
+		return false;
+	map_id = id;
+	index = idx;
+	return true;
+}
+
+uint32_t object_id(int fd)
+{
+	struct bpf_prog_info info = {};
+	__u32 len = sizeof(info);
+	return bpf_obj_get_info_by_fd(fd, &info, &len) == 0 ? info.id : 0;
 }
 
 uint64_t fd_memlock(int fd)
@@ -384,9 +409,19 @@ void Instance::check_sizes(const MapSet &m, const TableSizes &sizes)
 	differs(sets_of(sizes.max_log_sources), m.max_log_sources(), "--max-log-sources");
 }
 
-void Instance::attach(const std::string &ifname, XdpMode mode, const TableSizes &sizes, bool beside_other_mode)
+void Instance::attach(const std::string &ifname, XdpMode mode, const TableSizes &sizes, bool beside_other_mode,
+		      const std::string &then)
 {
 	uint32_t ifindex = resolve_ifindex(ifname, "attach to");
+	// The next program first: a bad --then changes nothing.
+	UniqueFd next;
+	if (!then.empty()) {
+		if (ifindex >= SLUICE_MAX_THEN_IFINDEX)
+			throw Error("cannot chain a program after sluice on " + ifname + ": its interface index " +
+				    std::to_string(ifindex) + " is past the " +
+				    std::to_string(SLUICE_MAX_THEN_IFINDEX) + " sluice can chain on");
+		next = open_next_program(then);
+	}
 	std::string pin = links_dir() + "/" + link_pin_name(current_netns(), ifindex, mode);
 	for (XdpMode m : {XdpMode::native, XdpMode::generic}) {
 		if (beside_other_mode && m != mode)
@@ -407,8 +442,28 @@ void Instance::attach(const std::string &ifname, XdpMode mode, const TableSizes 
 	UniqueFd prog_fd(open_pinned_object(prog_pin()));
 	if (!prog_fd)
 		throw_errno("cannot open the pinned program", errno);
+	MapSet m = maps();
+	// Chains are kept by interface index: one of another namespace's
+	// interfaces may hold this index's.
+	bool same_interface = false;
+	for (XdpMode other : {XdpMode::native, XdpMode::generic})
+		same_interface |= access((links_dir() + "/" + link_pin_name(current_netns(), ifindex, other)).c_str(),
+					 F_OK) == 0;
+	uint32_t chained = ifindex < SLUICE_MAX_THEN_IFINDEX ? prog_array_entry(m.then.get(), ifindex) : 0;
+	if (chained && !same_interface)
+		throw Error("cannot attach to " + ifname + ": its interface index " + std::to_string(ifindex) +
+			    " chains " + describe_prog(chained) + " for an interface of another network namespace, "
+			    "and sluice keeps one chain per interface index");
+	Rollback unchain([&] {
+		if (next) {
+			__u32 key = ifindex;
+			bpf_map_delete_elem(m.then.get(), &key);
+		}
+	});
+	if (next)
+		put_in_prog_array(m.then.get(), ifindex, next.get(), "chain " + then + " after sluice on " + ifname);
 	uint32_t mtu = interface_mtu(ifname);
-	map_update(maps().iface_mtu.get(), &ifindex, &mtu, "interface MTU");
+	map_update(m.iface_mtu.get(), &ifindex, &mtu, "interface MTU");
 
 	LIBBPF_OPTS(bpf_link_create_opts, opts,
 		    .flags = mode == XdpMode::native ? XDP_FLAGS_DRV_MODE : XDP_FLAGS_SKB_MODE);
@@ -418,8 +473,10 @@ void Instance::attach(const std::string &ifname, XdpMode mode, const TableSizes 
 		if (err == EBUSY || err == EEXIST) {
 			LIBBPF_OPTS(bpf_xdp_query_opts, q);
 			bpf_xdp_query(static_cast<int>(ifindex), 0, &q);
-			throw Error("cannot attach to " + ifname + ": another XDP program (id " +
-				    std::to_string(q.prog_id) + ") is attached; remove it first");
+			throw Error("cannot attach to " + ifname + ": it runs another XDP program, " +
+				    describe_prog(q.prog_id) + "; to run both, chain it after sluice (detach it, "
+				    "then `sluice attach " + ifname + " --then PROG`), or share the hook through "
+				    "libxdp's dispatcher (`--multiprog`, on kernels with BPF trampolines)");
 		}
 		if (err == EOPNOTSUPP && mode == XdpMode::native)
 			throw Error("cannot attach to " + ifname +
@@ -431,7 +488,80 @@ void Instance::attach(const std::string &ifname, XdpMode mode, const TableSizes 
 		bpf_link_detach(link.get());
 		throw_errno("cannot pin the XDP link at " + pin, err);
 	}
+	unchain.dismiss();
 	unload_fresh.dismiss();
+}
+
+void Instance::attach_to_prog_array(const std::string &array_path, uint32_t index, const TableSizes &sizes)
+{
+	UniqueFd array = open_prog_array(array_path);
+	struct bpf_map_info info = map_info(array.get());
+	std::string record = links_dir() + "/" + array_pin_name(info.id, index);
+	if (access(record.c_str(), F_OK) == 0)
+		throw Error("sluice is already at index " + std::to_string(index) + " of " + array_path);
+	bool fresh = load(sizes);
+	Rollback unload_fresh([&] {
+		if (fresh)
+			remove_pins(dir_);
+	});
+	if (!fresh)
+		check_sizes(maps(), sizes);
+	UniqueFd prog_fd(open_pinned_object(prog_pin()));
+	if (!prog_fd)
+		throw_errno("cannot open the pinned program", errno);
+	if (uint32_t held = prog_array_entry(array.get(), index))
+		throw Error("index " + std::to_string(index) + " of " + array_path + " holds " + describe_prog(held) +
+			    " already; sluice replaces no one's program");
+	put_in_prog_array(array.get(), index, prog_fd.get(),
+			  "install sluice at index " + std::to_string(index) + " of " + array_path);
+	if (bpf_obj_pin(array.get(), record.c_str())) {
+		int err = errno;
+		__u32 key = index;
+		bpf_map_delete_elem(array.get(), &key);
+		throw_errno("cannot record the program array at " + record, err);
+	}
+	unload_fresh.dismiss();
+}
+
+void Instance::detach_from_prog_array(const std::string &array_path, uint32_t index)
+{
+	if (!loaded())
+		throw Error(NOT_ATTACHED);
+	refuse_read_only(dir_);
+	UniqueFd array = open_prog_array(array_path);
+	std::string record = links_dir() + "/" + array_pin_name(map_info(array.get()).id, index);
+	if (access(record.c_str(), F_OK) != 0)
+		throw Error("sluice is not at index " + std::to_string(index) + " of " + array_path);
+	release_array_slot(record, index);
+	if (link_pins().empty())
+		remove_pins(dir_);
+}
+
+void Instance::release_array_slot(const std::string &record, uint32_t index) const
+{
+	// Only sluice's own program is taken out: another may have replaced it.
+	UniqueFd array(open_pinned_object(record));
+	UniqueFd prog(open_pinned_object(prog_pin()));
+	if (array && prog && prog_array_entry(array.get(), index) == object_id(prog.get())) {
+		__u32 key = index;
+		bpf_map_delete_elem(array.get(), &key);
+	}
+	if (unlink(record.c_str()))
+		throw_errno("cannot remove " + record, errno);
+}
+
+void Instance::unchain(uint32_t ifindex, uint64_t netns) const
+{
+	// Kept while the interface has a link in the other mode (a mode change).
+	for (XdpMode m : {XdpMode::native, XdpMode::generic})
+		if (access((links_dir() + "/" + link_pin_name(netns, ifindex, m)).c_str(), F_OK) == 0)
+			return;
+	if (ifindex >= SLUICE_MAX_THEN_IFINDEX)
+		return;
+	UniqueFd then(open_pinned_object(dir_ + "/" SLUICE_STR(SLUICE_MAP_THEN)));
+	__u32 key = ifindex;
+	if (then)
+		bpf_map_delete_elem(then.get(), &key);
 }
 
 void Instance::detach(const std::string &ifname)
@@ -446,6 +576,9 @@ void Instance::detach(const std::string &ifname)
 	if (parse_link_pin_name(ifname, netns, pinned_ifindex, pinned_mode) &&
 	    access((links_dir() + "/" + ifname).c_str(), F_OK) == 0) {
 		pin = links_dir() + "/" + ifname; // a link named by its pin, as status shows it
+	} else if (uint32_t a = 0, b = 0; parse_array_pin_name(ifname, a, b)) {
+		if (access((links_dir() + "/" + ifname).c_str(), F_OK) != 0)
+			throw Error("sluice has no program-array slot " + ifname);
 	} else {
 		uint32_t ifindex = resolve_ifindex(ifname, "detach from");
 		for (XdpMode m : {XdpMode::native, XdpMode::generic}) {
@@ -454,14 +587,23 @@ void Instance::detach(const std::string &ifname)
 				pin = p;
 		}
 	}
-	if (pin.empty())
+	uint32_t slot_map = 0, slot_index = 0;
+	if (pin.empty() && !parse_array_pin_name(ifname, slot_map, slot_index))
 		throw Error("sluice is not attached to " + ifname);
 
-	UniqueFd link(open_pinned_object(pin));
-	if (link && bpf_link_detach(link.get()) && errno != ENOLINK)
-		throw_errno("cannot detach from " + ifname, errno);
-	if (unlink(pin.c_str()))
-		throw_errno("cannot remove " + pin, errno);
+	uint32_t array_id = 0, array_index = 0;
+	if (parse_array_pin_name(ifname, array_id, array_index) &&
+	    access((links_dir() + "/" + ifname).c_str(), F_OK) == 0) {
+		release_array_slot(links_dir() + "/" + ifname, array_index); // a program-array slot, by its record
+	} else {
+		UniqueFd link(open_pinned_object(pin));
+		if (link && bpf_link_detach(link.get()) && errno != ENOLINK)
+			throw_errno("cannot detach from " + ifname, errno);
+		if (unlink(pin.c_str()))
+			throw_errno("cannot remove " + pin, errno);
+		if (parse_link_pin_name(pin.substr(pin.rfind('/') + 1), netns, pinned_ifindex, pinned_mode))
+			unchain(pinned_ifindex, netns);
+	}
 	if (link_pins().empty())
 		remove_pins(dir_);
 }
@@ -475,6 +617,11 @@ void Instance::detach_link(const std::string &pin_name)
 		throw_errno("cannot detach link " + pin_name, errno);
 	if (unlink(pin.c_str()))
 		throw_errno("cannot remove " + pin, errno);
+	uint64_t netns = 0;
+	uint32_t ifindex = 0;
+	XdpMode mode;
+	if (parse_link_pin_name(pin_name, netns, ifindex, mode))
+		unchain(ifindex, netns);
 }
 
 std::vector<std::string> Instance::upgrade(const TableSizes &sizes)
@@ -490,6 +637,17 @@ std::vector<std::string> Instance::upgrade(const TableSizes &sizes)
 			   sizes.max_log_sources ? sizes.max_log_sources : state.max_log_sources};
 	LoadedProgram fresh(want);
 	std::vector<std::string> restarted = restore_state(state, fresh.maps());
+	// Chains (`--then`) hold programs: carried by id, not by bytes.
+	if (UniqueFd old_then(open_pinned_object(dir_ + "/" SLUICE_STR(SLUICE_MAP_THEN))); old_then) {
+		MapSet fm = fresh.maps();
+		for (uint32_t i = 0; i < SLUICE_MAX_THEN_IFINDEX; i++)
+			if (uint32_t id = prog_array_entry(old_then.get(), i)) {
+				UniqueFd next(bpf_prog_get_fd_by_id(id));
+				if (next)
+					put_in_prog_array(fm.then.get(), i, next.get(), "carry the chain of interface index " +
+												std::to_string(i));
+			}
+	}
 
 	// 2. Pin it beside the live state, links included (a link may have many
 	//    pins), and swap the two directories in one rename: a command sees
@@ -518,7 +676,10 @@ std::vector<std::string> Instance::upgrade(const TableSizes &sizes)
 	//    here leaves links on the old program: `sluice upgrade` again
 	//    finishes (status shows them).
 	for (const auto &[name, link] : links) {
-		if (bpf_link_update(link.get(), fresh.prog_fd(), nullptr) && errno != ENOLINK)
+		uint32_t array_id = 0, index = 0;
+		if (parse_array_pin_name(name, array_id, index)) // a program-array slot: replaced in one write
+			put_in_prog_array(link.get(), index, fresh.prog_fd(), "move slot " + name + " to the new program");
+		else if (bpf_link_update(link.get(), fresh.prog_fd(), nullptr) && errno != ENOLINK)
 			throw_errno("cannot move link " + name + " to the new program", errno);
 	}
 	return restarted; // drop_staging removes the old state, now at `staging`
@@ -542,6 +703,11 @@ void Instance::unload()
 	refuse_read_only(dir_);
 	for (const auto &name : link_pins()) {
 		std::string pin = links_dir() + "/" + name;
+		uint32_t array_id = 0, index = 0;
+		if (parse_array_pin_name(name, array_id, index)) {
+			release_array_slot(pin, index);
+			continue;
+		}
 		UniqueFd link(open_pinned_object(pin));
 		if (link)
 			bpf_link_detach(link.get());
@@ -563,7 +729,17 @@ Status Instance::status() const
 		s.prog_id = pinfo.id;
 
 	uint64_t here = current_netns();
+	UniqueFd then(open_pinned_object(dir_ + "/" SLUICE_STR(SLUICE_MAP_THEN)));
 	for (const auto &name : link_pins()) {
+		if (ArraySlot a; parse_array_pin_name(name, a.map_id, a.index)) {
+			a.pin = name;
+			if (UniqueFd array(open_pinned_object(links_dir() + "/" + name)); array) {
+				a.map_name = map_info(array.get()).name;
+				a.prog_id = prog_array_entry(array.get(), a.index);
+			}
+			s.arrays.push_back(a);
+			continue;
+		}
 		AttachedLink l;
 		l.pin = name;
 		uint32_t pinned_ifindex = 0;
@@ -578,6 +754,8 @@ Status Instance::status() const
 			l.ifindex = info.xdp.ifindex; // 0 once the interface is gone
 		}
 		l.this_netns = l.netns == here;
+		if (then && pinned_ifindex < SLUICE_MAX_THEN_IFINDEX)
+			l.then_prog_id = prog_array_entry(then.get(), pinned_ifindex);
 		char buf[IF_NAMESIZE] = {};
 		if (l.ifindex && l.this_netns && if_indextoname(l.ifindex, buf)) {
 			l.ifname = buf;

@@ -60,12 +60,23 @@ struct AttachedLink {
 	uint32_t link_id = 0;
 	uint32_t prog_id = 0; ///< the program the link runs (the pinned one, unless an upgrade was cut short)
 	std::string pin; ///< the link's pin name, which `detach` also takes
+	uint32_t then_prog_id = 0; ///< `--then`: the program its passed packets go on to; 0: none
+};
+
+/// Sluice's program placed in another loader's program array (`attach --prog-array`).
+struct ArraySlot {
+	uint32_t map_id = 0;
+	std::string map_name;
+	uint32_t index = 0;
+	uint32_t prog_id = 0; ///< what the slot holds now (sluice's program, unless someone replaced it)
+	std::string pin;      ///< the record's pin name, which `detach` also takes
 };
 
 struct Status {
 	bool loaded = false;
 	uint32_t prog_id = 0;
 	std::vector<AttachedLink> links;
+	std::vector<ArraySlot> arrays;
 	uint32_t max_sources = 0;
 	uint32_t max_log_sources = 0;
 	uint32_t max_rules = 0;
@@ -109,7 +120,17 @@ public:
 	/// pinning the program first if it is not loaded.
 	/// beside_other_mode: the interface may have the other mode attached
 	/// (a mode change attaches the new one before it detaches the old).
-	void attach(const std::string &ifname, XdpMode mode, const TableSizes &sizes, bool beside_other_mode = false);
+	/// then: `--then` (see open_next_program): the program the interface's
+	/// passed packets go on to, by tail call.
+	void attach(const std::string &ifname, XdpMode mode, const TableSizes &sizes, bool beside_other_mode = false,
+		    const std::string &then = "");
+	/// Installs the program at `index` of another loader's program array
+	/// (pinned at `array_path`) instead of an interface, loading it first if
+	/// needed; recorded in the links directory, so `status`, `detach` and
+	/// `upgrade` know it.
+	void attach_to_prog_array(const std::string &array_path, uint32_t index, const TableSizes &sizes);
+	/// Takes the program out of that slot; the last detach unloads everything.
+	void detach_from_prog_array(const std::string &array_path, uint32_t index);
 	/// Detaches one link by its pin name; the state stays loaded.
 	void detach_link(const std::string &pin_name);
 	/// Replaces the loaded program with this binary's, in place: state of
@@ -134,6 +155,10 @@ private:
 	static void remove_pins(const std::string &dir);
 	static void remove_state_dir(const std::string &dir);
 	std::vector<std::string> link_pins() const;
+	/// Takes sluice's program out of a recorded program-array slot, and the record.
+	void release_array_slot(const std::string &record, uint32_t index) const;
+	/// Removes an interface's `--then`, unless it still has a link in the other mode.
+	void unchain(uint32_t ifindex, uint64_t netns) const;
 
 	std::string dir_;
 };
