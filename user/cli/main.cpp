@@ -278,7 +278,7 @@ nlohmann::ordered_json explanation_json(const Explanation &e)
 	nlohmann::ordered_json cands = nlohmann::ordered_json::array();
 	for (const auto &c : e.walk.candidates) {
 		nlohmann::ordered_json r = rule_json(c.rule);
-		cands.push_back({{"rule", r}, {"match", match_name(c.match)}, {"role", role_name(c.role)}});
+		cands.push_back({{"rule", r}, {"match", match_name(c.match)}, {"role", role_key(c.role)}});
 	}
 	j["candidates"] = cands;
 	nlohmann::ordered_json applied = nlohmann::ordered_json::array();

@@ -221,6 +221,19 @@ std::string_view role_name(Role r)
 	return "not reached";
 }
 
+std::string_view role_key(Role r)
+{
+	switch (r) {
+	case Role::no_match: return "no_match";
+	case Role::allow_unknown: return "allow_unknown";
+	case Role::layered: return "layered";
+	case Role::weighed: return "weighed";
+	case Role::decides: return "decides";
+	case Role::not_reached: break;
+	}
+	return "not_reached";
+}
+
 RuleWalk walk_rules(const std::vector<InstalledRule> &rules, const ExplainPacket &pkt)
 {
 	RuleWalk walk;

@@ -58,6 +58,8 @@ enum class Role : uint8_t {
 
 std::string_view match_name(Match m);
 std::string_view role_name(Role r);
+/// A role as one word, for --json: "no_match", "allow_unknown", "layered"...
+std::string_view role_key(Role r);
 
 struct Candidate {
 	InstalledRule rule;
