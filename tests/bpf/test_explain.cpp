@@ -164,6 +164,17 @@ TEST(Explain, GcraInBytesCountsTheBytesLeft)
 	EXPECT_EQ(x.drain_and_retry("10.9.9.9", t), 5 * MS);
 }
 
+// 7/s: a token every 142,857,142.857 ns, which no whole nanosecond states:
+// the retry-after is rounded up, to the first nanosecond the program passes.
+TEST(Explain, RetryAfterIsTheFirstNanosecondThatPasses)
+{
+	require_root();
+	Explained x(rule("10.0.0.0/8", "7/s", "odd", Algo::gcra, 1));
+	const uint64_t t = TRACE_START_NS + 1;
+	EXPECT_EQ(x.drain_and_retry("10.3.3.3", t), 142857143u);
+	x.drain_and_retry("10.3.3.3", t + 3 * SEC + 17);
+}
+
 TEST(Explain, FixedWindowSaysWhenTheWindowMovesOn)
 {
 	require_root();
