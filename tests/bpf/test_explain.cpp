@@ -268,6 +268,43 @@ TEST(Explain, AnIpv6SlashSixtyFourSharesOneBucket)
 	EXPECT_EQ(x.drain_and_retry("2001:db8:0:1::3", t), 100 * MS);
 }
 
+// A later fragment whose first fragment was not seen hides its port: the
+// program charges the strictest candidate, and explain without --dport says
+// which, and that an allow for port 53 never matches it.
+TEST(Explain, AnUnknownPortIsChargedToTheStrictestCandidate)
+{
+	require_root();
+	Explained x(rule("10.0.0.0/8", "1000/s", "wide"));
+	RuleSpec dns;
+	dns.name = "dns-ok";
+	dns.cidr = parse_cidr("10.0.0.0/8");
+	dns.action = Action::allow;
+	dns.proto = Proto::udp;
+	dns.dport = {53, 53};
+	x.add(dns);
+	RuleSpec ntp = rule("10.0.0.0/8", "10/s", "slow-ntp", Algo::token_bucket, 2);
+	ntp.proto = Proto::udp;
+	ntp.dport = {123, 123};
+	x.add(ntp);
+	const uint64_t t = TRACE_START_NS;
+	Explanation e = explain(x.kernel_.maps(), make_explain_packet("10.4.4.4", "udp", std::nullopt, 1000), {t, t});
+	EXPECT_EQ(Explained::decider(e), "slow-ntp");
+	EXPECT_EQ(e.walk.candidates.at(0).rule.spec.name, "dns-ok");
+	EXPECT_EQ(e.walk.candidates.at(0).role, Role::allow_unknown);
+	auto frag = build_packet({.src = "10.4.4.4", .dport = 53, .frag = PacketSpec::Frag::later, .payload = PAYLOAD});
+	for (int i = 0; i < 3; i++) {
+		Explanation before = explain(x.kernel_.maps(),
+					     make_explain_packet("10.4.4.4", "udp", std::nullopt, 1000), {t, t});
+		auto counted = x.counters("slow-ntp");
+		bool passed = x.kernel_.send(frag, t);
+		EXPECT_EQ(passed, !before.dropped()) << "fragment " << i;
+		auto now = x.counters("slow-ntp");
+		EXPECT_EQ(now.passed_packets + now.dropped_packets, counted.passed_packets + counted.dropped_packets + 1)
+			<< "slow-ntp did not count fragment " << i;
+	}
+	EXPECT_EQ(x.counters("slow-ntp").dropped_packets, 1u) << "a burst of 2: the third fragment is dropped";
+}
+
 TEST(Explain, ChangesNothing)
 {
 	require_root();
