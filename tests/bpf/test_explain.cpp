@@ -241,6 +241,8 @@ TEST(Explain, ALayeredRuleThatDropsEndsTheWalk)
 	EXPECT_EQ(Explained::decider(over), "net");
 	EXPECT_EQ(over.verdict, SLUICE_CNT_DROP_RATE);
 	EXPECT_EQ(over.applied.size(), 1u);
+	EXPECT_EQ(over.walk.candidates[over.applied[0].candidate].role, Role::layered_drop);
+	EXPECT_EQ(over.walk.candidates.back().role, Role::not_reached) << "per-source is never reached";
 	EXPECT_EQ(Explained::state(over).counters.passed_packets, 3u) << "the /16's bucket counts its three sources";
 	auto per_source = x.counters("per-source");
 	EXPECT_FALSE(x.send_predicted("10.1.0.4", t));

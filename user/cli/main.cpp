@@ -368,9 +368,10 @@ void cmd_explain(const Instance &inst, const ExplainPacket &pkt, bool json)
 						 : "passes in " + wait_text(b.retry_after_ns) + " (retry after)")
 			  << (!b.passes && r.spec.shadow ? " (shadow: would drop, passes)" : "") << "\n";
 		if (b.exists)
-			std::cout << "  this source: " << b.counters.passed_packets << " passed, "
-				  << b.counters.dropped_packets << (r.spec.shadow ? " would-be drops" : " dropped")
-				  << " (" << b.counters.passed_bytes << " and " << b.counters.dropped_bytes << " bytes)\n";
+			std::cout << "  this bucket: " << b.counters.passed_packets << " packets passed, "
+				  << b.counters.dropped_packets << (r.spec.shadow ? " would-be drops" : " dropped") << "; "
+				  << b.counters.passed_bytes << " bytes passed, " << b.counters.dropped_bytes
+				  << (r.spec.shadow ? " would-be drops" : " dropped") << "\n";
 	}
 	std::cout << "verdict: " << (e.dropped() ? "drop" : "pass") << " (" << counter_name(e.verdict) << ")";
 	if (e.decided_by) {

@@ -214,6 +214,7 @@ std::string_view role_name(Role r)
 	case Role::no_match: return "no match";
 	case Role::allow_unknown: return "skipped: an allow never matches an unknown selector";
 	case Role::layered: return "layered: charged, the walk goes on";
+	case Role::layered_drop: return "layered: drops it, the walk ends";
 	case Role::weighed: return "weighed: a stricter candidate decides";
 	case Role::decides: return "decides";
 	case Role::not_reached: break;
@@ -227,6 +228,7 @@ std::string_view role_key(Role r)
 	case Role::no_match: return "no_match";
 	case Role::allow_unknown: return "allow_unknown";
 	case Role::layered: return "layered";
+	case Role::layered_drop: return "layered_drop";
 	case Role::weighed: return "weighed";
 	case Role::decides: return "decides";
 	case Role::not_reached: break;
@@ -460,8 +462,12 @@ Explanation explain(const MapSet &maps, const ExplainPacket &pkt, const ClockRea
 		e.decided_by = e.applied.size() - 1;
 		e.verdict = verdict;
 		// A layered rule that drops ends the walk: no later rule sees the packet.
-		if ((SLUICE_DROP_VERDICTS >> verdict) & 1)
+		if (((SLUICE_DROP_VERDICTS >> verdict) & 1) && s.layered) {
+			e.walk.candidates[index].role = Role::layered_drop;
+			for (size_t i = index + 1; i < e.walk.candidates.size(); i++)
+				e.walk.candidates[i].role = Role::not_reached;
 			break;
+		}
 	}
 	return e;
 }

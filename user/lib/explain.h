@@ -51,6 +51,7 @@ enum class Role : uint8_t {
 	no_match,      ///< a selector differs: passed over
 	allow_unknown, ///< an allow whose selector the packet hides: an allow never matches then
 	layered,       ///< a layered (--continue) rule: charged, then the walk goes on
+	layered_drop,  ///< a layered rule whose bucket drops the packet: the walk ends there (explain only)
 	weighed,       ///< may match, but a stricter candidate (or an earlier equal one) decides
 	decides,       ///< the terminal rule the walk chose
 	not_reached,   ///< after the walk stopped
@@ -135,6 +136,8 @@ struct AppliedRule {
 /// The whole answer.
 struct Explanation {
 	ExplainPacket packet;
+	/// The walk; when a layered rule's bucket would drop the packet, that
+	/// candidate is layered_drop and the ones after it not_reached.
 	RuleWalk walk;
 	std::vector<AppliedRule> applied; ///< as the program would apply them, up to the one that ends the walk
 	std::optional<size_t> decided_by; ///< index into applied: the rule whose verdict the packet gets
