@@ -130,7 +130,10 @@ SetTable<Set>::find(uint32_t rule_id, const uint8_t *addr, uint64_t seed,
 					continue;
 				if (!holds(set, w))
 					return std::nullopt; // evicted while being copied
-				copy.word = before;
+				// Evicted and made again for the same source while being
+				// copied: the word and its offset may be of two buckets.
+				if (__atomic_load_n(&set.tag.gen[w], __ATOMIC_ACQUIRE) != gen)
+					continue;
 				for (const auto &p : pending)
 					if (p.packets && int(p.table) == SetTraits<Set>::table && p.set == idx &&
 					    (p.way & (SLUICE_SET_WAYS - 1)) == w && p.gen == gen) {
