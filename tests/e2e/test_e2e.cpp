@@ -383,7 +383,8 @@ TEST_F(EndToEnd, BadInputPrintsOneLineExitsNonZeroAndChangesNothing)
 {
 	// Before anything is loaded: commands that read say so and create nothing.
 	for (const auto &args : std::vector<std::vector<std::string>>{
-		     {"stats"}, {"rule", "list"}, {"export"}, {"rule", "del", "x"}, {"detach", DST_IF}}) {
+		     {"stats"}, {"rule", "list"}, {"export"}, {"rule", "del", "x"}, {"detach", DST_IF},
+		     {"explain", "10.0.0.1"}}) {
 		CommandResult r = cli(args);
 		EXPECT_NE(r.exit_code, 0) << args[0];
 		EXPECT_NE(r.err.find("not attached to any interface; run `sluice attach IFACE`"), std::string::npos)
@@ -437,6 +438,12 @@ TEST_F(EndToEnd, BadInputPrintsOneLineExitsNonZeroAndChangesNothing)
 		{{"rule", "add", "10.1.0.0/16", "--rate", "10/s", "--warmup", "soon"}, "invalid --warmup"},
 		{{"rule", "add", "10.1.0.0/16", "--deny", "--algo", "gcra"}, "apply to --rate rules"},
 		{{"rule", "import", "/nonexistent/rules"}, "cannot read /nonexistent/rules"},
+		{{"explain", "10.0.0.999"}, "invalid source address '10.0.0.999'"},
+		{{"explain", "10.0.0.0/8"}, "a source address, not a prefix"},
+		{{"explain", "10.0.0.1", "--dport", "80"}, "--dport needs --proto tcp or --proto udp"},
+		{{"explain", "10.0.0.1", "--proto", "icmp", "--dport", "80"}, "--dport needs --proto tcp"},
+		{{"explain", "10.0.0.1", "--bytes", "0"}, "--bytes 0 is out of range"},
+		{{"explain", "10.0.0.1", "--proto", "sctp"}, "unknown protocol 'sctp'"},
 		{{"bogus"}, ""},
 	};
 	for (const auto &[args, message] : bad) {
@@ -454,6 +461,63 @@ TEST_F(EndToEnd, BadInputPrintsOneLineExitsNonZeroAndChangesNothing)
 	CommandResult twice = cli_dst({"attach", DST_IF});
 	EXPECT_NE(twice.exit_code, 0);
 	EXPECT_NE(twice.err.find("already attached"), std::string::npos) << twice.err;
+}
+
+// After real traffic, explain reads the bucket the program charged: the
+// burst spent, the source's counts as stats has them, a retry-after within
+// one interval of the rate; a source that sent nothing meets a full bucket.
+// And asking changes nothing.
+TEST_F(EndToEnd, ExplainReadsTheBucketTheTrafficSpent)
+{
+	attach();
+	expect_ok(cli({"rule", "add", "10.200.0.0/24", "--rate", "1/min", "--burst", "5", "--proto", "udp",
+			  "--name", "v4"}));
+	expect_ok(cli({"rule", "add", "fd00:200::/64", "--rate", "1/min", "--burst", "7", "--name", "v6"}));
+	const std::string src = V4_SOURCES[0];
+	ASSERT_EQ(send_udp(src, 20), 20);
+	ASSERT_EQ(send_udp(V6_SOURCES[0], 20), 20);
+	json stats_before = cli_json({"stats", "--json"});
+
+	json e = cli_json({"explain", src, "--proto", "udp", "--dport", std::to_string(PORT), "--json"});
+	EXPECT_EQ(e["verdict"], "drop_rate");
+	EXPECT_TRUE(e["dropped"].get<bool>());
+	ASSERT_EQ(e["applied"].size(), 1u);
+	const json &a = e["applied"][0];
+	EXPECT_EQ(a["name"], "v4");
+	EXPECT_TRUE(a["decides"].get<bool>());
+	EXPECT_EQ(a["bucket"], src);
+	EXPECT_TRUE(a["exists"].get<bool>());
+	EXPECT_EQ(a["tokens"].get<uint64_t>(), 0u);
+	EXPECT_EQ(a["capacity"].get<uint64_t>(), 5u);
+	EXPECT_FALSE(a["passes"].get<bool>());
+	EXPECT_GT(a["retry_after_ns"].get<uint64_t>(), 0u);
+	EXPECT_LE(a["retry_after_ns"].get<uint64_t>(), 60000000000ULL) << "1/min: a token within a minute";
+	EXPECT_EQ(a["counters"]["passed_packets"].get<uint64_t>(), 5u);
+	EXPECT_EQ(a["counters"]["dropped_packets"].get<uint64_t>(), 15u);
+
+	// An ICMP packet from the same source: no rule of its protocol, none covers it further.
+	json icmp = cli_json({"explain", src, "--proto", "icmp", "--json"});
+	EXPECT_EQ(icmp["verdict"], "pass_no_match");
+	EXPECT_EQ(icmp["candidates"][0]["match"], "no");
+
+	// The IPv6 sources share their /64's bucket; another /64 has none yet.
+	json v6 = cli_json({"explain", V6_SOURCES[1], "--json"});
+	EXPECT_EQ(v6["applied"][0]["bucket"], "fd00:200::/64");
+	EXPECT_EQ(v6["applied"][0]["counters"]["passed_packets"].get<uint64_t>(), 7u);
+	EXPECT_EQ(v6["applied"][0]["tokens"].get<uint64_t>(), 0u);
+	json fresh = cli_json({"explain", V4_SOURCES[1], "--proto", "udp", "--json"});
+	EXPECT_FALSE(fresh["applied"][0]["exists"].get<bool>());
+	EXPECT_EQ(fresh["applied"][0]["tokens"].get<uint64_t>(), 5u);
+	EXPECT_EQ(fresh["verdict"], "pass_limit");
+
+	CommandResult text = cli({"explain", src, "--proto", "udp"});
+	expect_ok(text);
+	EXPECT_NE(text.out.find("tokens left: 0 of 5 packets"), std::string::npos) << text.out;
+	EXPECT_NE(text.out.find("verdict: drop (drop_rate), decided by rule 1 (v4)"), std::string::npos) << text.out;
+	// Sources and rules only: the global counters count stray link-local traffic.
+	json stats_after = cli_json({"stats", "--json"});
+	EXPECT_EQ(stats_after["sources"], stats_before["sources"]) << "explain changed a bucket's counts";
+	EXPECT_EQ(stats_after["rules"], stats_before["rules"]) << "explain changed a rule's counts";
 }
 
 TEST_F(EndToEnd, TheXdpModeIsExplicitAndReported)

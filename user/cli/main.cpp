@@ -17,6 +17,7 @@
 #include "datapath.h"
 #include "events.h"
 #include "rate.h"
+#include "explain.h"
 #include "rule_args.h"
 #include "rule_table.h"
 #include "stats.h"
@@ -324,6 +325,146 @@ void cmd_events(const Instance &inst, bool json, uint64_t count, uint64_t timeou
 	}
 }
 
+/// "12.5ms", "3s", "0": how long until the next such packet passes.
+std::string wait_text(uint64_t ns)
+{
+	if (ns == 0)
+		return "0";
+	std::ostringstream s;
+	s.precision(ns < 1000 ? 0 : 1);
+	s << std::fixed;
+	if (ns < 1000)
+		s << ns << "ns";
+	else if (ns < 1000000)
+		s << double(ns) / 1e3 << "us";
+	else if (ns < 1000000000)
+		s << double(ns) / 1e6 << "ms";
+	else
+		s << double(ns) / 1e9 << "s";
+	return s.str();
+}
+
+/// "12 of 20 packets", "3000 of 15000 bytes".
+std::string units_text(const RuleSpec &s, uint64_t n, uint64_t of)
+{
+	return std::to_string(n) + " of " + std::to_string(of) + (s.rate.counts_bytes() ? " bytes" : " packets");
+}
+
+nlohmann::ordered_json explanation_json(const Explanation &e)
+{
+	const ExplainPacket &p = e.packet;
+	nlohmann::ordered_json pkt = {{"source", format_address(p.family, p.src.data())}, {"family", p.family}};
+	pkt["proto"] = p.proto ? nlohmann::ordered_json(*p.proto) : nlohmann::ordered_json(nullptr);
+	pkt["dport"] = p.dport ? nlohmann::ordered_json(*p.dport) : nlohmann::ordered_json(nullptr);
+	pkt["bytes"] = p.bytes;
+	nlohmann::ordered_json j = {{"packet", pkt}};
+	j["prefix"] = e.walk.prefix ? nlohmann::ordered_json(format_cidr(*e.walk.prefix)) : nullptr;
+	nlohmann::ordered_json cands = nlohmann::ordered_json::array();
+	for (const auto &c : e.walk.candidates) {
+		nlohmann::ordered_json r = rule_json(c.rule);
+		cands.push_back({{"rule", r}, {"match", match_name(c.match)}, {"role", role_key(c.role)}});
+	}
+	j["candidates"] = cands;
+	nlohmann::ordered_json applied = nlohmann::ordered_json::array();
+	for (size_t i = 0; i < e.applied.size(); i++) {
+		const AppliedRule &a = e.applied[i];
+		const InstalledRule &r = e.walk.candidates[a.candidate].rule;
+		nlohmann::ordered_json x = {{"id", r.id}, {"name", r.spec.name}, {"action", action_name(r.spec.action)},
+					    {"layered", r.spec.layered}, {"shadow", r.spec.shadow},
+					    {"decides", e.decided_by == i}, {"would_drop", a.drops}};
+		if (a.bucket && a.state) {
+			const BucketState &b = *a.state;
+			x["bucket"] = format_cidr(*a.bucket);
+			x["algo"] = algo_name(r.spec.algo);
+			x["unit"] = r.spec.rate.counts_bytes() ? "bytes" : "packets";
+			x["exists"] = b.exists;
+			x["passes"] = b.passes;
+			x["tokens"] = b.tokens;
+			x["capacity"] = b.capacity;
+			x["remaining"] = b.remaining;
+			x["retry_after_ns"] = b.never ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(b.retry_after_ns);
+			x["never"] = b.never;
+			if (!r.spec.has_burst())
+				x["resets_in_ns"] = b.resets_in_ns;
+			x["counters"] = {{"passed_packets", b.counters.passed_packets},
+					 {"passed_bytes", b.counters.passed_bytes},
+					 {"dropped_packets", b.counters.dropped_packets},
+					 {"dropped_bytes", b.counters.dropped_bytes}};
+		}
+		applied.push_back(x);
+	}
+	j["applied"] = applied;
+	j["verdict"] = counter_name(e.verdict);
+	j["dropped"] = e.dropped();
+	if (e.decided_by)
+		j["decided_by"] = e.walk.candidates[e.applied[*e.decided_by].candidate].rule.id;
+	return j;
+}
+
+void cmd_explain(const Instance &inst, const ExplainPacket &pkt, bool json)
+{
+	auto lock = inst.lock(false);
+	MapSet maps = inst.maps();
+	Explanation e = explain(maps, pkt, ClockReading::now());
+	if (json) {
+		std::cout << explanation_json(e).dump(2) << "\n";
+		return;
+	}
+	std::cout << "packet: " << describe_packet(pkt) << "\n";
+	if (!e.walk.prefix) {
+		std::cout << "no rule covers " << format_address(pkt.family, pkt.src.data())
+			  << ": it passes untouched (pass_no_match)\n";
+		return;
+	}
+	std::cout << "candidates in match order (from " << format_cidr(*e.walk.prefix) << "):\n";
+	std::vector<std::vector<std::string>> rows;
+	for (const auto &c : e.walk.candidates) {
+		auto cells = rule_cells(c.rule);
+		rows.push_back({cells[0], cells[1], cells[2], cells[3], cells[4], cells[5], std::string(match_name(c.match)),
+				std::string(role_name(c.role))});
+	}
+	print_table({"ID", "NAME", "CIDR", "PROTO", "DPORT", "ACTION", "MATCH", "ROLE"}, rows);
+	for (size_t i = 0; i < e.applied.size(); i++) {
+		const AppliedRule &a = e.applied[i];
+		const InstalledRule &r = e.walk.candidates[a.candidate].rule;
+		std::cout << "rule " << r.id << (r.spec.name.empty() ? "" : " (" + r.spec.name + ")") << ": ";
+		if (!a.state) {
+			std::cout << action_name(r.spec.action) << (r.spec.shadow ? " (shadow)" : "") << "\n";
+			continue;
+		}
+		const BucketState &b = *a.state;
+		std::cout << algo_name(r.spec.algo) << " " << format_rate(r.spec.rate) << ", bucket "
+			  << format_cidr(*a.bucket) << (b.exists ? "" : " (none yet: a fresh one, full)") << "\n";
+		if (r.spec.has_burst())
+			std::cout << "  tokens left: " << units_text(r.spec, b.tokens, b.capacity) << "\n";
+		else
+			std::cout << "  left in the window: " << units_text(r.spec, b.tokens, b.capacity)
+				  << (b.resets_in_ns ? ", " + std::string(r.spec.algo == Algo::sliding_log
+									       ? "the oldest pass leaves it in "
+									       : "the window moves on in ") +
+							 wait_text(b.resets_in_ns)
+						     : "")
+				  << "\n";
+		std::cout << "  such packets that would pass now: " << b.remaining << "\n";
+		std::cout << "  next such packet: "
+			  << (b.passes ? "passes now"
+				       : b.never ? "never passes: it costs more than the bucket holds"
+						 : "passes in " + wait_text(b.retry_after_ns) + " (retry after)")
+			  << (!b.passes && r.spec.shadow ? " (shadow: would drop, passes)" : "") << "\n";
+		if (b.exists)
+			std::cout << "  this bucket: " << b.counters.passed_packets << " packets passed, "
+				  << b.counters.dropped_packets << (r.spec.shadow ? " would-be drops" : " dropped") << "; "
+				  << b.counters.passed_bytes << " bytes passed, " << b.counters.dropped_bytes
+				  << (r.spec.shadow ? " would-be drops" : " dropped") << "\n";
+	}
+	std::cout << "verdict: " << (e.dropped() ? "drop" : "pass") << " (" << counter_name(e.verdict) << ")";
+	if (e.decided_by) {
+		const InstalledRule &r = e.walk.candidates[e.applied[*e.decided_by].candidate].rule;
+		std::cout << ", decided by rule " << r.id << (r.spec.name.empty() ? "" : " (" + r.spec.name + ")");
+	}
+	std::cout << "\n";
+}
+
 } // namespace
 
 int main(int argc, char **argv)
@@ -434,6 +575,15 @@ int main(int argc, char **argv)
 			},
 			"N"));
 	top->add_option("--sort", sort_text, "name, pass-pps, pass-bps, drop-pps (default) or drop-bps");
+	std::string explain_src, explain_proto;
+	std::optional<long> explain_dport, explain_bytes;
+	auto *explain_cmd = app.add_subcommand(
+		"explain", "Which rule would decide a packet, and its bucket's state; sends nothing, changes nothing");
+	explain_cmd->add_option("SRC", explain_src, "Source address")->required();
+	explain_cmd->add_option("--proto", explain_proto, "tcp, udp, icmp or a protocol number (default: unknown)");
+	explain_cmd->add_option("--dport", explain_dport, "Destination port (with --proto tcp or udp; default: unknown)");
+	explain_cmd->add_option("--bytes", explain_bytes, "IP length charged to byte rates (default 1500)");
+	explain_cmd->add_flag("--json", json, "JSON output");
 
 	try {
 		app.parse(argc, argv);
@@ -446,8 +596,8 @@ int main(int argc, char **argv)
 	} catch (const CLI::ParseError &e) {
 		std::string msg = e.what();
 		if (msg.empty())
-			msg = "a subcommand is required (attach, detach, status, rule, stats, top, events, apply, export, upgrade); "
-			      "see --help";
+			msg = "a subcommand is required (attach, detach, status, rule, stats, top, events, explain, apply, "
+			      "export, upgrade); see --help";
 		std::cerr << "sluice: " << msg << "\n";
 		return 2;
 	}
@@ -538,6 +688,9 @@ int main(int argc, char **argv)
 			top_options.interval_ns = parse_interval_ns(interval_text);
 			top_options.key = parse_rate_key(sort_text);
 			return run_top(inst, top_options);
+		} else if (*explain_cmd) {
+			ExplainPacket pkt = make_explain_packet(explain_src, explain_proto, explain_dport, explain_bytes);
+			cmd_explain(inst, pkt, json);
 		} else if (*apply) {
 			Policy p = read_policy_file(policy_path);
 			if (check_only || diff_only) {

@@ -75,6 +75,79 @@ void SetTable<Set>::for_each(const std::function<void(uint32_t, const uint8_t *,
 	}
 }
 
+template <class Set>
+uint64_t SetTable<Set>::place_of(uint32_t rule_id, const uint8_t *addr, uint64_t seed, uint32_t &first,
+				 uint32_t &second) const
+{
+	if constexpr (family == 4) {
+		uint32_t word;
+		std::memcpy(&word, addr, 4);
+		uint64_t key = sluice_src4_key(rule_id, word);
+		sluice_src4_sets(key, seed, sets_, &first, &second);
+		return key;
+	} else {
+		uint64_t hi, lo;
+		std::memcpy(&hi, addr, 8);
+		std::memcpy(&lo, addr + 8, 8);
+		uint64_t h = sluice_src6_hash(rule_id, hi, lo, seed);
+		sluice_hash_sets(h, sets_, &first, &second);
+		return sluice_src6_key(rule_id, h);
+	}
+}
+
+template <class Set>
+std::optional<typename SetTable<Set>::Bucket>
+SetTable<Set>::find(uint32_t rule_id, const uint8_t *addr, uint64_t seed,
+		    const std::vector<struct sluice_pending_drops> &pending) const
+{
+	uint32_t first, second;
+	uint64_t key = place_of(rule_id, addr, seed, first, second);
+	auto holds = [&](const Set &set, int w) {
+		if (__atomic_load_n(&set.tag.key[w], __ATOMIC_ACQUIRE) != key)
+			return false;
+		if constexpr (family == 6)
+			return std::memcmp(const_cast<const struct sluice_addr6 *>(&set.addr[w]), addr, 16) == 0;
+		return true;
+	};
+	for (uint32_t idx : {first, second}) {
+		const Set &set = sets_ptr_[idx];
+		for (int w = 0; w < SLUICE_SET_WAYS; w++) {
+			if (!holds(set, w))
+				continue;
+			// A locked algorithm's state is read as the program reads it:
+			// between two equal even values of its word. The GCRA form's
+			// word is one value, read once with the copy.
+			for (int attempt = 0; attempt < SLUICE_LOCK_RETRIES; attempt++) {
+				uint16_t gen = __atomic_load_n(&set.tag.gen[w], __ATOMIC_ACQUIRE);
+				bool locked = gen & 1;
+				uint64_t before = __atomic_load_n(&set.way[w].word, __ATOMIC_ACQUIRE);
+				if (locked && (before & 1))
+					continue; // a charger holds the lock
+				Bucket copy;
+				std::memcpy(&copy, const_cast<const Bucket *>(&set.way[w]), sizeof(copy));
+				__atomic_thread_fence(__ATOMIC_ACQUIRE);
+				if (locked && __atomic_load_n(&set.way[w].word, __ATOMIC_ACQUIRE) != before)
+					continue;
+				if (!holds(set, w))
+					return std::nullopt; // evicted while being copied
+				// Evicted and made again for the same source while being
+				// copied: the word and its offset may be of two buckets.
+				if (__atomic_load_n(&set.tag.gen[w], __ATOMIC_ACQUIRE) != gen)
+					continue;
+				for (const auto &p : pending)
+					if (p.packets && int(p.table) == SetTraits<Set>::table && p.set == idx &&
+					    (p.way & (SLUICE_SET_WAYS - 1)) == w && p.gen == gen) {
+						copy.cnt.dropped_packets += p.packets;
+						copy.cnt.dropped_bytes += p.bytes;
+					}
+				return copy;
+			}
+			throw Error("the bucket's lock stayed held; try again");
+		}
+	}
+	return std::nullopt;
+}
+
 template <class Set> uint64_t SetTable<Set>::purge(uint32_t rule_id)
 {
 	return purge_if([rule_id](uint32_t id) { return id == rule_id; });
@@ -129,21 +202,8 @@ template <class Set>
 bool SetTable<Set>::place(uint32_t rule_id, const uint8_t *addr, const Bucket &bucket, bool gcra, uint64_t seed,
 			  uint64_t now_ns)
 {
-	uint64_t key;
 	uint32_t first, second;
-	if constexpr (family == 4) {
-		uint32_t word;
-		std::memcpy(&word, addr, 4);
-		key = sluice_src4_key(rule_id, word);
-		sluice_src4_sets(key, seed, sets_, &first, &second);
-	} else {
-		uint64_t hi, lo;
-		std::memcpy(&hi, addr, 8);
-		std::memcpy(&lo, addr + 8, 8);
-		uint64_t h = sluice_src6_hash(rule_id, hi, lo, seed);
-		key = sluice_src6_key(rule_id, h);
-		sluice_hash_sets(h, sets_, &first, &second);
-	}
+	uint64_t key = place_of(rule_id, addr, seed, first, second);
 	for (uint32_t idx : {first, second}) {
 		Set &set = sets_ptr_[idx];
 		for (int w = 0; w < SLUICE_SET_WAYS; w++) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -55,6 +56,17 @@ public:
 	void for_each(const std::function<void(uint32_t, const uint8_t *, const Bucket &)> &f,
 		      const std::vector<struct sluice_pending_drops> &pending = {}) const;
 
+	/// The bucket of `rule_id` for `addr` (4 or 16 bytes, network order,
+	/// masked to the rule's prefix), looked up as the program looks it up:
+	/// in the key's two sets, an IPv6 way only if its address line holds
+	/// `addr`. A copy taken while the way held that key (for a locked
+	/// algorithm, between two equal even values of its sequence lock), with
+	/// the drops pending in `pending` added; none if the table holds no
+	/// such bucket (its source has sent nothing since the rule began, or
+	/// its bucket was evicted).
+	std::optional<Bucket> find(uint32_t rule_id, const uint8_t *addr, uint64_t seed,
+				   const std::vector<struct sluice_pending_drops> &pending = {}) const;
+
 	/// Empties every way holding a bucket of `rule_id`; returns how many.
 	uint64_t purge(uint32_t rule_id);
 	/// Empties every way holding a bucket of a rule id for which doomed(id) holds.
@@ -79,6 +91,10 @@ public:
 		   uint64_t now_ns);
 
 private:
+	/// A bucket's key and its two candidate sets, as the program computes them.
+	uint64_t place_of(uint32_t rule_id, const uint8_t *addr, uint64_t seed, uint32_t &first,
+			  uint32_t &second) const;
+
 	Set *sets_ptr_ = nullptr;
 	uint32_t sets_ = 0;
 	size_t length_ = 0;
