@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <tuple>
 #include <ostream>
 #include <unordered_map>
@@ -95,19 +96,34 @@ Stats collect_stats(const MapSet &maps, const StatsQuery &query)
 		by_id[rs.rule.id] = &rs;
 
 	std::vector<RawSource> raw;
+	// Each table's share of the tracked buckets, and its size.
+	auto count_table = [&s](int family, bool sliding_log, uint64_t capacity, const std::function<void()> &collect) {
+		uint64_t before = s.tracked_sources;
+		collect();
+		s.tables.push_back({family, sliding_log, s.tracked_sources - before, capacity});
+	};
 	// Every CPU's drops not yet added to their IPv4 bucket.
 	std::vector<struct sluice_pending_drops> pending = lookup_percpu<struct sluice_pending_drops>(maps.pending.get(), 0);
-	SourceTable4(maps.src4.get()).for_each(
-		[&](uint32_t rule_id, const uint8_t *addr, const struct sluice_source_state &st) {
-			collect_one(rule_id, addr, 4, 4, st.cnt, by_id, query, raw, s.tracked_sources);
-		},
-		pending);
-	collect_family<struct sluice_src_v6, struct sluice_source_state>(maps.src6.get(), 6, by_id, query, raw,
-									s.tracked_sources);
-	collect_family<struct sluice_src_v4, struct sluice_log_state>(maps.logs4.get(), 4, by_id, query, raw,
-								     s.tracked_sources);
-	collect_family<struct sluice_src_v6, struct sluice_log_state>(maps.logs6.get(), 6, by_id, query, raw,
-								     s.tracked_sources);
+	uint64_t sets4 = map_max_entries(maps.src4.get());
+	count_table(4, false, sets4 * SLUICE_SET_WAYS, [&] {
+		SourceTable4(maps.src4.get()).for_each(
+			[&](uint32_t rule_id, const uint8_t *addr, const struct sluice_source_state &st) {
+				collect_one(rule_id, addr, 4, 4, st.cnt, by_id, query, raw, s.tracked_sources);
+			},
+			pending);
+	});
+	count_table(6, false, maps.max_sources(), [&] {
+		collect_family<struct sluice_src_v6, struct sluice_source_state>(maps.src6.get(), 6, by_id, query, raw,
+										s.tracked_sources);
+	});
+	count_table(4, true, maps.max_log_sources(), [&] {
+		collect_family<struct sluice_src_v4, struct sluice_log_state>(maps.logs4.get(), 4, by_id, query, raw,
+									     s.tracked_sources);
+	});
+	count_table(6, true, map_max_entries(maps.logs6.get()), [&] {
+		collect_family<struct sluice_src_v6, struct sluice_log_state>(maps.logs6.get(), 6, by_id, query, raw,
+									     s.tracked_sources);
+	});
 
 	// Most dropped first, then most passed, then by address.
 	auto order = [](const RawSource &a, const RawSource &b) {
@@ -138,6 +154,20 @@ Stats collect_stats(const MapSet &maps, const StatsQuery &query)
 		}
 	}
 	return s;
+}
+
+uint64_t rule_set_digest(const std::vector<RuleStats> &rules)
+{
+	// FNV-1a over each rule's JSON form, which names every field of its spec
+	// but `continue`, added here.
+	uint64_t h = 0xcbf29ce484222325ULL;
+	for (const auto &rs : rules) {
+		for (char c : rule_json(rs.rule).dump() + (rs.rule.spec.layered ? " continue\n" : "\n")) {
+			h ^= static_cast<uint8_t>(c);
+			h *= 0x100000001b3ULL;
+		}
+	}
+	return h;
 }
 
 nlohmann::ordered_json rule_json(const InstalledRule &r)
