@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <charconv>
+#include <deque>
 #include <mutex>
 
 #include "error.h"
@@ -85,7 +86,8 @@ using prometheus::MetricFamily;
 using prometheus::MetricType;
 using Labels = std::vector<ClientMetric::Label>;
 
-/// Builds metric families in the order they are first named.
+/// Builds metric families in the order they are first named. A deque, so
+/// that a family's reference stays valid while later ones are added.
 class FamilyList {
 public:
 	MetricFamily &add(std::string name, std::string help, MetricType type)
@@ -110,10 +112,13 @@ public:
 		sample(add(std::move(name), std::move(help), type), std::move(labels), value);
 	}
 
-	std::vector<MetricFamily> take() { return std::move(families_); }
+	std::vector<MetricFamily> take()
+	{
+		return {std::make_move_iterator(families_.begin()), std::make_move_iterator(families_.end())};
+	}
 
 private:
-	std::vector<MetricFamily> families_;
+	std::deque<MetricFamily> families_;
 };
 
 std::string family_name(int family) { return family == 6 ? "ipv6" : "ipv4"; }
