@@ -2,8 +2,7 @@
 
 #include <arpa/inet.h>
 
-#include <prometheus/collectable.h>
-#include <prometheus/exposer.h>
+#include <CivetServer.h>
 #include <prometheus/text_serializer.h>
 
 #include <chrono>
@@ -285,43 +284,63 @@ std::string render_text(const std::vector<MetricFamily> &families)
 	return prometheus::TextSerializer().Serialize(families);
 }
 
-/// The exposer's view of the state: reads it at scrape time, one reading at
-/// a time; a scrape that finds one running gets the last figures.
-class MetricsExporter::Collector : public prometheus::Collectable {
+/// Reads the state at scrape time, one reading at a time: a scrape that
+/// arrives while another is reading gets the last figures, at once.
+class MetricsExporter::Collector {
 public:
 	Collector(std::string pin_dir, size_t top) : inst_(std::move(pin_dir)), top_(top) {}
 
-	std::vector<MetricFamily> Collect() const override
+	/// The exposition text of a fresh reading, or of the last one while a
+	/// reading runs (the first scrape waits for the first reading).
+	std::shared_ptr<const std::string> scrape()
 	{
 		std::unique_lock reading(reading_, std::try_to_lock);
 		if (!reading.owns_lock()) {
 			{
 				std::lock_guard hold(last_mutex_);
-				if (have_last_)
+				if (last_)
 					return last_;
 			}
-			reading.lock(); // the first reading is still running: wait for it
+			reading.lock();
 		}
 		Reading r = read_state(inst_, top_);
 		if (r.error != last_error_) {
 			log_line(r.error.empty() ? "reading the pinned state again" : r.error + "; retrying at each scrape");
 			last_error_ = r.error;
 		}
-		std::vector<MetricFamily> families = metric_families(r);
+		auto text = std::make_shared<const std::string>(render_text(metric_families(r)));
 		std::lock_guard hold(last_mutex_);
-		last_ = families;
-		have_last_ = true;
-		return families;
+		last_ = text;
+		return text;
 	}
 
 private:
 	Instance inst_;
 	size_t top_;
-	mutable std::mutex reading_;     ///< held by the scrape that is reading
-	mutable std::string last_error_; ///< guarded by reading_
-	mutable std::mutex last_mutex_;
-	mutable std::vector<MetricFamily> last_;
-	mutable bool have_last_ = false;
+	std::mutex reading_;     ///< held by the scrape that is reading
+	std::string last_error_; ///< guarded by reading_
+	std::mutex last_mutex_;
+	std::shared_ptr<const std::string> last_;
+};
+
+/// GET /metrics. civetweb runs it on its worker threads, several at once.
+class MetricsExporter::Handler : public CivetHandler {
+public:
+	explicit Handler(Collector &collector) : collector_(collector) {}
+
+	bool handleGet(CivetServer *, struct mg_connection *conn) override
+	{
+		std::shared_ptr<const std::string> text = collector_.scrape();
+		mg_printf(conn,
+			  "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+			  "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+			  text->size());
+		mg_write(conn, text->data(), text->size());
+		return true;
+	}
+
+private:
+	Collector &collector_;
 };
 
 MetricsExporter::MetricsExporter(MetricsOptions options) : options_(std::move(options)) {}
@@ -330,14 +349,16 @@ MetricsExporter::~MetricsExporter() { stop(); }
 
 void MetricsExporter::start()
 {
-	collector_ = std::make_shared<Collector>(options_.pin_dir, options_.top_sources);
+	collector_ = std::make_unique<Collector>(options_.pin_dir, options_.top_sources);
+	handler_ = std::make_unique<Handler>(*collector_);
 	try {
-		exposer_ = std::make_unique<prometheus::Exposer>(options_.listen.text(), 2);
-	} catch (const std::exception &e) {
+		server_ = std::make_unique<CivetServer>(std::vector<std::string>{
+			"listening_ports", options_.listen.text(), "num_threads", "4"});
+	} catch (const std::exception &) {
 		throw Error("cannot serve metrics on " + options_.listen.text() + " (is the port in use?)");
 	}
-	exposer_->RegisterCollectable(collector_);
-	std::vector<int> ports = exposer_->GetListeningPorts();
+	server_->addHandler("/metrics", handler_.get());
+	std::vector<int> ports = server_->getListeningPorts();
 	port_ = ports.empty() ? options_.listen.port : static_cast<uint16_t>(ports.front());
 	ListenAddress bound = options_.listen;
 	bound.port = port_;
@@ -346,7 +367,8 @@ void MetricsExporter::start()
 
 void MetricsExporter::stop() noexcept
 {
-	exposer_.reset();
+	server_.reset(); // waits for the handlers that run
+	handler_.reset();
 	collector_.reset();
 }
 

@@ -1,6 +1,8 @@
 // The agent's Prometheus exporter: at each scrape it reads the pinned state
 // through the library (the calls `sluice status` and `sluice stats` make) and
-// serves it in the text exposition format, written by prometheus-cpp.
+// serves it in the text exposition format: metric families and their text
+// from prometheus-cpp, HTTP from civetweb (which prometheus-cpp's own
+// exposer wraps, but serialising every scrape behind one lock).
 #pragma once
 
 #include <prometheus/metric_family.h>
@@ -15,9 +17,7 @@
 #include "datapath.h"
 #include "stats.h"
 
-namespace prometheus {
-class Exposer;
-}
+class CivetServer;
 
 namespace sluice::agent {
 
@@ -82,9 +82,11 @@ public:
 
 private:
 	class Collector;
+	class Handler;
 	MetricsOptions options_;
-	std::shared_ptr<Collector> collector_;
-	std::unique_ptr<prometheus::Exposer> exposer_;
+	std::unique_ptr<Collector> collector_;
+	std::unique_ptr<Handler> handler_;
+	std::unique_ptr<CivetServer> server_;
 	uint16_t port_ = 0;
 };
 
