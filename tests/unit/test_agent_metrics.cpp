@@ -148,6 +148,11 @@ TEST(Metrics, AReadingBecomesCountersAndGaugesWithBoundedLabels)
 	EXPECT_TRUE(has(lines, "sluice_top_source_dropped_packets_total{rule=\"flood\",source=\"10.0.0.1\"} 150"));
 	EXPECT_TRUE(has(lines, "sluice_top_source_would_drop_packets_total{rule=\"trial\",source=\"fd00::1\"} 4"));
 	EXPECT_EQ(text.find("10.0.0.2"), std::string::npos);
+	// Label values are escaped: an interface name may hold a quote.
+	r.status.links[0].ifname = "we\"ird\\";
+	EXPECT_TRUE(has(samples(render_text(metric_families(r))),
+			"sluice_interface_info{interface=\"we\\\"ird\\\\\",ifindex=\"3\",netns=\"4026531840\","
+			"mode=\"generic\",prog_id=\"42\"} 1"));
 	// Every family is named by the conventions: counters end in _total.
 	std::istringstream in(text);
 	for (std::string line; std::getline(in, line);) {

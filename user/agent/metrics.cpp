@@ -5,6 +5,7 @@
 #include <CivetServer.h>
 #include <prometheus/text_serializer.h>
 
+#include <algorithm>
 #include <chrono>
 #include <charconv>
 #include <deque>
@@ -69,7 +70,10 @@ Reading read_state(const Instance &inst, size_t top_sources)
 			maps = inst.maps();
 			r.status = inst.status();
 		}
-		r.stats = collect_stats(maps, {top_sources, ""});
+		// The library's top 0 means every source: ask for one and drop it.
+		r.stats = collect_stats(maps, {std::max<size_t>(top_sources, 1), ""});
+		if (top_sources == 0)
+			r.stats.sources.clear();
 		r.readable = true;
 	} catch (const std::exception &e) {
 		r.error = e.what();
