@@ -126,14 +126,20 @@ public:
 	}
 	const std::string &seen() const { return seen_; }
 
-	/// Sends sig and waits; the exit code, or -signal if killed by one.
+	/// Sends sig and waits, up to 20 s before SIGKILL; the exit code, or
+	/// -signal if killed by one.
 	int stop(int sig)
 	{
 		if (pid_ <= 0)
 			return -1;
 		kill(pid_, sig);
 		int status = 0;
-		waitpid(pid_, &status, 0);
+		for (int i = 0; i < 200 && waitpid(pid_, &status, WNOHANG) == 0; i++)
+			std::this_thread::sleep_for(std::chrono::milliseconds(100));
+		if (kill(pid_, 0) == 0 && waitpid(pid_, &status, WNOHANG) == 0) {
+			kill(pid_, SIGKILL);
+			waitpid(pid_, &status, 0);
+		}
 		pid_ = -1;
 		return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
 	}
@@ -446,4 +452,13 @@ TEST(AgentArguments, BadInputIsOneLineAndAFailure)
 		EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
 		EXPECT_EQ(r.err.rfind("sluice: " + args[1] + ":", 0), 0u) << r.err;
 	}
+}
+
+TEST(AgentSignals, SigintEndsItAsCleanlyAsSigterm)
+{
+	setenv("SLUICE_PIN_DIR", (PIN_DIR + "-none").c_str(), 1);
+	AgentProcess agent;
+	EXPECT_EQ(sample(agent.scrape(), "sluice_up"), 0);
+	EXPECT_EQ(agent.child().stop(SIGINT), 0) << agent.child().seen();
+	EXPECT_NE(agent.child().wait_for_line(std::regex("stopped by Interrupt")), "") << agent.child().seen();
 }

@@ -55,42 +55,47 @@ int Agent::run()
 		throw;
 	}
 
+	// A component that throws from tick() or on_readable() ends the agent;
+	// the components started are stopped first, either way.
 	int ended_by = 0;
-	auto next_tick = std::chrono::steady_clock::now() + tick_;
-	for (bool running = true; running;) {
-		std::vector<pollfd> fds = {{signals.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
-		std::vector<Component *> owner = {nullptr, nullptr};
-		for (auto &c : components_) {
-			for (int fd : c->watched_fds()) {
-				fds.push_back({fd, POLLIN, 0});
-				owner.push_back(c.get());
+	try {
+		auto next_tick = std::chrono::steady_clock::now() + tick_;
+		for (bool running = true; running;) {
+			std::vector<pollfd> fds = {{signals.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
+			std::vector<Component *> owner = {nullptr, nullptr};
+			for (auto &c : components_) {
+				for (int fd : c->watched_fds()) {
+					fds.push_back({fd, POLLIN, 0});
+					owner.push_back(c.get());
+				}
+			}
+			auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_tick -
+											   std::chrono::steady_clock::now());
+			int n = poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(wait.count(), 0)));
+			if (n < 0 && errno != EINTR)
+				throw_errno("the agent's main loop cannot wait", errno);
+			if (n > 0) {
+				if (fds[0].revents & POLLIN) {
+					struct signalfd_siginfo info = {};
+					if (read(signals.get(), &info, sizeof(info)) == sizeof(info))
+						ended_by = static_cast<int>(info.ssi_signo);
+					running = false;
+				}
+				if (fds[1].revents & POLLIN)
+					running = false;
+				for (size_t i = 2; running && i < fds.size(); i++)
+					if (fds[i].revents & (POLLIN | POLLHUP | POLLERR))
+						owner[i]->on_readable(fds[i].fd);
+			}
+			if (running && std::chrono::steady_clock::now() >= next_tick) {
+				for (auto &c : components_)
+					c->tick();
+				next_tick = std::chrono::steady_clock::now() + tick_;
 			}
 		}
-		auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_tick - std::chrono::steady_clock::now());
-		int n = poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(wait.count(), 0)));
-		if (n < 0 && errno != EINTR) {
-			int err = errno;
-			stop_started();
-			throw_errno("the agent's main loop cannot wait", err);
-		}
-		if (n > 0) {
-			if (fds[0].revents & POLLIN) {
-				struct signalfd_siginfo info = {};
-				if (read(signals.get(), &info, sizeof(info)) == sizeof(info))
-					ended_by = static_cast<int>(info.ssi_signo);
-				running = false;
-			}
-			if (fds[1].revents & POLLIN)
-				running = false;
-			for (size_t i = 2; running && i < fds.size(); i++)
-				if (fds[i].revents & (POLLIN | POLLHUP | POLLERR))
-					owner[i]->on_readable(fds[i].fd);
-		}
-		if (running && std::chrono::steady_clock::now() >= next_tick) {
-			for (auto &c : components_)
-				c->tick();
-			next_tick = std::chrono::steady_clock::now() + tick_;
-		}
+	} catch (...) {
+		stop_started();
+		throw;
 	}
 	stop_started();
 	return ended_by;
