@@ -9,7 +9,9 @@
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <netinet/in.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/file.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -461,4 +463,59 @@ TEST(AgentSignals, SigintEndsItAsCleanlyAsSigterm)
 	EXPECT_EQ(sample(agent.scrape(), "sluice_up"), 0);
 	EXPECT_EQ(agent.child().stop(SIGINT), 0) << agent.child().seen();
 	EXPECT_NE(agent.child().wait_for_line(std::regex("stopped by Interrupt")), "") << agent.child().seen();
+}
+
+TEST_F(AgentEndToEnd, AScrapeDuringAReadingIsAnsweredWithTheLastFigures)
+{
+	ASSERT_EQ(cli({"rule", "add", "10.204.0.0/16", "--rate", "10/s", "--name", "only"}).exit_code, 0);
+	AgentProcess agent;
+	std::string last = agent.scrape();
+	ASSERT_EQ(sample(last, "sluice_up"), 1) << last;
+
+	// A mutating command holds the pin directory's lock: a reading waits for
+	// it. Of two scrapes sent now, one reads (and waits); the other must be
+	// answered meanwhile, from the last figures.
+	int dir = open(PIN_DIR.c_str(), O_RDONLY | O_DIRECTORY);
+	ASSERT_GE(dir, 0);
+	ASSERT_EQ(flock(dir, LOCK_EX), 0);
+	std::string url = "http://127.0.0.1:" + std::to_string(agent.port()) + "/metrics";
+	std::vector<std::string> outputs = {"/tmp/slag-scrape-1", "/tmp/slag-scrape-2"};
+	std::vector<pid_t> scrapes;
+	for (const auto &out : outputs) {
+		pid_t pid = fork();
+		if (pid == 0) {
+			execlp("curl", "curl", "-sS", "--max-time", "30", "-o", out.c_str(), url.c_str(), nullptr);
+			_exit(127);
+		}
+		scrapes.push_back(pid);
+	}
+	int answered = -1, status = 0;
+	for (int i = 0; i < 200 && answered < 0; i++) {
+		std::this_thread::sleep_for(std::chrono::milliseconds(50));
+		for (int k = 0; k < 2 && answered < 0; k++)
+			if (waitpid(scrapes[k], &status, WNOHANG) == scrapes[k])
+				answered = k;
+	}
+	ASSERT_GE(answered, 0) << "no scrape was answered while a reading waited for the lock";
+	EXPECT_EQ(WEXITSTATUS(status), 0);
+	int waiting = 1 - answered;
+	EXPECT_EQ(waitpid(scrapes[waiting], &status, WNOHANG), 0) << "the reading did not wait for the lock";
+	std::ifstream in(outputs[answered]);
+	std::string cached((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+	EXPECT_EQ(sample(cached, "sluice_up"), 1) << cached;
+	EXPECT_EQ(sample(cached, "sluice_rules"), 1);
+	EXPECT_EQ(sample(cached, "sluice_agent_collect_duration_seconds"),
+		  sample(last, "sluice_agent_collect_duration_seconds"))
+		<< "the figures of the last reading, not a new one";
+
+	// The lock released, the waiting scrape gets a fresh reading.
+	flock(dir, LOCK_UN);
+	close(dir);
+	ASSERT_EQ(waitpid(scrapes[waiting], &status, 0), scrapes[waiting]);
+	EXPECT_EQ(WEXITSTATUS(status), 0);
+	std::ifstream fresh_in(outputs[waiting]);
+	std::string fresh((std::istreambuf_iterator<char>(fresh_in)), std::istreambuf_iterator<char>());
+	EXPECT_EQ(sample(fresh, "sluice_up"), 1) << fresh;
+	for (const auto &out : outputs)
+		unlink(out.c_str());
 }
