@@ -26,6 +26,7 @@
 #include <regex>
 #include <thread>
 
+#include "fd.h"
 #include "process.h"
 #include "sluice_abi.h"
 #include "sockaddr.h"
@@ -475,9 +476,11 @@ TEST_F(AgentEndToEnd, AScrapeDuringAReadingIsAnsweredWithTheLastFigures)
 	// A mutating command holds the pin directory's lock: a reading waits for
 	// it. Of two scrapes sent now, one reads (and waits); the other must be
 	// answered meanwhile, from the last figures.
-	int dir = open(PIN_DIR.c_str(), O_RDONLY | O_DIRECTORY);
-	ASSERT_GE(dir, 0);
-	ASSERT_EQ(flock(dir, LOCK_EX), 0);
+	// Closed (so unlocked) when the test ends, even by a failed assertion:
+	// TearDown's detach takes the lock.
+	sluice::UniqueFd dir(open(PIN_DIR.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)); // not held by the curls
+	ASSERT_TRUE(dir);
+	ASSERT_EQ(flock(dir.get(), LOCK_EX), 0);
 	std::string url = "http://127.0.0.1:" + std::to_string(agent.port()) + "/metrics";
 	std::vector<std::string> outputs = {"/tmp/slag-scrape-1", "/tmp/slag-scrape-2"};
 	std::vector<pid_t> scrapes;
@@ -509,8 +512,7 @@ TEST_F(AgentEndToEnd, AScrapeDuringAReadingIsAnsweredWithTheLastFigures)
 		<< "the figures of the last reading, not a new one";
 
 	// The lock released, the waiting scrape gets a fresh reading.
-	flock(dir, LOCK_UN);
-	close(dir);
+	dir.reset();
 	ASSERT_EQ(waitpid(scrapes[waiting], &status, 0), scrapes[waiting]);
 	EXPECT_EQ(WEXITSTATUS(status), 0);
 	std::ifstream fresh_in(outputs[waiting]);
