@@ -1044,13 +1044,20 @@ __noinline int sluice_choose_victim(const struct sluice_set_tags *a, const struc
 }
 
 /* Counts a new bucket, and what it evicted. */
-static __always_inline void count_insert(const struct victim *v, __u32 stamp)
+static __always_inline void count_insert(const struct victim *v, __u32 stamp, __u32 table)
 {
+	int v6 = table == SLUICE_TABLE_V6, active;
+
 	count_global(SLUICE_CNT_INFO_NEW_BUCKET, 0);
 	if (v->key != SLUICE_KEY_EMPTY) {
+		active = sluice_way_active(v->keep, stamp);
 		count_global(SLUICE_CNT_INFO_EVICTED, 0);
-		if (sluice_way_active(v->keep, stamp))
+		if (active)
 			count_global(SLUICE_CNT_INFO_EVICTED_ACTIVE, 0);
+		if (v6)
+			count_global(SLUICE_CNT_INFO_EVICTED_V6, 0);
+		if (v6 && active)
+			count_global(SLUICE_CNT_INFO_EVICTED_ACTIVE_V6, 0);
 	}
 }
 
@@ -1133,7 +1140,7 @@ __noinline int sluice_insert_v4(const struct sluice_rule *rule, struct charge_re
 		return LOOKUP_RETRY;
 	}
 	res = install_source(&set->tag, &set->way[w], w, frozen, init, rule, req);
-	count_insert(&req->victim, sluice_stamp(req->now));
+	count_insert(&req->victim, sluice_stamp(req->now), req->table);
 	return res;
 }
 
@@ -1162,7 +1169,7 @@ __noinline int sluice_insert_v6(const struct sluice_rule *rule, struct charge_re
 	}
 	set->addr[w] = req->addr;
 	res = install_source(&set->tag, &set->way[w], w, frozen, init, rule, req);
-	count_insert(&req->victim, sluice_stamp(req->now));
+	count_insert(&req->victim, sluice_stamp(req->now), req->table);
 	return res;
 }
 
@@ -1476,7 +1483,7 @@ __noinline int sluice_log_insert_v4(const struct sluice_rule *rule, struct charg
 		return LOOKUP_RETRY;
 	}
 	res = install_log(&set->tag, &set->way[w], w, frozen, rule, req);
-	count_insert(&req->victim, sluice_stamp(req->now));
+	count_insert(&req->victim, sluice_stamp(req->now), req->table);
 	return res;
 }
 
@@ -1502,7 +1509,7 @@ __noinline int sluice_log_insert_v6(const struct sluice_rule *rule, struct charg
 	}
 	set->addr[w] = req->addr;
 	res = install_log(&set->tag, &set->way[w], w, frozen, rule, req);
-	count_insert(&req->victim, sluice_stamp(req->now));
+	count_insert(&req->victim, sluice_stamp(req->now), req->table);
 	return res;
 }
 

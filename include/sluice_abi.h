@@ -137,6 +137,8 @@ enum sluice_counter_index {
 	SLUICE_CNT_INFO_EVICTED_ACTIVE,/* ...seen in the last second or in debt: table too small */
 	SLUICE_CNT_INFO_ENCAPSULATED,  /* IP in IP, GRE, ESP, PPPoE, MPLS: judged by the outer header */
 	SLUICE_CNT_INFO_EVENTS_LOST,   /* throttle events lost: ring buffer or throttled-source table full */
+	SLUICE_CNT_INFO_EVICTED_V6,    /* the evictions of IPv6 buckets among SLUICE_CNT_INFO_EVICTED */
+	SLUICE_CNT_INFO_EVICTED_ACTIVE_V6, /* ...and among SLUICE_CNT_INFO_EVICTED_ACTIVE */
 	SLUICE_CNT_MAX,
 };
 

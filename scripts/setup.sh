@@ -14,6 +14,8 @@ packages=(
   iproute2 util-linux procps             # ip netns/veth, nsenter, pgrep (tests, demo)
   tmux                                   # sluice top's end-to-end test (a terminal to drive and capture)
   groff-base mandoc                      # the man page's checks (packaging.man): groff -ww, mandoc -T lint
+  prometheus-cpp-dev                     # the agent's metrics exporter (sluice agent)
+  prometheus curl                        # a real Prometheus server that scrapes the agent (e2e.Agent*)
 )
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # packaging.install: `cmake --install` of this build tree into a scratch
-# DESTDIR puts exactly the four files where the README says, the unit runs the
+# DESTDIR puts exactly the five files where the README says, the units run the
 # binary it installed, that binary fails with one line without a policy, and
-# systemd-analyze accepts the unit.
+# systemd-analyze accepts both units (the agent's restarts on failure and
+# never detaches).
 # Usage: install.sh BUILD_DIR PREFIX SBINDIR MANDIR DATADIR UNITDIR
 # (the directories as CMake has them: relative to PREFIX unless absolute).
 set -euo pipefail
@@ -28,7 +29,7 @@ check_install() {
   unit=$(under "$pfx" "$unitdir")
   local want
   want=$(printf '%s\n' "$sbin/sluice" "$man8/sluice.8" "$doc/sluice.yaml.example" \
-    "$unit/sluice.service" | sort)
+    "$unit/sluice.service" "$unit/sluice-agent.service" | sort)
   local got
   got=$(cd "$dest" && find . -type f -o -type l | sed 's/^\.//' | sort)
   [ "$got" = "$want" ] || fail "installed files differ (prefix $pfx):
@@ -47,6 +48,21 @@ $got"
   done
   if grep -n '@[A-Za-z_]*@' "$f"; then
     fail "$unit/sluice.service has a placeholder left"
+  fi
+
+  f=$dest$unit/sluice-agent.service
+  for line in "ExecStart=$sbin/sluice agent" "Restart=on-failure"; do
+    grep -qxF "$line" "$f" || fail "$unit/sluice-agent.service lacks the line: $line"
+  done
+  # Stopping the agent must never detach: no command of its runs but the agent.
+  if grep -nE '^Exec(Stop|StopPost|Reload|StartPre|StartPost)=' "$f"; then
+    fail "$unit/sluice-agent.service runs a command besides the agent"
+  fi
+  if grep -nE '^(BindsTo|PartOf|Requires)=' "$f"; then
+    fail "$unit/sluice-agent.service ties its life to another unit"
+  fi
+  if grep -n '@[A-Za-z_]*@' "$f"; then
+    fail "$unit/sluice-agent.service has a placeholder left"
   fi
 }
 
@@ -69,22 +85,25 @@ out=$("$sluice" apply "$scratch/no-such-dir/sluice.yaml" 2>&1) || status=$?
 # output is a failure.
 if command -v systemd-analyze >/dev/null; then
   dest=$scratch/default
-  unit=$(under "$prefix" "$unitdir")/sluice.service
-  out=$(MANPATH=$dest$(under "$prefix" "$mandir") \
-        systemd-analyze verify --root="$dest" "$dest$unit" 2>&1) ||
-    fail "systemd-analyze verify failed: $out"
-  [ -z "$out" ] || fail "systemd-analyze verify warns: $out"
-  echo "packaging.install: files in place; systemd-analyze verify accepts the unit"
+  for name in sluice.service sluice-agent.service; do
+    unit=$(under "$prefix" "$unitdir")/$name
+    out=$(MANPATH=$dest$(under "$prefix" "$mandir") \
+          systemd-analyze verify --root="$dest" "$dest$unit" 2>&1) ||
+      fail "systemd-analyze verify of $name failed: $out"
+    [ -z "$out" ] || fail "systemd-analyze verify warns about $name: $out"
+  done
+  echo "packaging.install: files in place; systemd-analyze verify accepts both units"
 else
   # Without systemd: every line is a comment, one of the three sections, or a
   # key of that section that systemd knows, as Key=Value.
+  units=$scratch/default$(under "$prefix" "$unitdir")
   bad=$(awk '
     /^(#|$)/ { next }
     /^\[(Unit|Service|Install)\]$/ { section = $0; next }
     section == "[Unit]" && /^(Description|Documentation|Wants|Before|After|Conflicts|DefaultDependencies)=./ { next }
-    section == "[Service]" && /^(Type|RemainAfterExit|ExecStartPre|ExecStart|ExecReload|ExecStop)=./ { next }
+    section == "[Service]" && /^(Type|RemainAfterExit|ExecStartPre|ExecStart|ExecReload|ExecStop|Restart|RestartSec)=./ { next }
     section == "[Install]" && /^WantedBy=./ { next }
-    { print FILENAME ":" FNR ": " $0 }' "$scratch/default$(under "$prefix" "$unitdir")/sluice.service")
+    { print FILENAME ":" FNR ": " $0 }' "$units/sluice.service" "$units/sluice-agent.service")
   [ -z "$bad" ] || fail "unexpected unit lines: $bad"
-  echo "packaging.install: files in place; systemd-analyze not found, so the unit's keys were checked by a list"
+  echo "packaging.install: files in place; systemd-analyze not found, so the units' keys were checked by a list"
 fi

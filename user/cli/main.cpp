@@ -12,12 +12,14 @@
 #include <optional>
 #include <sstream>
 
+#include "agent.h"
 #include "apply.h"
 #include "chain.h"
 #include "datapath.h"
 #include "events.h"
 #include "rate.h"
 #include "explain.h"
+#include "metrics.h"
 #include "rule_args.h"
 #include "rule_table.h"
 #include "stats.h"
@@ -584,6 +586,23 @@ int main(int argc, char **argv)
 	explain_cmd->add_option("--dport", explain_dport, "Destination port (with --proto tcp or udp; default: unknown)");
 	explain_cmd->add_option("--bytes", explain_bytes, "IP length charged to byte rates (default 1500)");
 	explain_cmd->add_flag("--json", json, "JSON output");
+	std::string metrics_text = agent::ListenAddress().text();
+	size_t top_sources = agent::DEFAULT_TOP_SOURCES;
+	auto *agent_cmd = app.add_subcommand(
+		"agent", "Serve Prometheus metrics read from the pinned state (optional; enforcement never needs it)");
+	agent_cmd->add_option("--metrics", metrics_text, "ADDR:PORT to serve /metrics on (default " + metrics_text + ")");
+	agent_cmd
+		->add_option("--top-sources", top_sources,
+			     "Per-source series for the N sources with most drops (default " +
+				     std::to_string(agent::DEFAULT_TOP_SOURCES) + ", at most " +
+				     std::to_string(agent::MAX_TOP_SOURCES) + ")")
+		->check(CLI::Validator(
+			[](std::string &v) {
+				return v.empty() || v[0] == '-' ? std::string("a count from 0 to ") +
+									  std::to_string(agent::MAX_TOP_SOURCES) + ", not " + v
+								: std::string();
+			},
+			"N"));
 
 	try {
 		app.parse(argc, argv);
@@ -597,7 +616,7 @@ int main(int argc, char **argv)
 		std::string msg = e.what();
 		if (msg.empty())
 			msg = "a subcommand is required (attach, detach, status, rule, stats, top, events, explain, apply, "
-			      "export, upgrade); see --help";
+			      "export, upgrade, agent); see --help";
 		std::cerr << "sluice: " << msg << "\n";
 		return 2;
 	}
@@ -605,7 +624,19 @@ int main(int argc, char **argv)
 	set_libbpf_verbose(verbose);
 	try {
 		Instance inst;
-		if (*attach) {
+		if (*agent_cmd) {
+			agent::MetricsOptions options;
+			options.listen = agent::parse_listen_address(metrics_text);
+			if (top_sources > agent::MAX_TOP_SOURCES)
+				throw Error("--top-sources: at most " + std::to_string(agent::MAX_TOP_SOURCES) +
+					    " (each source adds series), not " + std::to_string(top_sources));
+			options.top_sources = top_sources;
+			options.pin_dir = inst.pin_dir();
+			agent::Agent a;
+			a.add(std::make_unique<agent::MetricsExporter>(options));
+			int sig = a.run();
+			agent::log_line(std::string("stopped") + (sig ? std::string(" by ") + strsignal(sig) : ""));
+		} else if (*attach) {
 			XdpMode mode = parse_mode(mode_text);
 			if (prog_array_path.empty() && ifname.empty())
 				throw Error("attach needs an interface, or --prog-array MAP --index N");

@@ -773,8 +773,11 @@ Status Instance::status() const
 	m.for_each([&s](const char *, int fd) { s.map_memory_bytes += fd_memlock(fd); });
 	uint32_t zero = 0;
 	struct sluice_meta meta = {};
-	if (bpf_map_lookup_elem(m.meta.get(), &zero, &meta) == 0)
+	if (bpf_map_lookup_elem(m.meta.get(), &zero, &meta) == 0) {
 		s.loaded_ns = meta.loaded_ns;
+		s.abi_version = meta.abi_version;
+		s.layout_hash = meta.layout_hash;
+	}
 	return s;
 }
 

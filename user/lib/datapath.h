@@ -82,6 +82,8 @@ struct Status {
 	uint32_t max_rules = 0;
 	uint64_t map_memory_bytes = 0; ///< the kernel's own account of the maps
 	uint64_t loaded_ns = 0;
+	uint32_t abi_version = 0; ///< of the binary that loaded the program (struct sluice_meta)
+	uint64_t layout_hash = 0;
 };
 
 /// The pinned Sluice state under one bpffs directory (normally

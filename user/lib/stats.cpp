@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <tuple>
 #include <ostream>
 #include <unordered_map>
@@ -18,7 +19,8 @@ const char *const COUNTER_NAMES[] = {
 	"pass_shadow",     "pass_contention", "drop_rate",    "drop_deny",
 	"failopen_parse",  "failopen_rule",  "failopen_table", "drop_malformed",
 	"fragments",       "l4_unknown",     "new_buckets",   "evicted",
-	"evicted_active",  "encapsulated",  "events_lost",
+	"evicted_active",  "encapsulated",  "events_lost",   "evicted_v6",
+	"evicted_active_v6",
 };
 static_assert(std::size(COUNTER_NAMES) == SLUICE_CNT_MAX, "a name for every counter");
 
@@ -101,12 +103,27 @@ Stats collect_stats(const MapSet &maps, const StatsQuery &query)
 		by_id[rs.rule.id] = &rs;
 
 	std::vector<RawSource> raw;
+	// Each table's share of the tracked buckets, and its size.
+	auto count_table = [&s](int family, bool sliding_log, uint64_t capacity, const std::function<void()> &collect) {
+		uint64_t before = s.tracked_sources;
+		collect();
+		s.tables.push_back({family, sliding_log, s.tracked_sources - before, capacity});
+	};
 	// Every CPU's drops not yet added to their bucket.
 	std::vector<struct sluice_pending_drops> pending = lookup_percpu<struct sluice_pending_drops>(maps.pending.get(), 0);
-	collect_table<struct sluice_set_v4>(maps.src4.get(), pending, by_id, query, raw, s.tracked_sources);
-	collect_table<struct sluice_set_v6>(maps.src6.get(), pending, by_id, query, raw, s.tracked_sources);
-	collect_table<struct sluice_log_set_v4>(maps.logs4.get(), pending, by_id, query, raw, s.tracked_sources);
-	collect_table<struct sluice_log_set_v6>(maps.logs6.get(), pending, by_id, query, raw, s.tracked_sources);
+	auto capacity = [](int fd) { return uint64_t(map_max_entries(fd)) * SLUICE_SET_WAYS; };
+	count_table(4, false, capacity(maps.src4.get()), [&] {
+		collect_table<struct sluice_set_v4>(maps.src4.get(), pending, by_id, query, raw, s.tracked_sources);
+	});
+	count_table(6, false, capacity(maps.src6.get()), [&] {
+		collect_table<struct sluice_set_v6>(maps.src6.get(), pending, by_id, query, raw, s.tracked_sources);
+	});
+	count_table(4, true, capacity(maps.logs4.get()), [&] {
+		collect_table<struct sluice_log_set_v4>(maps.logs4.get(), pending, by_id, query, raw, s.tracked_sources);
+	});
+	count_table(6, true, capacity(maps.logs6.get()), [&] {
+		collect_table<struct sluice_log_set_v6>(maps.logs6.get(), pending, by_id, query, raw, s.tracked_sources);
+	});
 
 	// Most dropped first, then most passed, then by address.
 	auto order = [](const RawSource &a, const RawSource &b) {
@@ -137,6 +154,20 @@ Stats collect_stats(const MapSet &maps, const StatsQuery &query)
 		}
 	}
 	return s;
+}
+
+uint64_t rule_set_digest(const std::vector<RuleStats> &rules)
+{
+	// FNV-1a over each rule's JSON form, which names every field of its spec
+	// but `continue`, added here.
+	uint64_t h = 0xcbf29ce484222325ULL;
+	for (const auto &rs : rules) {
+		for (char c : rule_json(rs.rule).dump() + (rs.rule.spec.layered ? " continue\n" : "\n")) {
+			h ^= static_cast<uint8_t>(c);
+			h *= 0x100000001b3ULL;
+		}
+	}
+	return h;
 }
 
 nlohmann::ordered_json rule_json(const InstalledRule &r)

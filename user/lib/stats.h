@@ -33,9 +33,18 @@ struct RuleStats {
 	uint64_t sources = 0; ///< buckets currently tracked for the rule
 };
 
+/// One table of buckets: how full it is.
+struct SourceTableUsage {
+	int family = 4;           ///< 4 or 6
+	bool sliding_log = false; ///< the sliding-log table, else the bucket table
+	uint64_t tracked = 0;     ///< buckets of current rules
+	uint64_t capacity = 0;    ///< buckets the table can hold
+};
+
 struct Stats {
 	std::vector<SourceStats> sources; ///< most dropped first, cut to the query's top
 	uint64_t tracked_sources = 0;     ///< all buckets of current rules
+	std::vector<SourceTableUsage> tables; ///< every bucket table, IPv4 first
 	std::vector<RuleStats> rules;
 	std::array<struct sluice_counter, SLUICE_CNT_MAX> global{};
 };
@@ -55,6 +64,10 @@ VerdictTotals verdict_totals(const Stats &s);
 
 /// Name of a global counter ("drop_rate", "failopen_table"...).
 const char *counter_name(int index);
+
+/// A digest of a rule set (every rule's id and spec, in match order): equal
+/// on two hosts, or before and after a change, exactly when the rules are.
+uint64_t rule_set_digest(const std::vector<RuleStats> &rules);
 
 /// JSON with keys in a reading order (sources first), not sorted.
 nlohmann::ordered_json rule_json(const InstalledRule &r);

@@ -1,0 +1,523 @@
+// The agent end to end: `sluice agent` run as an operator runs it, scraped by
+// a real Prometheus server (Debian's /usr/bin/prometheus, an instance of the
+// test's own on a free loopback port), real UDP traffic through veth, and a
+// PromQL query through Prometheus's HTTP API compared with what was sent.
+// Then what the agent must survive: no state, `sluice upgrade`, state of
+// another layout, and being killed.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <bpf/bpf.h>
+#include <netinet/in.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/file.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "fd.h"
+#include "process.h"
+#include "sluice_abi.h"
+#include "sockaddr.h"
+
+using nlohmann::json;
+using namespace sluice::test;
+
+namespace {
+
+const std::string PIN_DIR = "/sys/fs/bpf/slag";
+const std::string SRC_NS = "slag-src", DST_NS = "slag-dst";
+const std::string SRC_IF = "slag-s", DST_IF = "slag-d";
+const std::string DST_V4 = "10.201.0.1", SOURCE = "10.201.0.11";
+constexpr uint16_t PORT = 9000;
+constexpr int BURST = 5;
+
+CommandResult cli(std::vector<std::string> args)
+{
+	args.insert(args.begin(), SLUICE_BIN);
+	return run_command(args);
+}
+
+CommandResult cli_dst(std::vector<std::string> args)
+{
+	args.insert(args.begin(), {"nsenter", "--net=/run/netns/" + DST_NS, SLUICE_BIN});
+	return run_command(args);
+}
+
+/// A free TCP port on 127.0.0.1, as the kernel picks one.
+uint16_t free_port()
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	sockaddr_in a{};
+	a.sin_family = AF_INET;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	socklen_t len = sizeof(a);
+	if (fd < 0 || bind(fd, reinterpret_cast<sockaddr *>(&a), len) ||
+	    getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len))
+		throw std::runtime_error("cannot find a free port");
+	close(fd);
+	return ntohs(a.sin_port);
+}
+
+/// A child process whose stderr the test reads; killed when it goes.
+class Child {
+public:
+	Child(const std::vector<std::string> &argv, const std::string &stdout_path = "/dev/null")
+	{
+		int err[2];
+		if (pipe(err))
+			throw std::runtime_error("pipe failed");
+		pid_ = fork();
+		if (pid_ == 0) {
+			FILE *out = std::fopen(stdout_path.c_str(), "w");
+			if (out)
+				dup2(fileno(out), 1);
+			dup2(err[1], 2);
+			close(err[0]);
+			std::vector<char *> args;
+			for (const auto &a : argv)
+				args.push_back(const_cast<char *>(a.c_str()));
+			args.push_back(nullptr);
+			execvp(args[0], args.data());
+			_exit(127);
+		}
+		close(err[1]);
+		err_ = err[0];
+	}
+	~Child()
+	{
+		if (pid_ > 0)
+			stop(SIGKILL);
+		close(err_);
+	}
+
+	/// Everything the child wrote to stderr until `pattern` matched a line,
+	/// or until it exited or `limit` passed; empty if no line matched.
+	std::string wait_for_line(const std::regex &pattern, std::chrono::seconds limit = std::chrono::seconds(10))
+	{
+		auto end = std::chrono::steady_clock::now() + limit;
+		while (std::chrono::steady_clock::now() < end) {
+			size_t nl;
+			while ((nl = pending_.find('\n')) != std::string::npos) {
+				std::string line = pending_.substr(0, nl);
+				pending_.erase(0, nl + 1);
+				seen_ += line + "\n";
+				if (std::regex_search(line, pattern))
+					return line;
+			}
+			pollfd p{err_, POLLIN, 0};
+			if (poll(&p, 1, 100) == 1) {
+				char buf[4096];
+				ssize_t n = read(err_, buf, sizeof(buf));
+				if (n <= 0)
+					return {};
+				pending_.append(buf, n);
+			}
+		}
+		return {};
+	}
+	const std::string &seen() const { return seen_; }
+
+	/// Sends sig and waits, up to 20 s before SIGKILL; the exit code, or
+	/// -signal if killed by one.
+	int stop(int sig)
+	{
+		if (pid_ <= 0)
+			return -1;
+		kill(pid_, sig);
+		int status = 0;
+		for (int i = 0; i < 200 && waitpid(pid_, &status, WNOHANG) == 0; i++)
+			std::this_thread::sleep_for(std::chrono::milliseconds(100));
+		if (kill(pid_, 0) == 0 && waitpid(pid_, &status, WNOHANG) == 0) {
+			kill(pid_, SIGKILL);
+			waitpid(pid_, &status, 0);
+		}
+		pid_ = -1;
+		return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+	}
+	bool running() const { return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
+
+private:
+	pid_t pid_ = -1;
+	int err_ = -1;
+	std::string pending_, seen_;
+};
+
+/// `sluice agent` on a port the kernel picks.
+class AgentProcess {
+public:
+	AgentProcess() : child_({SLUICE_BIN, "agent", "--metrics", "127.0.0.1:0", "--top-sources", "3"})
+	{
+		std::string line = child_.wait_for_line(std::regex("serving metrics on"));
+		std::smatch m;
+		if (!std::regex_search(line, m, std::regex("http://127\\.0\\.0\\.1:([0-9]+)/metrics")))
+			throw std::runtime_error("the agent did not start: " + child_.seen());
+		port_ = static_cast<uint16_t>(std::stoi(m[1]));
+	}
+	uint16_t port() const { return port_; }
+	Child &child() { return child_; }
+
+	/// The metrics as a scraper reads them.
+	std::string scrape() const
+	{
+		CommandResult r = run_command({"curl", "-sS", "--max-time", "10",
+					       "http://127.0.0.1:" + std::to_string(port_) + "/metrics"});
+		if (r.exit_code != 0)
+			throw std::runtime_error("cannot scrape the agent: " + r.err);
+		return r.out;
+	}
+
+private:
+	Child child_;
+	uint16_t port_ = 0;
+};
+
+/// The value of the sample `series` (name and labels, as exposed) in a
+/// scrape; NaN if absent.
+double sample(const std::string &scrape, const std::string &series)
+{
+	std::istringstream in(scrape);
+	for (std::string line; std::getline(in, line);)
+		if (line.rfind(series + " ", 0) == 0)
+			return std::stod(line.substr(series.size() + 1));
+	return NAN;
+}
+
+/// A Prometheus server of the test's own: its configuration and storage in a
+/// scratch directory, scraping one target every second. Stopped and removed
+/// when it goes, whatever the test's outcome.
+class PrometheusServer {
+public:
+	explicit PrometheusServer(uint16_t target_port)
+	{
+		char tmpl[] = "/tmp/slag-prometheus-XXXXXX";
+		if (!mkdtemp(tmpl))
+			throw std::runtime_error("mkdtemp failed");
+		dir_ = tmpl;
+		std::ofstream(dir_ + "/prometheus.yml")
+			<< "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+			<< "scrape_configs:\n  - job_name: sluice\n    static_configs:\n"
+			<< "      - targets: ['127.0.0.1:" << target_port << "']\n";
+		port_ = free_port();
+		server_ = std::make_unique<Child>(std::vector<std::string>{
+			"/usr/bin/prometheus", "--config.file=" + dir_ + "/prometheus.yml",
+			"--storage.tsdb.path=" + dir_ + "/data",
+			"--web.listen-address=127.0.0.1:" + std::to_string(port_)});
+		if (server_->wait_for_line(std::regex("Server is ready to receive web requests"), std::chrono::seconds(30))
+			    .empty())
+			throw std::runtime_error("prometheus did not start: " + server_->seen());
+	}
+	~PrometheusServer()
+	{
+		server_->stop(SIGTERM);
+		std::filesystem::remove_all(dir_);
+	}
+
+	/// An instant query through the HTTP API; the "data" object.
+	json query(const std::string &promql) const
+	{
+		CommandResult r = run_command({"curl", "-sS", "--max-time", "10", "--get", "--data-urlencode",
+					       "query=" + promql,
+					       "http://127.0.0.1:" + std::to_string(port_) + "/api/v1/query"});
+		if (r.exit_code != 0)
+			throw std::runtime_error("cannot query prometheus: " + r.err);
+		json j = json::parse(r.out);
+		if (j["status"] != "success")
+			throw std::runtime_error("prometheus refused " + promql + ": " + r.out);
+		return j["data"];
+	}
+
+	/// The raw samples of one series over the last minute, oldest first, as
+	/// (Unix time in ms, value).
+	std::vector<std::pair<int64_t, double>> samples(const std::string &selector) const
+	{
+		json data = query(selector + "[1m]");
+		std::vector<std::pair<int64_t, double>> out;
+		if (data["result"].empty())
+			return out;
+		for (const auto &v : data["result"][0]["values"])
+			out.emplace_back(std::llround(v[0].get<double>() * 1000), std::stod(v[1].get<std::string>()));
+		return out;
+	}
+
+private:
+	std::string dir_;
+	uint16_t port_ = 0;
+	std::unique_ptr<Child> server_;
+};
+
+int64_t unix_ms()
+{
+	return std::chrono::duration_cast<std::chrono::milliseconds>(
+		       std::chrono::system_clock::now().time_since_epoch())
+		.count();
+}
+
+void remove_topology()
+{
+	run_command({"ip", "netns", "del", SRC_NS});
+	run_command({"ip", "netns", "del", DST_NS});
+}
+
+class AgentEndToEnd : public ::testing::Test {
+protected:
+	void SetUp() override
+	{
+		ASSERT_EQ(geteuid(), 0u) << "the agent's tests load XDP and create namespaces: run as root";
+		setenv("SLUICE_PIN_DIR", PIN_DIR.c_str(), 1);
+		cli({"detach", "--all"}); // leftovers of an interrupted run
+		remove_topology();
+	}
+
+	void TearDown() override
+	{
+		cli({"detach", "--all"});
+		rmdir(PIN_DIR.c_str());
+		remove_topology();
+	}
+
+	void make_topology()
+	{
+		shell("ip netns add " + SRC_NS);
+		shell("ip netns add " + DST_NS);
+		shell("ip link add " + SRC_IF + " netns " + SRC_NS + " address 02:00:00:00:01:01 type veth peer name " +
+		      DST_IF + " netns " + DST_NS + " address 02:00:00:00:01:02");
+		shell("ip -n " + DST_NS + " addr add " + DST_V4 + "/24 dev " + DST_IF);
+		shell("ip -n " + SRC_NS + " addr add " + SOURCE + "/24 dev " + SRC_IF);
+		shell("ip -n " + SRC_NS + " link set " + SRC_IF + " up");
+		shell("ip -n " + DST_NS + " link set " + DST_IF + " up");
+		shell("ip -n " + SRC_NS + " neigh replace " + DST_V4 + " lladdr 02:00:00:00:01:02 dev " + SRC_IF +
+		      " nud permanent");
+	}
+
+	static uint64_t rule_dropped(const std::string &rule)
+	{
+		CommandResult r = cli({"stats", "--json"});
+		EXPECT_EQ(r.exit_code, 0) << r.err;
+		json stats = json::parse(r.out);
+		for (const auto &j : stats["rules"])
+			if (j["name"] == rule)
+				return j["dropped_packets"].get<uint64_t>();
+		ADD_FAILURE() << "no rule " << rule;
+		return 0;
+	}
+};
+
+} // namespace
+
+TEST_F(AgentEndToEnd, PrometheusScrapesTheAgentAndPromqlGivesTheDropRateOfTheTrafficSent)
+{
+	make_topology();
+	ASSERT_EQ(cli_dst({"attach", DST_IF, "--mode", "native", "--max-sources", "4096"}).exit_code, 0);
+	ASSERT_EQ(cli({"rule", "add", "10.201.0.0/24", "--rate", "1/min", "--burst", std::to_string(BURST), "--proto",
+		       "udp", "--name", "flood"})
+			  .exit_code,
+		  0);
+	AgentProcess agent;
+	PrometheusServer prometheus(agent.port());
+	const std::string series = "sluice_rule_dropped_packets_total{rule=\"flood\"}";
+
+	// A first sample, before any traffic: the start of the interval.
+	std::vector<std::pair<int64_t, double>> before;
+	for (int i = 0; i < 100 && before.empty(); i++) {
+		std::this_thread::sleep_for(std::chrono::milliseconds(200));
+		before = prometheus.samples(series);
+	}
+	ASSERT_FALSE(before.empty()) << "prometheus never scraped the agent";
+	auto [t0, v0] = before.back();
+	ASSERT_EQ(v0, 0) << "drops before any traffic";
+
+	const int sent = send_udp_in(SRC_NS, SOURCE, DST_V4, PORT, 200, 64);
+	ASSERT_EQ(sent, 200) << "the sender could not send everything";
+	int64_t sent_at = unix_ms();
+
+	// A sample taken a second after the last datagram: the end of the interval.
+	std::vector<std::pair<int64_t, double>> after;
+	for (int i = 0; i < 100 && (after.empty() || after.back().first < sent_at + 1000); i++) {
+		std::this_thread::sleep_for(std::chrono::milliseconds(200));
+		after = prometheus.samples(series);
+	}
+	ASSERT_FALSE(after.empty());
+	auto [t1, v1] = after.back();
+	ASSERT_GE(t1, sent_at + 1000) << "prometheus stopped scraping";
+
+	// rate() over exactly [t0, t1]: with samples on both edges Prometheus
+	// extrapolates nothing, so the rate is the drops of the interval over
+	// its length, and the drops are what was sent beyond the burst.
+	std::string promql = "rate(" + series + "[" + std::to_string(t1 - t0) + "ms] @ " +
+			     std::to_string(t1 / 1000) + "." + std::to_string(1000 + t1 % 1000).substr(1) + ")";
+	json data = prometheus.query(promql);
+	ASSERT_EQ(data["result"].size(), 1u) << data.dump();
+	double rate = std::stod(data["result"][0]["value"][1].get<std::string>());
+	double seconds = (t1 - t0) / 1000.0;
+	const double expected = static_cast<double>(sent - BURST) / seconds;
+	std::cout << "PromQL: " << promql << "\n  returned " << rate << " drops/s over " << seconds << " s; sent "
+		  << sent << " datagrams, burst " << BURST << ": expected (" << sent << " - " << BURST << ") / "
+		  << seconds << " = " << expected << " drops/s\n";
+	EXPECT_NEAR(rate, expected, expected * 1e-9);
+	EXPECT_EQ(v1, sent - BURST);
+	EXPECT_EQ(rule_dropped("flood"), static_cast<uint64_t>(sent - BURST)) << "sluice stats agrees";
+
+	// The source's own series (top sources by drops) and the global counter.
+	std::string scrape = agent.scrape();
+	EXPECT_EQ(sample(scrape, "sluice_top_source_dropped_packets_total{rule=\"flood\",source=\"" + SOURCE + "\"}"),
+		  sent - BURST)
+		<< scrape;
+	EXPECT_EQ(sample(scrape, "sluice_packets_total{verdict=\"drop\",reason=\"rate\"}"), sent - BURST);
+	EXPECT_EQ(sample(scrape, "sluice_sources_tracked{family=\"ipv4\",table=\"bucket\"}"), 1);
+
+	// Killing the agent changes nothing in the data plane: the next flood is
+	// dropped beyond the (spent) burst as before.
+	EXPECT_EQ(agent.child().stop(SIGKILL), -SIGKILL);
+	ASSERT_EQ(send_udp_in(SRC_NS, SOURCE, DST_V4, PORT, 100, 64), 100);
+	EXPECT_GE(rule_dropped("flood"), static_cast<uint64_t>(sent - BURST + 99));
+	EXPECT_EQ(cli({"status"}).exit_code, 0);
+}
+
+TEST_F(AgentEndToEnd, KeepsServingWithNoStateAcrossUpgradesAndStateOfAnotherLayout)
+{
+	AgentProcess agent;
+	// Nothing loaded: the agent serves, and says so.
+	std::string scrape = agent.scrape();
+	EXPECT_EQ(sample(scrape, "sluice_up"), 0) << scrape;
+	EXPECT_EQ(sample(scrape, "sluice_program_loaded"), 0);
+	EXPECT_NE(agent.child().wait_for_line(std::regex("sluice is not loaded")), "");
+
+	// A rule loads the program; the next scrape reads it.
+	ASSERT_EQ(cli({"rule", "add", "10.202.0.0/16", "--rate", "10/s", "--name", "first"}).exit_code, 0);
+	scrape = agent.scrape();
+	EXPECT_EQ(sample(scrape, "sluice_up"), 1) << scrape;
+	EXPECT_EQ(sample(scrape, "sluice_rules"), 1);
+	std::smatch m;
+	ASSERT_TRUE(std::regex_search(scrape, m, std::regex("sluice_program_info\\{prog_id=\"([0-9]+)\"")));
+	std::string before_upgrade = m[1];
+
+	// `sluice upgrade` replaces the program and its maps: the agent follows,
+	// and sees a rule added after it.
+	ASSERT_EQ(cli({"upgrade"}).exit_code, 0);
+	ASSERT_EQ(cli({"rule", "add", "10.203.0.0/16", "--rate", "10/s", "--name", "second"}).exit_code, 0);
+	scrape = agent.scrape();
+	EXPECT_EQ(sample(scrape, "sluice_up"), 1);
+	EXPECT_EQ(sample(scrape, "sluice_rules"), 2);
+	ASSERT_TRUE(std::regex_search(scrape, m, std::regex("sluice_program_info\\{prog_id=\"([0-9]+)\"")));
+	EXPECT_NE(m[1], before_upgrade) << "the agent still reads the replaced program";
+	EXPECT_FALSE(std::isnan(sample(scrape, "sluice_rule_passed_packets_total{rule=\"second\",rule_id=\"2\"}")));
+
+	// State of another layout (as an older or newer sluice leaves it): the
+	// agent says why, serves sluice_up 0, and reads it again once it is back.
+	std::string meta_pin = PIN_DIR + "/" SLUICE_STR(SLUICE_MAP_META);
+	int meta = bpf_obj_get(meta_pin.c_str());
+	ASSERT_GE(meta, 0);
+	struct sluice_meta record = {}, changed;
+	uint32_t zero = 0;
+	ASSERT_EQ(bpf_map_lookup_elem(meta, &zero, &record), 0);
+	changed = record;
+	changed.layout_hash ^= 1;
+	ASSERT_EQ(bpf_map_update_elem(meta, &zero, &changed, BPF_ANY), 0);
+	scrape = agent.scrape();
+	EXPECT_EQ(sample(scrape, "sluice_up"), 0) << scrape;
+	EXPECT_EQ(sample(scrape, "sluice_program_loaded"), 1);
+	EXPECT_NE(agent.child().wait_for_line(std::regex("has another layout than this sluice")), "");
+	EXPECT_TRUE(agent.child().running());
+	ASSERT_EQ(bpf_map_update_elem(meta, &zero, &record, BPF_ANY), 0);
+	close(meta);
+	scrape = agent.scrape();
+	EXPECT_EQ(sample(scrape, "sluice_up"), 1) << scrape;
+
+	// SIGTERM ends it cleanly, and leaves the state as it was.
+	EXPECT_EQ(agent.child().stop(SIGTERM), 0) << agent.child().seen();
+	CommandResult status = cli({"status", "--json"});
+	ASSERT_EQ(status.exit_code, 0);
+	EXPECT_EQ(json::parse(status.out)["rules"], 2);
+}
+
+TEST(AgentArguments, BadInputIsOneLineAndAFailure)
+{
+	for (std::vector<std::string> args : {std::vector<std::string>{"agent", "--metrics", "nonsense"},
+					      {"agent", "--metrics", "127.0.0.1:70000"},
+					      {"agent", "--metrics", "::1:9617"},
+					      {"agent", "--top-sources", "-1"},
+					      {"agent", "--top-sources", "100000"}}) {
+		CommandResult r = cli(args);
+		SCOPED_TRACE(args[1] + " " + args[2]);
+		EXPECT_NE(r.exit_code, 0);
+		EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+		EXPECT_EQ(r.err.rfind("sluice: " + args[1] + ":", 0), 0u) << r.err;
+	}
+}
+
+TEST(AgentSignals, SigintEndsItAsCleanlyAsSigterm)
+{
+	setenv("SLUICE_PIN_DIR", (PIN_DIR + "-none").c_str(), 1);
+	AgentProcess agent;
+	EXPECT_EQ(sample(agent.scrape(), "sluice_up"), 0);
+	EXPECT_EQ(agent.child().stop(SIGINT), 0) << agent.child().seen();
+	EXPECT_NE(agent.child().wait_for_line(std::regex("stopped by Interrupt")), "") << agent.child().seen();
+}
+
+TEST_F(AgentEndToEnd, AScrapeDuringAReadingIsAnsweredWithTheLastFigures)
+{
+	ASSERT_EQ(cli({"rule", "add", "10.204.0.0/16", "--rate", "10/s", "--name", "only"}).exit_code, 0);
+	AgentProcess agent;
+	std::string last = agent.scrape();
+	ASSERT_EQ(sample(last, "sluice_up"), 1) << last;
+
+	// A mutating command holds the pin directory's lock: a reading waits for
+	// it. Of two scrapes sent now, one reads (and waits); the other must be
+	// answered meanwhile, from the last figures.
+	// Closed (so unlocked) when the test ends, even by a failed assertion:
+	// TearDown's detach takes the lock.
+	sluice::UniqueFd dir(open(PIN_DIR.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)); // not held by the curls
+	ASSERT_TRUE(dir);
+	ASSERT_EQ(flock(dir.get(), LOCK_EX), 0);
+	std::string url = "http://127.0.0.1:" + std::to_string(agent.port()) + "/metrics";
+	std::vector<std::string> outputs = {"/tmp/slag-scrape-1", "/tmp/slag-scrape-2"};
+	std::vector<pid_t> scrapes;
+	for (const auto &out : outputs) {
+		pid_t pid = fork();
+		if (pid == 0) {
+			execlp("curl", "curl", "-sS", "--max-time", "30", "-o", out.c_str(), url.c_str(), nullptr);
+			_exit(127);
+		}
+		scrapes.push_back(pid);
+	}
+	int answered = -1, status = 0;
+	for (int i = 0; i < 200 && answered < 0; i++) {
+		std::this_thread::sleep_for(std::chrono::milliseconds(50));
+		for (int k = 0; k < 2 && answered < 0; k++)
+			if (waitpid(scrapes[k], &status, WNOHANG) == scrapes[k])
+				answered = k;
+	}
+	ASSERT_GE(answered, 0) << "no scrape was answered while a reading waited for the lock";
+	EXPECT_EQ(WEXITSTATUS(status), 0);
+	int waiting = 1 - answered;
+	EXPECT_EQ(waitpid(scrapes[waiting], &status, WNOHANG), 0) << "the reading did not wait for the lock";
+	std::ifstream in(outputs[answered]);
+	std::string cached((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+	EXPECT_EQ(sample(cached, "sluice_up"), 1) << cached;
+	EXPECT_EQ(sample(cached, "sluice_rules"), 1);
+	EXPECT_EQ(sample(cached, "sluice_agent_collect_duration_seconds"),
+		  sample(last, "sluice_agent_collect_duration_seconds"))
+		<< "the figures of the last reading, not a new one";
+
+	// The lock released, the waiting scrape gets a fresh reading.
+	dir.reset();
+	ASSERT_EQ(waitpid(scrapes[waiting], &status, 0), scrapes[waiting]);
+	EXPECT_EQ(WEXITSTATUS(status), 0);
+	std::ifstream fresh_in(outputs[waiting]);
+	std::string fresh((std::istreambuf_iterator<char>(fresh_in)), std::istreambuf_iterator<char>());
+	EXPECT_EQ(sample(fresh, "sluice_up"), 1) << fresh;
+	for (const auto &out : outputs)
+		unlink(out.c_str());
+}
