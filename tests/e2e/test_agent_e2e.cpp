@@ -37,6 +37,7 @@ using namespace sluice::test;
 namespace {
 
 const std::string PIN_DIR = "/sys/fs/bpf/slag";
+const std::string RUN_DIR = "/tmp/slag-run-" + std::to_string(getpid());
 const std::string SRC_NS = "slag-src", DST_NS = "slag-dst";
 const std::string SRC_IF = "slag-s", DST_IF = "slag-d";
 const std::string DST_V4 = "10.201.0.1", SOURCE = "10.201.0.11";
@@ -276,6 +277,7 @@ protected:
 	{
 		ASSERT_EQ(geteuid(), 0u) << "the agent's tests load XDP and create namespaces: run as root";
 		setenv("SLUICE_PIN_DIR", PIN_DIR.c_str(), 1);
+		setenv("SLUICE_RUN_DIR", RUN_DIR.c_str(), 1); // the agent's events socket, not /run/sluice's
 		cli({"detach", "--all"}); // leftovers of an interrupted run
 		remove_topology();
 	}
@@ -520,4 +522,58 @@ TEST_F(AgentEndToEnd, AScrapeDuringAReadingIsAnsweredWithTheLastFigures)
 	EXPECT_EQ(sample(fresh, "sluice_up"), 1) << fresh;
 	for (const auto &out : outputs)
 		unlink(out.c_str());
+}
+
+// Throttle events reach `sluice events` from the ring buffer when no agent
+// runs, and through the agent (which also writes them on its standard output,
+// the journal under systemd) while one does.
+TEST_F(AgentEndToEnd, ThrottleEventsReachSluiceEventsWithAndWithoutTheAgent)
+{
+	make_topology();
+	ASSERT_EQ(cli_dst({"attach", DST_IF, "--max-sources", "4096"}).exit_code, 0);
+	ASSERT_EQ(cli({"rule", "add", "10.201.0.0/24", "--rate", "1/min", "--burst", "5", "--name", "flood"}).exit_code,
+		  0);
+	auto follow = [](std::vector<std::string> args, CommandResult &out) {
+		args.insert(args.begin(), {SLUICE_BIN, "events"});
+		return std::thread([args, &out] { out = run_command(args); });
+	};
+
+	// No agent: straight from the ring buffer.
+	CommandResult direct;
+	std::thread reader = follow({"--json", "--count", "2", "--timeout", "20s"}, direct);
+	std::this_thread::sleep_for(std::chrono::milliseconds(300));
+	EXPECT_EQ(send_udp_in(SRC_NS, SOURCE, DST_V4, PORT, 30, 64), 30);
+	reader.join();
+	ASSERT_EQ(direct.exit_code, 0) << direct.err;
+	std::istringstream lines(direct.out);
+	std::string first, second;
+	std::getline(lines, first);
+	std::getline(lines, second);
+	json a = json::parse(first), b = json::parse(second);
+	EXPECT_EQ(a["event"], "throttled");
+	EXPECT_EQ(a["source"], SOURCE);
+	EXPECT_EQ(a["rule"], "flood");
+	EXPECT_EQ(b["event"], "released");
+	EXPECT_EQ(b["since"], a["time"]);
+	EXPECT_GE(b["throttled_seconds"].get<double>(), 1.0);
+
+	// With the agent: it owns the ring; `sluice events` follows its socket.
+	std::string journal = RUN_DIR + "-agent.out";
+	Child agent({SLUICE_BIN, "agent", "--metrics", "127.0.0.1:0"}, journal);
+	ASSERT_FALSE(agent.wait_for_line(std::regex("serving metrics on")).empty()) << agent.seen();
+	CommandResult through;
+	std::thread text_reader = follow({"--count", "2", "--timeout", "20s"}, through);
+	std::this_thread::sleep_for(std::chrono::milliseconds(500));
+	EXPECT_EQ(send_udp_in(SRC_NS, SOURCE, DST_V4, PORT, 30, 64), 30);
+	text_reader.join();
+	ASSERT_EQ(through.exit_code, 0) << through.err;
+	EXPECT_NE(through.out.find(" throttled " + SOURCE + " by rule flood"), std::string::npos) << through.out;
+	EXPECT_NE(through.out.find(" released " + SOURCE + " by rule flood"), std::string::npos) << through.out;
+	agent.stop(SIGTERM);
+	std::ifstream in(journal);
+	std::string logged((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+	EXPECT_NE(logged.find("\"event\":\"throttled\""), std::string::npos) << logged;
+	EXPECT_NE(logged.find("\"event\":\"released\""), std::string::npos) << logged;
+	unlink(journal.c_str());
+	EXPECT_EQ(json::parse(cli({"stats", "--json"}).out)["global"]["events_lost"]["packets"], 0u);
 }

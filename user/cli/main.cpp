@@ -2,6 +2,10 @@
 // and prints; every error becomes one line on stderr and a non-zero exit.
 #include <CLI/CLI.hpp>
 
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -19,6 +23,7 @@
 #include "events.h"
 #include "rate.h"
 #include "explain.h"
+#include "event_log.h"
 #include "metrics.h"
 #include "rule_args.h"
 #include "rule_table.h"
@@ -296,10 +301,56 @@ void refuse_multiprog(const std::string &ifname)
 		    "(`--then PROG`, or `--prog-array`)");
 }
 
+/// The agent's events socket, connected; empty if no agent serves it.
+UniqueFd connect_events_socket(const std::string &path)
+{
+	sockaddr_un addr{};
+	addr.sun_family = AF_UNIX;
+	if (path.size() >= sizeof(addr.sun_path))
+		return UniqueFd();
+	std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+	UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	if (!fd || connect(fd.get(), reinterpret_cast<sockaddr *>(&addr), sizeof(addr)))
+		return UniqueFd();
+	return fd;
+}
+
 /// `sluice events`: follows the ring buffer of throttle events until `count`
 /// events (0: no limit) or `timeout_ns` (0: none) have passed.
 void cmd_events(const Instance &inst, bool json, uint64_t count, uint64_t timeout_ns)
 {
+	auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(timeout_ns);
+	// A running agent owns the ring buffer (each event goes to one reader):
+	// follow its socket then.
+	if (UniqueFd agent = connect_events_socket(default_events_socket()); agent) {
+		uint64_t seen = 0;
+		std::string pending;
+		char buf[4096];
+		while (!count || seen < count) {
+			int wait = 200;
+			if (timeout_ns) {
+				auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+					deadline - std::chrono::steady_clock::now());
+				if (left.count() <= 0)
+					break;
+				wait = static_cast<int>(std::min<int64_t>(wait, left.count()));
+			}
+			pollfd p = {agent.get(), POLLIN, 0};
+			if (poll(&p, 1, wait) <= 0)
+				continue;
+			ssize_t n = read(agent.get(), buf, sizeof(buf));
+			if (n <= 0)
+				throw Error("the agent closed the events socket (stopped, or this reader fell behind)");
+			pending.append(buf, size_t(n));
+			for (size_t nl; (nl = pending.find('\n')) != std::string::npos && (!count || seen < count);) {
+				std::string line = pending.substr(0, nl);
+				pending.erase(0, nl + 1);
+				std::cout << (json ? line : format_event(event_from_json(line))) << std::endl;
+				seen++;
+			}
+		}
+		return;
+	}
 	MapSet maps = [&] {
 		auto lock = inst.lock(false);
 		return inst.maps();
@@ -313,7 +364,6 @@ void cmd_events(const Instance &inst, bool json, uint64_t count, uint64_t timeou
 		std::cout << (json ? event_json(named) : format_event(named)) << std::endl;
 		seen++;
 	});
-	auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(timeout_ns);
 	while (!count || seen < count) {
 		auto wait = std::chrono::milliseconds(200);
 		if (timeout_ns) {
@@ -591,6 +641,9 @@ int main(int argc, char **argv)
 	auto *agent_cmd = app.add_subcommand(
 		"agent", "Serve Prometheus metrics read from the pinned state (optional; enforcement never needs it)");
 	agent_cmd->add_option("--metrics", metrics_text, "ADDR:PORT to serve /metrics on (default " + metrics_text + ")");
+	std::string events_socket = default_events_socket();
+	agent_cmd->add_option("--events-socket", events_socket,
+			      "Where `sluice events` follows the agent's events (default " + events_socket + ")");
 	agent_cmd
 		->add_option("--top-sources", top_sources,
 			     "Per-source series for the N sources with most drops (default " +
@@ -634,6 +687,7 @@ int main(int argc, char **argv)
 			options.pin_dir = inst.pin_dir();
 			agent::Agent a;
 			a.add(std::make_unique<agent::MetricsExporter>(options));
+			a.add(std::make_unique<agent::EventLog>(inst.pin_dir(), events_socket));
 			int sig = a.run();
 			agent::log_line(std::string("stopped") + (sig ? std::string(" by ") + strsignal(sig) : ""));
 		} else if (*attach) {

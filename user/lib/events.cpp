@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 
 #include <nlohmann/json.hpp>
@@ -96,7 +97,33 @@ std::string event_json(const ThrottleEvent &e)
 	j["since"] = iso_time(e.since_unix_ns);
 	if (!e.throttled)
 		j["throttled_seconds"] = std::round(double(e.unix_ns - e.since_unix_ns) / 1e6) / 1e3;
+	j["unix_ns"] = e.unix_ns;
+	j["since_unix_ns"] = e.since_unix_ns;
 	return j.dump();
+}
+
+ThrottleEvent event_from_json(const std::string &line)
+{
+	try {
+		auto j = nlohmann::json::parse(line);
+		ThrottleEvent e;
+		e.throttled = j.at("event").get<std::string>() == "throttled";
+		e.source = j.at("source").get<std::string>();
+		e.rule_id = j.at("rule_id").get<uint32_t>();
+		e.rule = j.at("rule").is_null() ? "" : j.at("rule").get<std::string>();
+		e.shadow = j.at("shadow").get<bool>();
+		e.unix_ns = j.at("unix_ns").get<int64_t>();
+		e.since_unix_ns = j.at("since_unix_ns").get<int64_t>();
+		return e;
+	} catch (const nlohmann::json::exception &) {
+		throw Error("the agent sent a line that is no event: " + line.substr(0, 80));
+	}
+}
+
+std::string default_events_socket()
+{
+	const char *dir = getenv("SLUICE_RUN_DIR");
+	return std::string(dir && *dir ? dir : "/run/sluice") + "/agent.sock";
 }
 
 EventReader::EventReader(int ring_fd, Handler handler) : handler_(std::move(handler))

@@ -45,6 +45,12 @@ private:
 std::string format_event(const ThrottleEvent &e);
 /// One JSON object on one line.
 std::string event_json(const ThrottleEvent &e);
+/// Back from event_json's line (what the agent serves); throws on another line.
+ThrottleEvent event_from_json(const std::string &line);
+
+/// Where a running agent serves events: $SLUICE_RUN_DIR/agent.sock, by
+/// default /run/sluice/agent.sock.
+std::string default_events_socket();
 
 /// Consumes the ring buffer of throttle events. Only one consumer should
 /// read it at a time (each event goes to one): the agent while it runs,
