@@ -177,8 +177,26 @@ unknown:
 		pkt->flags |= PKT_TINY_FRAG;
 }
 
+/* The frame's fragment key, when it is a fragment: in a per-CPU slot, not
+ * on the stack (the program's frames must fit 512 bytes across its calls),
+ * and looked up only for fragments, so other packets read no map for it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sluice_frag_key);
+} sluice_fragkey SEC(".maps");
+
+static __always_inline struct sluice_frag_key *frag_key(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&sluice_fragkey, &zero);
+}
+
 /* IPv4 with options skipped (enum parse_result). A later fragment has its
- * protocol (reassembly keys on it) but no ports. Fills *fk for any fragment. */
+ * protocol (reassembly keys on it) but no ports. Fills the fragment key for
+ * any fragment. */
 /* Bytes from `l3_off` to the end of the frame, fragments of a multi-buffer
  * frame included (generic mode hands those to an xdp.frags program). */
 static __always_inline __u32 datagram_room(struct xdp_md *ctx, __u32 l3_off, __u32 linear)
@@ -189,9 +207,10 @@ static __always_inline __u32 datagram_room(struct xdp_md *ctx, __u32 l3_off, __u
 }
 
 static __always_inline int parse_ipv4(struct xdp_md *ctx, void *data, void *data_end, __u32 l3_off,
-				      struct packet_info *pkt, struct sluice_frag_key *fk)
+				      struct packet_info *pkt)
 {
 	struct iphdr *iph = data + l3_off;
+	struct sluice_frag_key *fk;
 	__u32 hdr_len, tot_len, avail;
 	__u16 frag;
 
@@ -220,6 +239,9 @@ static __always_inline int parse_ipv4(struct xdp_md *ctx, void *data, void *data
 
 	frag = bpf_ntohs(iph->frag_off);
 	if (frag & (IPV4_FRAG_OFFSET_MASK | IPV4_FRAG_MORE)) {
+		fk = frag_key();
+		if (!fk)
+			return PARSE_MALFORMED; /* cannot happen: a per-CPU array's one slot */
 		__builtin_memset(fk, 0, sizeof(*fk));
 		fk->family = 4;
 		fk->proto = iph->protocol;
@@ -248,12 +270,12 @@ static __always_inline int is_ipv6_ext(__u8 nexthdr)
  * IPv6 and at most SLUICE_MAX_IPV6_EXT_HDRS extension headers (enum
  * parse_result). The protocol stays unknown for a chain longer than the bound
  * or cut short, and for a later fragment (RFC 8200 uses only the first
- * fragment's next header). Fills *fk for any fragment. A global function, so
+ * fragment's next header). Fills the fragment key for any fragment. A global function, so
  * the verifier checks the walk once, not once per VLAN depth.
  */
-__noinline int sluice_parse_ipv6(struct xdp_md *ctx, __u32 l3_off, struct packet_info *pkt,
-				 struct sluice_frag_key *fk)
+__noinline int sluice_parse_ipv6(struct xdp_md *ctx, __u32 l3_off, struct packet_info *pkt)
 {
+	struct sluice_frag_key *fk;
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ipv6hdr *ip6h;
@@ -261,8 +283,12 @@ __noinline int sluice_parse_ipv6(struct xdp_md *ctx, __u32 l3_off, struct packet
 	__u8 nexthdr;
 	int i;
 
-	if (!pkt || !fk || l3_off > SLUICE_MAX_HDR_OFF) /* the verifier needs both */
+	if (!pkt || l3_off >= SLUICE_MAX_HDR_OFF) /* the verifier needs both */
 		return PARSE_MALFORMED;
+	/* The verifier again: the compiler may reload l3_off from the stack,
+	 * where the check above no longer bounds it. */
+	barrier_var(l3_off);
+	l3_off &= SLUICE_MAX_HDR_OFF - 1;
 	ip6h = data + l3_off;
 	if ((void *)(ip6h + 1) > data_end)
 		return PARSE_MALFORMED;
@@ -307,6 +333,9 @@ __noinline int sluice_parse_ipv6(struct xdp_md *ctx, __u32 l3_off, struct packet
 		off += sizeof(struct ipv6_frag_hdr);
 		if (!(frag & (IPV6_FRAG_OFFSET_MASK | IPV6_FRAG_MORE)))
 			continue; /* an atomic fragment: a whole packet */
+		fk = frag_key();
+		if (!fk)
+			return PARSE_MALFORMED; /* cannot happen: a per-CPU array's one slot */
 		__builtin_memset(fk, 0, sizeof(*fk));
 		fk->family = 6;
 		fk->id = ((struct ipv6_frag_hdr *)hdr)->id;
@@ -333,11 +362,10 @@ cut_short:
 
 /*
  * Parses a whole frame (enum parse_result). For PARSE_IP, *pkt is filled, and
- * *fk too if the packet is a fragment (pkt->flags says which kind).
+ * the fragment key too if the packet is a fragment (pkt->flags says which kind).
  * *l3_off is set to where the bytes after L2 begin.
  */
-static __always_inline int parse_packet(struct xdp_md *ctx, struct packet_info *pkt,
-					struct sluice_frag_key *fk, __u32 *l3_off)
+static __always_inline int parse_packet(struct xdp_md *ctx, struct packet_info *pkt, __u32 *l3_off)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -349,9 +377,9 @@ static __always_inline int parse_packet(struct xdp_md *ctx, struct packet_info *
 		return eth_proto;
 
 	if (eth_proto == bpf_htons(ETH_P_IP))
-		return parse_ipv4(ctx, data, data_end, *l3_off, pkt, fk);
+		return parse_ipv4(ctx, data, data_end, *l3_off, pkt);
 	if (eth_proto == bpf_htons(ETH_P_IPV6))
-		return sluice_parse_ipv6(ctx, *l3_off, pkt, fk);
+		return sluice_parse_ipv6(ctx, *l3_off, pkt);
 	if (eth_proto == bpf_htons(ETH_P_PPPOE_SESSION) || eth_proto == bpf_htons(ETH_P_MPLS_UNICAST) ||
 	    eth_proto == bpf_htons(ETH_P_MPLS_MULTI))
 		pkt->flags |= PKT_ENCAP;

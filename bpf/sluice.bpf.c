@@ -174,14 +174,6 @@ struct {
 	__type(value, struct sluice_frag_info);
 } SLUICE_MAP_FRAGS SEC(".maps");
 
-/* The frame's fragment key, when it is a fragment (see sluice_xdp). */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct sluice_frag_key);
-} sluice_fragkey SEC(".maps");
-
 /* Each attached interface's MTU by ifindex: a longer frame is a super-packet. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -1694,10 +1686,10 @@ static __always_inline enum bucket_result apply_limit(const struct packet_info *
 
 /* A later fragment takes its datagram's protocol and port, remembered when
  * the first fragment passed. */
-static __always_inline void recall_first_fragment(struct packet_info *pkt,
-						  const struct sluice_frag_key *fk)
+static __always_inline void recall_first_fragment(struct packet_info *pkt)
 {
-	const struct sluice_frag_info *fi = bpf_map_lookup_elem(&SLUICE_MAP_FRAGS, fk);
+	const struct sluice_frag_key *fk = frag_key();
+	const struct sluice_frag_info *fi = fk ? bpf_map_lookup_elem(&SLUICE_MAP_FRAGS, fk) : NULL;
 
 	if (!fi || frag_clock() - fi->first_ns > SLUICE_FRAG_TIMEOUT_NS)
 		return;
@@ -1707,9 +1699,9 @@ static __always_inline void recall_first_fragment(struct packet_info *pkt,
 	pkt->ports_known = fi->ports_known;
 }
 
-static __always_inline void remember_first_fragment(const struct packet_info *pkt,
-						    const struct sluice_frag_key *fk)
+static __always_inline void remember_first_fragment(const struct packet_info *pkt)
 {
+	const struct sluice_frag_key *fk = frag_key();
 	struct sluice_frag_info fi = {
 		.first_ns = frag_clock(),
 		.dport = pkt->dport,
@@ -1717,7 +1709,8 @@ static __always_inline void remember_first_fragment(const struct packet_info *pk
 		.ports_known = pkt->ports_known,
 	};
 
-	bpf_map_update_elem(&SLUICE_MAP_FRAGS, fk, &fi, BPF_ANY);
+	if (fk)
+		bpf_map_update_elem(&SLUICE_MAP_FRAGS, fk, &fi, BPF_ANY);
 }
 
 /*
@@ -1926,13 +1919,13 @@ __noinline int walk_rules(const struct packet_info *pkt, struct walk *w)
 /* Starts a packet's decision: fragment and header bookkeeping, then the
  * first match list (w->list). 0 if no rule covers the source. A global
  * function, so the verifier checks it once rather than once per parsing path. */
-__noinline int start_decision(struct packet_info *pkt, const struct sluice_frag_key *fk, struct walk *w)
+__noinline int start_decision(struct packet_info *pkt, struct walk *w)
 {
-	if (!pkt || !fk || !w) /* the verifier needs it: a global function's pointers may be NULL */
+	if (!pkt || !w) /* the verifier needs it: a global function's pointers may be NULL */
 		return 0;
 	if (pkt->flags & PKT_LATER_FRAG) {
 		count_global(SLUICE_CNT_INFO_FRAGMENT, pkt->l3_len);
-		recall_first_fragment(pkt, fk);
+		recall_first_fragment(pkt);
 	}
 	if (pkt->flags & PKT_ENCAP)
 		count_global(SLUICE_CNT_INFO_ENCAPSULATED, pkt->l3_len);
@@ -1966,13 +1959,12 @@ static __always_inline __u32 apply_slot(struct xdp_md *ctx, const struct packet_
  * apply as the walk meets them, and a drop ends it; then the terminal rule
  * the walk found decides. Inlined into the program, each step a global
  * function: the call chain to the bucket code stays within the 512-byte stack. */
-static __always_inline __u32 decide_packet(struct xdp_md *ctx, struct packet_info *pkt,
-					   const struct sluice_frag_key *fk)
+static __always_inline __u32 decide_packet(struct xdp_md *ctx, struct packet_info *pkt)
 {
 	struct walk w = {};
 	__u32 i, v;
 
-	if (!start_decision(pkt, fk, &w))
+	if (!start_decision(pkt, &w))
 		return SLUICE_CNT_PASS_NO_MATCH;
 	for (i = 0; i <= SLUICE_MAX_LAYERED; i++) {
 		if (walk_rules(pkt, &w) != STEP_LAYERED)
@@ -2019,24 +2011,17 @@ int SLUICE_PROG_NAME(struct xdp_md *ctx)
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct packet_info pkt = {};
-	struct sluice_frag_key *fk;
-	__u32 verdict, l3_off, zero = 0;
+	__u32 verdict, l3_off;
 	int parsed;
-
-	/* Off the stack: the deepest call chain (here, decide_packet,
-	 * apply_rule, sluice_charge, its bpf_loop callback) must fit 512 bytes. */
-	fk = bpf_map_lookup_elem(&sluice_fragkey, &zero);
-	if (!fk)
-		return XDP_PASS;
 
 #ifdef SLUICE_BENCH_SOURCES
 	bench_rewrite_source(ctx);
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
 #endif
-	parsed = parse_packet(ctx, &pkt, fk, &l3_off);
+	parsed = parse_packet(ctx, &pkt, &l3_off);
 	if (parsed == PARSE_IP) {
-		verdict = decide_packet(ctx, &pkt, fk);
+		verdict = decide_packet(ctx, &pkt);
 		count_global(verdict, pkt.l3_len);
 	} else {
 		__u32 bytes = bytes_after(data, data_end, l3_off);
@@ -2052,7 +2037,7 @@ int SLUICE_PROG_NAME(struct xdp_md *ctx)
 	 * only a first fragment that names its datagram's protocol. */
 	if ((pkt.flags & (PKT_FIRST_FRAG | PKT_TINY_FRAG | PKT_COVERED)) == (PKT_FIRST_FRAG | PKT_COVERED) &&
 	    pkt.proto_known)
-		remember_first_fragment(&pkt, fk);
+		remember_first_fragment(&pkt);
 	/* attach --then: on to the interface's next program. Without one the
 	 * tail call falls through. */
 	bpf_tail_call(ctx, &SLUICE_MAP_THEN, ctx->ingress_ifindex);
