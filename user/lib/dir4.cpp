@@ -1,7 +1,7 @@
 #include "dir4.h"
 
 #include <algorithm>
-#include <map>
+#include <unordered_map>
 
 #include "error.h"
 
@@ -26,6 +26,40 @@ template <class Entries> void paint(Entries &entries, uint32_t index, int len, i
 
 } // namespace
 
+namespace {
+
+[[noreturn]] void too_many_blocks(uint32_t max_blocks)
+{
+	throw Error("the IPv4 rule table needs more than " + std::to_string(max_blocks) +
+		    " blocks; attach again with a larger --max-rules");
+}
+
+} // namespace
+
+uint32_t dir4_blocks_needed(const std::vector<std::pair<Cidr, uint32_t>> &prefixes)
+{
+	// A block for each /16 that holds a longer prefix, and for each /24
+	// that holds a longer one.
+	std::vector<uint32_t> l2, l3;
+	for (const auto &[cidr, entry] : prefixes) {
+		if (cidr.prefix_len > 16)
+			l2.push_back(host_order(cidr) >> 16);
+		if (cidr.prefix_len > 24)
+			l3.push_back(host_order(cidr) >> 8);
+	}
+	auto distinct = [](std::vector<uint32_t> &v) {
+		std::sort(v.begin(), v.end());
+		return static_cast<uint32_t>(std::unique(v.begin(), v.end()) - v.begin());
+	};
+	return distinct(l2) + distinct(l3);
+}
+
+void check_dir4(const std::vector<std::pair<Cidr, uint32_t>> &prefixes, uint32_t max_blocks)
+{
+	if (dir4_blocks_needed(prefixes) > max_blocks)
+		too_many_blocks(max_blocks);
+}
+
 Dir4Tables build_dir4(const std::vector<std::pair<Cidr, uint32_t>> &prefixes, uint32_t block_base,
 		      uint32_t max_blocks)
 {
@@ -34,14 +68,18 @@ Dir4Tables build_dir4(const std::vector<std::pair<Cidr, uint32_t>> &prefixes, ui
 	std::stable_sort(sorted.begin(), sorted.end(),
 			 [](const auto &a, const auto &b) { return a.first.prefix_len < b.first.prefix_len; });
 
+	constexpr uint32_t NO_BLOCK = ~0u;
 	Dir4Tables t;
 	t.top.assign(SLUICE_DIR_TOP_SIZE, 0);
-	std::map<uint32_t, uint32_t> level2; // top index -> block number (relative)
-	std::map<uint32_t, uint32_t> level3; // top index << 8 | second byte -> block number
+	std::vector<uint32_t> level2(SLUICE_DIR_TOP_SIZE, NO_BLOCK); // top index -> block number (relative)
+	std::unordered_map<uint32_t, uint32_t> level3; // top index << 8 | second byte -> block number
+	std::vector<uint32_t> level3_order; // its keys, as made
+	uint32_t needed = dir4_blocks_needed(prefixes);
+	if (needed > max_blocks)
+		too_many_blocks(max_blocks);
+	t.blocks.reserve(needed);
+	level3.reserve(needed);
 	auto new_block = [&](uint32_t fill) {
-		if (t.blocks.size() >= max_blocks)
-			throw Error("the IPv4 rule table needs more than " + std::to_string(max_blocks) +
-				    " blocks; attach again with a larger --max-rules");
 		struct sluice_dir_block b;
 		std::fill(std::begin(b.entry), std::end(b.entry), fill);
 		t.blocks.push_back(b);
@@ -56,18 +94,19 @@ Dir4Tables build_dir4(const std::vector<std::pair<Cidr, uint32_t>> &prefixes, ui
 			continue;
 		}
 		uint32_t hi16 = a >> 16;
-		auto l2 = level2.find(hi16);
-		if (l2 == level2.end())
-			l2 = level2.emplace(hi16, new_block(t.top[hi16])).first;
+		if (level2[hi16] == NO_BLOCK)
+			level2[hi16] = new_block(t.top[hi16]);
+		uint32_t l2 = level2[hi16];
 		if (len <= 24) {
-			paint(t.blocks[l2->second].entry, (a >> 8) & 0xff, len, 24, entry);
+			paint(t.blocks[l2].entry, (a >> 8) & 0xff, len, 24, entry);
 			continue;
 		}
 		uint32_t hi24 = a >> 8;
 		auto l3 = level3.find(hi24);
 		if (l3 == level3.end()) {
-			uint32_t fill = t.blocks[l2->second].entry[hi24 & 0xff];
+			uint32_t fill = t.blocks[l2].entry[hi24 & 0xff];
 			l3 = level3.emplace(hi24, new_block(fill)).first;
+			level3_order.push_back(hi24);
 		}
 		paint(t.blocks[l3->second].entry, a & 0xff, len, 32, entry);
 	}
@@ -75,10 +114,11 @@ Dir4Tables build_dir4(const std::vector<std::pair<Cidr, uint32_t>> &prefixes, ui
 	// Each block was filled from the entry above it when it was made, after
 	// every shorter prefix had been painted (they are sorted): only the links
 	// from the entries above to the blocks remain to be written.
-	for (const auto &[hi24, block] : level3)
-		t.blocks[level2.at(hi24 >> 8)].entry[hi24 & 0xff] = SLUICE_DIR_CHILD | (block_base + block);
-	for (const auto &[hi16, block] : level2)
-		t.top[hi16] = SLUICE_DIR_CHILD | (block_base + block);
+	for (uint32_t hi24 : level3_order)
+		t.blocks[level2[hi24 >> 8]].entry[hi24 & 0xff] = SLUICE_DIR_CHILD | (block_base + level3.at(hi24));
+	for (uint32_t hi16 = 0; hi16 < SLUICE_DIR_TOP_SIZE; hi16++)
+		if (level2[hi16] != NO_BLOCK)
+			t.top[hi16] = SLUICE_DIR_CHILD | (block_base + level2[hi16]);
 	return t;
 }
 

@@ -7,6 +7,8 @@
 #include <map>
 #include <set>
 #include <tuple>
+#include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "dir4.h"
@@ -347,24 +349,46 @@ struct RuleTable::Compiled {
 	Dir4Tables dir;
 };
 
+namespace {
+
+/// A rule's selector (prefix, protocol, ports) for hashing, as
+/// same_selector compares them.
+struct SelectorHash {
+	size_t operator()(const RuleSpec *s) const
+	{
+		uint64_t h = 0xcbf29ce484222325ULL;
+		auto mix = [&h](uint64_t v) { h = (h ^ v) * 0x100000001b3ULL; };
+		uint64_t a, b;
+		std::memcpy(&a, s->cidr.addr.data(), 8);
+		std::memcpy(&b, s->cidr.addr.data() + 8, 8);
+		mix(a);
+		mix(b);
+		mix(uint64_t(s->cidr.prefix_len) << 8 | uint64_t(s->cidr.family) << 16 | uint64_t(s->proto) << 24 |
+		    uint64_t(s->dport.lo) << 32 | uint64_t(s->dport.hi) << 48);
+		return h ^ (h >> 29);
+	}
+};
+struct SelectorEqual {
+	bool operator()(const RuleSpec *a, const RuleSpec *b) const { return same_selector(*a, *b); }
+};
+
+} // namespace
+
 RuleTable::Compiled RuleTable::prepare(const Snapshot &before, std::vector<InstalledRule> &after, uint32_t &next_id,
-				       const std::vector<std::string> &where, uint32_t n)
+				       const std::vector<std::string> &where, uint32_t n, bool build_tables)
 {
 	// 1. Validate the whole new rule set and give new rules ids and slots.
 	//    Nothing has been written yet: any error leaves the maps as they are.
 	auto at = [&where](size_t i) { return i < where.size() ? where[i] : std::string(); };
-	using Selector = std::tuple<Cidr, Proto, uint16_t, uint16_t>;
-	std::map<Selector, std::string> selectors;
-	std::set<std::string> names;
 	std::vector<bool> live(n), used(n);
 	for (const auto &r : before.rules)
 		live[r.slot] = true;
 	for (const auto &r : after)
 		if (r.slot != NO_SLOT)
 			used[r.slot] = true;
-	for (auto &r : after)
-		if (!r.spec.name.empty())
-			names.insert(r.spec.name);
+	// The names given, for naming unnamed rules (built when one needs it).
+	std::unordered_set<std::string> names;
+	bool names_known = false;
 	uint32_t fresh = 0, reused = 0;
 	for (size_t i = 0; i < after.size(); i++) {
 		InstalledRule &r = after[i];
@@ -374,6 +398,12 @@ RuleTable::Compiled RuleTable::prepare(const Snapshot &before, std::vector<Insta
 					    " rules were added since the first attach); detach and attach again");
 			r.id = next_id++;
 			if (r.spec.name.empty()) {
+				if (!names_known) {
+					for (const auto &o : after)
+						if (!o.spec.name.empty())
+							names.insert(o.spec.name);
+					names_known = true;
+				}
 				r.spec.name = "rule" + std::to_string(r.id);
 				for (int k = 2; names.count(r.spec.name); k++)
 					r.spec.name = "rule" + std::to_string(r.id) + "-" + std::to_string(k);
@@ -399,14 +429,20 @@ RuleTable::Compiled RuleTable::prepare(const Snapshot &before, std::vector<Insta
 			used[r.slot] = true;
 		}
 	}
-	std::map<std::string, size_t> seen;
+	// Names and selectors are unique: the first rule to repeat one is named.
+	// (The keys point into `after`, which stays put from here on.)
+	std::unordered_map<std::string_view, size_t> seen;
+	std::unordered_map<const RuleSpec *, size_t, SelectorHash, SelectorEqual> selectors;
+	seen.reserve(after.size());
+	selectors.reserve(after.size());
 	for (size_t i = 0; i < after.size(); i++) {
 		const RuleSpec &s = after[i].spec;
 		if (!seen.emplace(s.name, i).second)
 			throw Error(at(i) + "a rule named '" + s.name + "' exists already");
-		auto [it, added] = selectors.emplace(Selector{s.cidr, s.proto, s.dport.lo, s.dport.hi}, s.name);
+		auto [it, added] = selectors.emplace(&s, i);
 		if (!added)
-			throw Error(at(i) + "rule '" + it->second + "' already selects the same traffic; delete it first");
+			throw Error(at(i) + "rule '" + after[it->second].spec.name +
+				    "' already selects the same traffic; delete it first");
 	}
 
 	// 2. Compile the idle set's lookup tables (throws if they do not fit).
@@ -420,7 +456,10 @@ RuleTable::Compiled RuleTable::prepare(const Snapshot &before, std::vector<Insta
 			prefixes4.push_back({prefix, first});
 	uint32_t blocks_per_set = 2 * n; // enough for any n rules: see sluice_abi.h
 	c.block_base = c.set * blocks_per_set;
-	c.dir = build_dir4(prefixes4, c.block_base, blocks_per_set);
+	if (build_tables)
+		c.dir = build_dir4(prefixes4, c.block_base, blocks_per_set);
+	else
+		check_dir4(prefixes4, blocks_per_set);
 	return c;
 }
 
@@ -429,10 +468,11 @@ void RuleTable::check_fits(const std::vector<RuleSpec> &rules, uint32_t max_rule
 	Snapshot empty;
 	empty.idle_used.assign(max_rules, false);
 	std::vector<InstalledRule> after;
+	after.reserve(rules.size());
 	for (const auto &spec : rules)
 		after.push_back({0, NO_SLOT, spec});
 	uint32_t next_id = 1;
-	prepare(empty, after, next_id, {}, max_rules);
+	prepare(empty, after, next_id, {}, max_rules, false);
 }
 
 void RuleTable::commit(const Snapshot &before, std::vector<InstalledRule> &after, uint32_t next_id,

@@ -93,9 +93,10 @@ private:
 	Snapshot read() const;
 	/// Validates `after` as a whole (names, selectors, capacity), gives new
 	/// rules ids and slots, and compiles the idle set's tables; throws if the
-	/// change does not fit. Writes nothing.
+	/// change does not fit. Writes nothing. Without build_tables, the IPv4
+	/// table is only checked to fit, not built.
 	static Compiled prepare(const Snapshot &before, std::vector<InstalledRule> &after, uint32_t &next_id,
-				const std::vector<std::string> &where, uint32_t max_rules);
+				const std::vector<std::string> &where, uint32_t max_rules, bool build_tables = true);
 	/// Validates `after` as a whole, writes it into the idle set and makes
 	/// it live; then removes the buckets no rule of `after` uses.
 	void commit(const Snapshot &before, std::vector<InstalledRule> &after, uint32_t next_id,
