@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The benchmark: Sluice's per-packet cost against XDP_DROP and parse-only
 # baselines, Sluice against nftables and iptables hashlimit on the same frames,
-# kernel memory per tracked source, and control-plane times. Prints Markdown.
+# kernel memory per tracked source, and control-plane times (sluice-bench), then
+# the control plane at 100,000 rules: apply, export, rule set
+# (sluice-bench-control). Prints Markdown.
 # Run as root; installs and builds what is missing. --quick for a smoke run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,4 +16,8 @@ if [ -n "${missing:-}" ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
-exec ./build/tests/sluice-bench "$@"
+./build/tests/sluice-bench "$@"
+# The control plane at 100,000 rules (apply, export, rule set): its own program.
+control=()
+for a in "$@"; do [ "$a" = --quick ] && control+=(--quick); done
+./build/tests/sluice-bench-control "${control[@]}"

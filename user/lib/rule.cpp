@@ -108,7 +108,8 @@ void check_rule_name(std::string_view name)
 {
 	bool all_digits = !name.empty();
 	for (char c : name) {
-		if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-')
+		bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+		if (!alnum && c != '.' && c != '_' && c != '-')
 			throw Error("invalid rule name '" + std::string(name) +
 				    "' (letters, digits, '.', '_' and '-' only)");
 		all_digits = all_digits && std::isdigit(static_cast<unsigned char>(c));

@@ -154,8 +154,10 @@ CarriedState read_state(const std::string &dir)
 		s.next_rule_id = old.next_rule_id;
 		s.rules = read_rules_abi1(dir);
 		s.max_rules = map_info(open_map(dir, "sluice_rcnt").get()).max_entries;
-	} else if (s.abi == SLUICE_ABI_VERSION) {
-		MapSet maps = MapSet::open_pinned(dir); // checks the layout in full
+	} else if (s.abi == SLUICE_ABI_VERSION || s.abi == 2) {
+		// ABI 2 has this layout; its sync word is unused, and the rules
+		// are read from its live set alone.
+		MapSet maps = MapSet::open_pinned(dir, s.abi); // checks the layout in full
 		uint32_t zero = 0;
 		struct sluice_meta meta = {};
 		if (bpf_map_lookup_elem(maps.meta.get(), &zero, &meta))

@@ -18,6 +18,7 @@
 
 #include "error.h"
 #include "fd.h"
+#include "name_index.h"
 #include "policy_doc.h"
 
 namespace sluice {
@@ -58,6 +59,30 @@ struct Entry {
 /// A map's keys by their place in the list of known keys (at most 12).
 using Entries = std::array<Entry, 12>;
 
+/// What an error names before its reason: "rule 'ssh': ", "rule #3: ",
+/// "tables: " or nothing. Written out only when there is an error.
+struct Context {
+	Context(const char *whole) : text(whole) {}
+	Context(const char *what, std::optional<std::string_view> its_name, size_t place)
+		: kind(what), name(its_name), index(place)
+	{
+	}
+
+	const char *text = "";       ///< the whole of it, without `kind`
+	const char *kind = nullptr; ///< "rule", "interface"
+	std::optional<std::string_view> name;
+	size_t index = 0; ///< from 1, when there is no name
+
+	std::string str() const
+	{
+		if (!kind)
+			return text;
+		if (name)
+			return std::string(kind) + " '" + std::string(*name) + "': ";
+		return std::string(kind) + " #" + std::to_string(index) + ": ";
+	}
+};
+
 /// Turns every problem into one "SOURCE line N: CONTEXTreason" error.
 class Reader {
 public:
@@ -65,14 +90,14 @@ public:
 
 	const Doc &doc() const { return doc_; }
 
-	[[noreturn]] void fail(int line, const std::string &context, const std::string &reason) const
+	[[noreturn]] void fail(int line, const Context &context, const std::string &reason) const
 	{
-		throw Error(source_ + " line " + std::to_string(line_of(line)) + ": " + context + reason);
+		throw Error(source_ + " line " + std::to_string(line_of(line)) + ": " + context.str() + reason);
 	}
 
 	/// The keys of a map, each known and given once. `what` names the map
 	/// in errors ("a rule", "tables").
-	Entries entries(uint32_t map, const std::vector<std::string> &known, const std::string &context,
+	Entries entries(uint32_t map, const std::vector<std::string> &known, const Context &context,
 			const std::string &what) const
 	{
 		if (doc_.kind(map) != Kind::map)
@@ -99,14 +124,14 @@ public:
 	}
 
 	/// A key's single value as written.
-	std::string_view scalar(const std::string &key, const Entry &e, const std::string &context) const
+	std::string_view scalar(std::string_view key, const Entry &e, const Context &context) const
 	{
 		if (doc_.kind(e.value) != Kind::scalar)
-			fail(e.line, context, "'" + key + "' takes one value, not " + kind(e.value));
+			fail(e.line, context, "'" + std::string(key) + "' takes one value, not " + kind(e.value));
 		return doc_.scalar(e.value);
 	}
 
-	bool boolean(const std::string &key, const Entry &e, const std::string &context) const
+	bool boolean(std::string_view key, const Entry &e, const Context &context) const
 	{
 		// Only YAML 1.2's words: yes/no/on/off mean true/false to some readers
 		// and strings to others.
@@ -115,16 +140,16 @@ public:
 			return true;
 		if (v == "false")
 			return false;
-		fail(e.line, context, "'" + key + "' is true or false, not '" + std::string(v) + "'");
+		fail(e.line, context, "'" + std::string(key) + "' is true or false, not '" + std::string(v) + "'");
 	}
 
-	uint64_t number(const std::string &key, const Entry &e, const std::string &context, uint64_t max) const
+	uint64_t number(std::string_view key, const Entry &e, const Context &context, uint64_t max) const
 	{
 		std::string_view v = scalar(key, e, context);
 		uint64_t n = 0;
 		auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
 		if (v.empty() || ec != std::errc() || end != v.data() + v.size() || n > max)
-			fail(e.line, context, "'" + key + "' is a number from 0 to " + std::to_string(max) + ", not '" +
+			fail(e.line, context, "'" + std::string(key) + "' is a number from 0 to " + std::to_string(max) + ", not '" +
 						      std::string(v) + "'");
 		return n;
 	}
@@ -132,7 +157,7 @@ public:
 	/// Runs one of the library's parsers on a key's value; its error gets the
 	/// key's line.
 	template <typename Parse>
-	auto parsed(const std::string &key, const Entry &e, const std::string &context, Parse parse) const
+	auto parsed(std::string_view key, const Entry &e, const Context &context, Parse parse) const
 	{
 		std::string_view v = scalar(key, e, context);
 		try {
@@ -205,9 +230,7 @@ std::vector<PolicyInterface> read_interfaces(const Reader &rd, const Entry &sect
 	std::map<std::string, int> lines;
 	for (uint32_t index = 0; index < doc.size(section.value); index++) {
 		uint32_t node = doc.item(section.value, index);
-		std::string context = "interface #" + std::to_string(index + 1) + ": ";
-		if (auto name = rd.name_of(node))
-			context = "interface '" + std::string(*name) + "': ";
+		Context context("interface", rd.name_of(node), index + 1);
 		Entries keys = rd.entries(node, INTERFACE_KEYS, context, "an interface");
 		const Entry &name = keys[0];
 		if (!name.given)
@@ -244,16 +267,12 @@ TableSizes read_tables(const Reader &rd, const Entry &section)
 }
 
 RuleSpec read_rule(const Reader &rd, uint32_t node, size_t index,
-		   std::unordered_map<std::string_view, int> &names)
+		   const std::vector<RuleSpec> &earlier, NameIndex &names, std::vector<int> &name_lines)
 {
 	const Doc &doc = rd.doc();
 	// Errors name the rule as soon as its name can be read, even those about
 	// keys written before it.
-	std::string context;
-	if (auto name = rd.name_of(node))
-		context = "rule '" + std::string(*name) + "': ";
-	else
-		context = "rule #" + std::to_string(index + 1) + ": ";
+	Context context("rule", rd.name_of(node), index + 1);
 	Entries keys = rd.entries(node, RULE_KEYS, context, "a rule");
 	auto key = [&](RuleKey k) -> const Entry * { return keys[k].given ? &keys[k] : nullptr; };
 
@@ -266,9 +285,11 @@ RuleSpec read_rule(const Reader &rd, uint32_t node, size_t index,
 		return v;
 	});
 	spec.name = name_text;
-	auto [was, fresh] = names.emplace(name_text, line_of(name->line));
-	if (!fresh)
-		rd.fail(name->line, context, "another rule has this name (line " + std::to_string(was->second) + ")");
+	uint32_t was = names.insert(name_text, static_cast<uint32_t>(index),
+				    [&earlier](uint32_t i) -> std::string_view { return earlier[i].name; });
+	if (was != index)
+		rd.fail(name->line, context, "another rule has this name (line " + std::to_string(name_lines[was]) + ")");
+	name_lines.push_back(line_of(name->line));
 	const Entry *cidr = key(K_CIDR);
 	if (!cidr)
 		rd.fail(doc.line(node), context, "a rule needs a 'cidr'");
@@ -339,20 +360,21 @@ std::vector<RuleSpec> read_rules(const Reader &rd, const Entry &section)
 	uint32_t count = doc.size(section.value);
 	rules.reserve(count);
 	// Names point into the document, which outlives this function's maps.
-	std::unordered_map<std::string_view, int> names;
-	names.reserve(count);
+	NameIndex names(count);
+	std::vector<int> name_lines; // each rule's name's line
+	name_lines.reserve(count);
 	// Reserved in full, so that the selectors' pointers stay valid.
 	std::unordered_map<const RuleSpec *, size_t, SelectorHash, SelectorEqual> selectors;
 	selectors.reserve(count);
 	for (uint32_t index = 0; index < count; index++) {
 		uint32_t node = doc.item(section.value, index);
-		rules.push_back(read_rule(rd, node, index, names));
+		rules.push_back(read_rule(rd, node, index, rules, names, name_lines));
 		auto [was, fresh] = selectors.emplace(&rules.back(), index);
 		if (!fresh) {
 			const std::string &other = rules[was->second].name;
-			rd.fail(doc.line(node), "rule '" + rules.back().name + "': ",
+			rd.fail(doc.line(node), Context("rule", std::string_view(rules.back().name), index + 1),
 				"selects the same traffic as rule '" + other + "' (line " +
-					std::to_string(names.at(other)) + "); only one of them could ever match");
+					std::to_string(name_lines[was->second]) + "); only one of them could ever match");
 		}
 	}
 
@@ -476,6 +498,19 @@ namespace {
 // something else ("null", "#x").
 std::string yaml_scalar(const std::string &s)
 {
+	// Words of letters, digits and "._/:-" that begin with a letter or a
+	// digit and do not end in ':' are plain scalars to the emitter too
+	// (the null words aside): most of what a policy holds, without an
+	// emitter each.
+	bool plain = !s.empty() && std::isalnum(static_cast<unsigned char>(s.front())) && s.back() != ':' &&
+		     s != "null" && s != "Null" && s != "NULL";
+	for (size_t i = 0; plain && i < s.size(); i++) {
+		char c = s[i];
+		plain = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '/' || c == ':' ||
+			c == '-';
+	}
+	if (plain)
+		return s;
 	YAML::Emitter e;
 	e << s;
 	return e.c_str();
@@ -613,12 +648,13 @@ std::string describe_rule(const RuleSpec &spec)
 
 namespace {
 
-std::map<std::string, const RuleSpec *> by_name(const std::vector<RuleSpec> &rules, const char *side)
+/// The rules' positions by name; throws if a name is there twice.
+NameIndex by_name(const std::vector<RuleSpec> &rules, const char *side)
 {
-	std::map<std::string, const RuleSpec *> out;
-	for (const auto &r : rules)
-		if (!out.emplace(r.name, &r).second)
-			throw Error(std::string("two ") + side + " rules are named '" + r.name + "'");
+	NameIndex out(rules.size());
+	for (uint32_t i = 0; i < rules.size(); i++)
+		if (out.insert(rules[i].name, i, [&rules](uint32_t j) -> std::string_view { return rules[j].name; }) != i)
+			throw Error(std::string("two ") + side + " rules are named '" + rules[i].name + "'");
 	return out;
 }
 
@@ -626,34 +662,40 @@ std::map<std::string, const RuleSpec *> by_name(const std::vector<RuleSpec> &rul
 
 std::vector<RuleChange> diff_rules(const std::vector<RuleSpec> &running, const std::vector<RuleSpec> &desired)
 {
-	auto old_rules = by_name(running, "running");
-	auto new_rules = by_name(desired, "desired");
+	NameIndex old_rules = by_name(running, "running"), new_rules = by_name(desired, "desired");
+	auto running_name = [&running](uint32_t j) -> std::string_view { return running[j].name; };
+	auto desired_name = [&desired](uint32_t j) -> std::string_view { return desired[j].name; };
 	std::vector<RuleChange> changes;
 	// Filled in place, not from a braced temporary: GCC 12 at -O3 warns
 	// falsely (-Wmaybe-uninitialized) on destroying the temporary's empty spec.
 	for (const auto &r : running)
-		if (!new_rules.count(r.name)) {
+		if (new_rules.find(r.name, desired_name) == NameIndex::NONE) {
 			RuleChange &c = changes.emplace_back();
 			c.kind = RuleChange::Kind::remove;
 			c.name = r.name;
 			c.before = r;
 		}
 	for (const auto &r : desired) {
-		auto it = old_rules.find(r.name);
-		if (it == old_rules.end()) {
+		uint32_t at = old_rules.find(r.name, running_name);
+		if (at == NameIndex::NONE) {
 			RuleChange &c = changes.emplace_back();
 			c.kind = RuleChange::Kind::add;
 			c.name = r.name;
 			c.after = r;
 			continue;
 		}
-		RuleSpec before = normalized(*it->second), after = normalized(r);
+		const RuleSpec &was = running[at];
+		// Equal specs show equal fields: most rules are left here, before
+		// any field is written out.
+		if (same_spec(was, r))
+			continue;
+		RuleSpec before = normalized(was), after = normalized(r);
 		std::vector<std::string> fields;
 		for (const auto &f : RULE_FIELDS)
 			if (f.show(before) != f.show(after))
 				fields.push_back(f.key);
 		if (!fields.empty())
-			changes.push_back({RuleChange::Kind::change, r.name, *it->second, r, fields,
+			changes.push_back({RuleChange::Kind::change, r.name, was, r, fields,
 					   edit_restarts_buckets(before, after)});
 	}
 	return changes;
