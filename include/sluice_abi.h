@@ -174,10 +174,25 @@ SLUICE_ASSERT_SIZE(struct sluice_rule_counters, 48);
  */
 struct sluice_active {
 	__u32 set;      /* 0 or 1: the only field the data plane reads */
-	__u32 pad;
+	__u32 sync;     /* what the controller knows of the idle set (SLUICE_SYNC_*); 0: nothing */
 	__u32 slots[2]; /* each set's highest used slot + 1: how far the controller reads */
 };
 SLUICE_ASSERT_SIZE(struct sluice_active, 16);
+
+/*
+ * sync lets a small change write only what it changes (ABI 3). The controller
+ * clears it before it writes the idle set and sets it with the switch, from
+ * what it knows then: the set it leaves is the rule set it replaced, whole.
+ * SLUICE_SYNC_LOOKUPS: the idle set's match lists, IPv4 table and IPv6
+ * prefixes hold what the live set's hold, at the idle set's own indices.
+ * SLUICE_SYNC_RULES: below both sets' high-water marks, the idle set's rule
+ * entries (struct sluice_rule and sluice_rule_info) equal the live set's
+ * (an empty slot, id 0, equals an empty slot), except at slot
+ * (sync & SLUICE_SYNC_SLOT) - 1 when that field is not 0.
+ */
+#define SLUICE_SYNC_LOOKUPS 0x80000000u
+#define SLUICE_SYNC_RULES   0x40000000u
+#define SLUICE_SYNC_SLOT    0x3fffffffu
 
 /* A rule's entry in SLUICE_MAP_RULES and SLUICE_MAP_RULE_INFO: a slot stays
  * with its rule for life, and its two sets' copies sit side by side. Rule
@@ -646,7 +661,7 @@ SLUICE_ASSERT_SIZE(struct sluice_log_set_v6, 2368);
  * every future layout, so any binary can read which layout it meets.
  */
 #define SLUICE_ABI_VERSION 3 /* 1: sluice 0.2, which recorded no layout; 2: IPv6 and
-                              * sliding-log buckets in LRU hashes */
+                              * sliding-log buckets in LRU hashes, no sync word in sluice_active */
 struct sluice_meta {
 	__u32 abi_version;  /* SLUICE_ABI_VERSION of the binary that loaded the program */
 	__u32 next_rule_id; /* ids are never reused, so no stale bucket meets a new rule */

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The benchmark: Sluice's per-packet cost against XDP_DROP and parse-only
 # baselines, Sluice against nftables and iptables hashlimit on the same frames,
-# kernel memory per tracked source, control-plane times, and the cost of one
-# agent scrape at 1,000,000 sources and 10,000 rules. Prints Markdown.
+# kernel memory per tracked source, and control-plane times (sluice-bench), then
+# the control plane at 100,000 rules: apply, export, rule set
+# (sluice-bench-control), and the cost of one agent scrape at 1,000,000 sources
+# and 10,000 rules (sluice-agent-bench). Prints Markdown.
 # Run as root; installs and builds what is missing. --quick for a smoke run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,5 +18,9 @@ if [ -n "${missing:-}" ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
 ./build/tests/sluice-bench "$@"
+# The control plane at 100,000 rules (apply, export, rule set): its own program.
+control=()
+for a in "$@"; do [ "$a" = --quick ] && control+=(--quick); done
+./build/tests/sluice-bench-control "${control[@]}"
 echo
 exec ./build/tests/sluice-agent-bench

@@ -473,3 +473,138 @@ TEST_F(Datapath, TwoCpusUnderTheLimitDropNothingForContention)
 			    (unsigned long long)forced);
 	}
 }
+
+namespace {
+
+/// The slots a packet from `addr` meets in one set of the maps, as the
+/// data plane walks them: the IPv4 table or the IPv6 trie, then the lists.
+std::vector<uint32_t> walk_set(const MapSet &maps, uint32_t set, const Cidr &addr)
+{
+	auto read = [](int fd, uint32_t index, auto &value) {
+		EXPECT_EQ(bpf_map_lookup_elem(fd, &index, &value), 0);
+	};
+	uint32_t list = 0;
+	if (addr.family == 4) {
+		uint32_t a = uint32_t(addr.addr[0]) << 24 | uint32_t(addr.addr[1]) << 16 | uint32_t(addr.addr[2]) << 8 |
+			     addr.addr[3];
+		uint32_t e = 0;
+		read(maps.dir4_top.get(), set * SLUICE_DIR_TOP_SIZE + (a >> 16), e);
+		for (int shift = 8; (e & SLUICE_DIR_CHILD) && shift >= 0; shift -= 8) {
+			struct sluice_dir_block b = {};
+			read(maps.dir4_blocks.get(), e & ~SLUICE_DIR_CHILD, b);
+			e = b.entry[(a >> shift) & 0xff];
+		}
+		list = e;
+	} else {
+		struct sluice_lpm_v6 key = {};
+		key.prefixlen = SLUICE_LPM_SET_BITS + 128;
+		key.set = static_cast<__u8>(set);
+		std::memcpy(key.addr, addr.addr.data(), 16);
+		if (bpf_map_lookup_elem(maps.match6.get(), &key, &list))
+			list = 0;
+	}
+	std::vector<uint32_t> slots;
+	for (int steps = 0; list && steps < SLUICE_MAX_LIST_WALK; steps++) {
+		struct sluice_match_list l = {};
+		read(maps.lists.get(), list, l);
+		slots.insert(slots.end(), l.slots, l.slots + l.count);
+		list = l.next;
+	}
+	return slots;
+}
+
+} // namespace
+
+TEST_F(Datapath, AnEditInPlaceKeepsBothRuleSetsInStep)
+{
+	add("10.0.0.0/8", "1/h", 2, "wide");
+	add("10.1.2.3", "1/h", 2, "host");
+	add("10.1.2.0/24", "1/h", 2, "net", Proto::udp, {53, 53});
+	add("2001:db8::/32", "1/h", 2, "v6");
+	add_action("192.0.2.0/24", Action::deny, "deny");
+	std::vector<Cidr> probes;
+	for (const char *a : {"10.1.2.3", "10.1.2.4", "10.9.9.9", "11.0.0.1", "192.0.2.200", "2001:db8::1", "2001:db9::1"})
+		probes.push_back(parse_cidr(a));
+	auto active = [&] {
+		uint32_t zero = 0;
+		struct sluice_active a = {};
+		EXPECT_EQ(bpf_map_lookup_elem(maps_.active.get(), &zero, &a), 0);
+		return a;
+	};
+	// What the sync word claims, checked: the sets' lookups agree on every
+	// probe, and their rule entries everywhere but the slot it names.
+	auto check_in_step = [&](const char *when) {
+		struct sluice_active a = active();
+		ASSERT_EQ(a.sync & (SLUICE_SYNC_LOOKUPS | SLUICE_SYNC_RULES), SLUICE_SYNC_LOOKUPS | SLUICE_SYNC_RULES)
+			<< when;
+		for (const Cidr &p : probes)
+			EXPECT_EQ(walk_set(maps_, a.set, p), walk_set(maps_, a.set ^ 1, p)) << when << ": " << format_cidr(p);
+		uint32_t differs = (a.sync & SLUICE_SYNC_SLOT), bound = std::max(a.slots[0], a.slots[1]);
+		for (uint32_t slot = 0; slot < bound; slot++) {
+			struct sluice_rule x = {}, y = {};
+			struct sluice_rule_info xi = {}, yi = {};
+			uint32_t i = sluice_rule_index(slot, a.set), j = sluice_rule_index(slot, a.set ^ 1);
+			bpf_map_lookup_elem(maps_.rules.get(), &i, &x);
+			bpf_map_lookup_elem(maps_.rules.get(), &j, &y);
+			bpf_map_lookup_elem(maps_.rule_info.get(), &i, &xi);
+			bpf_map_lookup_elem(maps_.rule_info.get(), &j, &yi);
+			bool same = (x.id == 0 && y.id == 0) ||
+				    (!std::memcmp(&x, &y, sizeof(x)) && !std::memcmp(&xi, &yi, sizeof(xi)));
+			EXPECT_EQ(same, slot + 1 != differs) << when << ": slot " << slot;
+		}
+	};
+
+	EXPECT_EQ(active().sync & SLUICE_SYNC_LOOKUPS, 0u) << "an add changes the lookups";
+	RuleEdit e;
+	e.burst = 3;
+	EXPECT_FALSE(table_->edit_in_place("host", e)) << "the idle set has a rule less";
+	InstalledRule host = table_->edit("host", e); // the long way
+	check_in_step("after the first edit");
+	EXPECT_EQ(active().sync & SLUICE_SYNC_SLOT, host.slot + 1);
+	for (uint64_t burst : {4, 5, 6}) {
+		e.burst = burst;
+		EXPECT_TRUE(table_->edit_in_place("host", e));
+		check_in_step("after an edit in place");
+	}
+	RuleEdit rate;
+	rate.rate = parse_rate("2/h");
+	EXPECT_TRUE(table_->edit_in_place("v6", rate)) << "another rule: the previous one's slot is copied over";
+	check_in_step("after an edit of another rule");
+	RuleEdit name;
+	name.name = "host2";
+	EXPECT_TRUE(table_->edit_in_place(std::to_string(host.id), name)) << "by id, renamed";
+	check_in_step("after a rename");
+	EXPECT_EQ(table_->find("host2").id, host.id);
+	EXPECT_THROW(table_->find("host"), Error);
+	name.name = "wide";
+	EXPECT_FALSE(table_->edit_in_place("host2", name)) << "a name in use goes the long way";
+	EXPECT_THROW(table_->edit("host2", name), Error) << "which refuses it";
+	RuleEdit shadow;
+	shadow.shadow = true;
+	EXPECT_TRUE(table_->edit_in_place("deny", shadow));
+	check_in_step("after shadowing a deny");
+
+	// The packets see every edit: host2's burst is 6 now, the deny passes.
+	for (int i = 0; i < 6; i++)
+		EXPECT_EQ(run({.src = "10.1.2.3"}), XDP_PASS) << i;
+	EXPECT_EQ(run({.src = "10.1.2.3"}), XDP_DROP);
+	EXPECT_EQ(run({.src = "192.0.2.1"}), XDP_PASS) << "a shadow deny passes";
+	EXPECT_EQ(rule_counters("deny").dropped_packets, 1u) << "and counts the would-be drop";
+
+	// A change of the lookups ends the claim; the next edit makes it again.
+	table_->remove("net");
+	EXPECT_EQ(active().sync & SLUICE_SYNC_LOOKUPS, 0u);
+	e.burst = 7;
+	EXPECT_FALSE(table_->edit_in_place("host2", e));
+	table_->edit("host2", e);
+	check_in_step("after an edit following a delete");
+	e.burst = 8;
+	EXPECT_TRUE(table_->edit_in_place("host2", e));
+	check_in_step("after an edit in place following a delete");
+	// An edit that turns a rule layered is checked as a whole, and keeps step.
+	RuleEdit layered;
+	layered.layered = true;
+	EXPECT_FALSE(table_->edit_in_place("wide", layered));
+	table_->edit("wide", layered);
+	check_in_step("after making a rule layered");
+}

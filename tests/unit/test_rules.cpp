@@ -1,6 +1,11 @@
 // Rule validation and the compilation of per-prefix candidate lists.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
+#include <set>
+#include <tuple>
+
 #include "error.h"
 #include "rule.h"
 
@@ -171,6 +176,65 @@ TEST(MatchLists, TheWalkLimitIsChecked)
 	rules.pop_back();
 	EXPECT_NO_THROW(compile_match_lists(rules, BASE, 100000));
 	EXPECT_THROW(compile_match_lists(rules, BASE, SLUICE_MAX_LIST_WALK - 1), Error) << "capacity is checked";
+}
+
+TEST(MatchLists, EveryPrefixWalksItsOwnRulesThenItsNearestCover)
+{
+	// Random nested prefixes of both families, against the definition: a
+	// prefix's own rules in match order, then the walk of the longest
+	// shorter prefix that covers it and holds rules.
+	std::mt19937 rng(9);
+	for (int round = 0; round < 20; round++) {
+		std::vector<InstalledRule> rules;
+		std::set<std::tuple<Cidr, Proto, uint16_t>> selectors;
+		for (uint32_t id = 1; rules.size() < 300; id++) {
+			Cidr c;
+			c.family = rng() % 4 ? 4 : 6;
+			int len = static_cast<int>(rng() % (c.family == 4 ? 33 : 129));
+			for (int i = 0; i < (c.family == 4 ? 4 : 16); i++)
+				c.addr[i] = static_cast<uint8_t>(rng() % 3 == 0 ? rng() : i < 2 ? 10 : 0);
+			c.prefix_len = len;
+			mask_address(c.addr, len);
+			Proto proto = rng() % 3 ? Proto::any : Proto::tcp;
+			uint16_t port = proto == Proto::tcp ? static_cast<uint16_t>(rng() % 4) : 0;
+			if (!selectors.insert({c, proto, port}).second)
+				continue;
+			InstalledRule r = rule(id, "0.0.0.0/0", proto, proto == Proto::tcp ? PortRange{port, port} : PortRange{});
+			r.spec.cidr = c;
+			rules.push_back(r);
+		}
+		MatchLists lists = compile_match_lists(rules, BASE, 100000);
+		std::set<Cidr> prefixes;
+		for (const auto &r : rules)
+			prefixes.insert(r.spec.cidr);
+		ASSERT_EQ(lists.first.size(), prefixes.size());
+		for (const Cidr &p : prefixes) {
+			std::vector<uint32_t> want;
+			for (Cidr at = p;;) {
+				std::vector<const InstalledRule *> own;
+				for (const auto &r : rules)
+					if (r.spec.cidr == at)
+						own.push_back(&r);
+				std::sort(own.begin(), own.end(), [](auto *a, auto *b) { return match_order(*a, *b); });
+				for (auto *r : own)
+					want.push_back(r->slot);
+				// The nearest shorter covering prefix with rules, if any.
+				bool found = false;
+				for (int len = at.prefix_len - 1; len >= 0 && !found; len--) {
+					Cidr outer = at;
+					outer.prefix_len = len;
+					mask_address(outer.addr, len);
+					if (prefixes.count(outer)) {
+						at = outer;
+						found = true;
+					}
+				}
+				if (!found)
+					break;
+			}
+			EXPECT_EQ(lists.walk(p), want) << format_cidr(p);
+		}
+	}
 }
 
 TEST(RuleMaps, RoundTripThroughTheAbiStructs)

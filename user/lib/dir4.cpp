@@ -1,7 +1,7 @@
 #include "dir4.h"
 
 #include <algorithm>
-#include <map>
+#include <unordered_map>
 
 #include "error.h"
 
@@ -26,59 +26,106 @@ template <class Entries> void paint(Entries &entries, uint32_t index, int len, i
 
 } // namespace
 
-Dir4Tables build_dir4(const std::vector<std::pair<Cidr, uint32_t>> &prefixes, uint32_t block_base,
-		      uint32_t max_blocks)
+namespace {
+
+[[noreturn]] void too_many_blocks(uint32_t max_blocks)
+{
+	throw Error("the IPv4 rule table needs more than " + std::to_string(max_blocks) +
+		    " blocks; attach again with a larger --max-rules");
+}
+
+} // namespace
+
+uint32_t dir4_blocks_needed(const std::vector<std::pair<Cidr, uint32_t>> &prefixes)
+{
+	// A block for each /16 that holds a longer prefix, and for each /24
+	// that holds a longer one.
+	std::vector<uint32_t> l2, l3;
+	for (const auto &[cidr, entry] : prefixes) {
+		if (cidr.prefix_len > 16)
+			l2.push_back(host_order(cidr) >> 16);
+		if (cidr.prefix_len > 24)
+			l3.push_back(host_order(cidr) >> 8);
+	}
+	auto distinct = [](std::vector<uint32_t> &v) {
+		std::sort(v.begin(), v.end());
+		return static_cast<uint32_t>(std::unique(v.begin(), v.end()) - v.begin());
+	};
+	return distinct(l2) + distinct(l3);
+}
+
+void check_dir4(const std::vector<std::pair<Cidr, uint32_t>> &prefixes, uint32_t max_blocks)
+{
+	if (dir4_blocks_needed(prefixes) > max_blocks)
+		too_many_blocks(max_blocks);
+}
+
+uint32_t build_dir4_into(const std::vector<std::pair<Cidr, uint32_t>> &prefixes, uint32_t block_base,
+			 uint32_t max_blocks, uint32_t *top, struct sluice_dir_block *blocks)
 {
 	// Shorter prefixes first, so that longer ones paint over them.
 	std::vector<std::pair<Cidr, uint32_t>> sorted = prefixes;
 	std::stable_sort(sorted.begin(), sorted.end(),
 			 [](const auto &a, const auto &b) { return a.first.prefix_len < b.first.prefix_len; });
 
-	Dir4Tables t;
-	t.top.assign(SLUICE_DIR_TOP_SIZE, 0);
-	std::map<uint32_t, uint32_t> level2; // top index -> block number (relative)
-	std::map<uint32_t, uint32_t> level3; // top index << 8 | second byte -> block number
+	constexpr uint32_t NO_BLOCK = ~0u;
+	std::fill(top, top + SLUICE_DIR_TOP_SIZE, 0u);
+	std::vector<uint32_t> level2(SLUICE_DIR_TOP_SIZE, NO_BLOCK); // top index -> block number (relative)
+	std::unordered_map<uint32_t, uint32_t> level3; // top index << 8 | second byte -> block number
+	std::vector<uint32_t> level3_order; // its keys, as made
+	uint32_t needed = dir4_blocks_needed(prefixes);
+	if (needed > max_blocks)
+		too_many_blocks(max_blocks);
+	level3.reserve(needed);
+	uint32_t count = 0;
 	auto new_block = [&](uint32_t fill) {
-		if (t.blocks.size() >= max_blocks)
-			throw Error("the IPv4 rule table needs more than " + std::to_string(max_blocks) +
-				    " blocks; attach again with a larger --max-rules");
-		struct sluice_dir_block b;
-		std::fill(std::begin(b.entry), std::end(b.entry), fill);
-		t.blocks.push_back(b);
-		return static_cast<uint32_t>(t.blocks.size() - 1);
+		std::fill(std::begin(blocks[count].entry), std::end(blocks[count].entry), fill);
+		return count++;
 	};
 
 	for (const auto &[cidr, entry] : sorted) {
 		uint32_t a = host_order(cidr);
 		int len = cidr.prefix_len;
 		if (len <= 16) {
-			paint(t.top, a >> 16, len, 16, entry);
+			paint(top, a >> 16, len, 16, entry);
 			continue;
 		}
 		uint32_t hi16 = a >> 16;
-		auto l2 = level2.find(hi16);
-		if (l2 == level2.end())
-			l2 = level2.emplace(hi16, new_block(t.top[hi16])).first;
+		if (level2[hi16] == NO_BLOCK)
+			level2[hi16] = new_block(top[hi16]);
+		uint32_t l2 = level2[hi16];
 		if (len <= 24) {
-			paint(t.blocks[l2->second].entry, (a >> 8) & 0xff, len, 24, entry);
+			paint(blocks[l2].entry, (a >> 8) & 0xff, len, 24, entry);
 			continue;
 		}
 		uint32_t hi24 = a >> 8;
 		auto l3 = level3.find(hi24);
 		if (l3 == level3.end()) {
-			uint32_t fill = t.blocks[l2->second].entry[hi24 & 0xff];
+			uint32_t fill = blocks[l2].entry[hi24 & 0xff];
 			l3 = level3.emplace(hi24, new_block(fill)).first;
+			level3_order.push_back(hi24);
 		}
-		paint(t.blocks[l3->second].entry, a & 0xff, len, 32, entry);
+		paint(blocks[l3->second].entry, a & 0xff, len, 32, entry);
 	}
 
 	// Each block was filled from the entry above it when it was made, after
 	// every shorter prefix had been painted (they are sorted): only the links
 	// from the entries above to the blocks remain to be written.
-	for (const auto &[hi24, block] : level3)
-		t.blocks[level2.at(hi24 >> 8)].entry[hi24 & 0xff] = SLUICE_DIR_CHILD | (block_base + block);
-	for (const auto &[hi16, block] : level2)
-		t.top[hi16] = SLUICE_DIR_CHILD | (block_base + block);
+	for (uint32_t hi24 : level3_order)
+		blocks[level2[hi24 >> 8]].entry[hi24 & 0xff] = SLUICE_DIR_CHILD | (block_base + level3.at(hi24));
+	for (uint32_t hi16 = 0; hi16 < SLUICE_DIR_TOP_SIZE; hi16++)
+		if (level2[hi16] != NO_BLOCK)
+			top[hi16] = SLUICE_DIR_CHILD | (block_base + level2[hi16]);
+	return count;
+}
+
+Dir4Tables build_dir4(const std::vector<std::pair<Cidr, uint32_t>> &prefixes, uint32_t block_base,
+		      uint32_t max_blocks)
+{
+	Dir4Tables t;
+	t.top.resize(SLUICE_DIR_TOP_SIZE);
+	t.blocks.resize(std::min(dir4_blocks_needed(prefixes), max_blocks));
+	build_dir4_into(prefixes, block_base, max_blocks, t.top.data(), t.blocks.data());
 	return t;
 }
 

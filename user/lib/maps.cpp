@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -107,7 +108,7 @@ uint64_t layout_hash()
 	return h;
 }
 
-MapSet MapSet::open_pinned(const std::string &dir)
+MapSet MapSet::open_pinned(const std::string &dir, uint32_t abi)
 {
 	// The layout record first: state of another layout is refused before
 	// any of its maps is read into this binary's structs.
@@ -127,7 +128,7 @@ MapSet MapSet::open_pinned(const std::string &dir)
 	uint32_t zero = 0;
 	if (bpf_map_lookup_elem(meta.get(), &zero, &record))
 		throw_errno("cannot read " + meta_path, errno);
-	if (record.abi_version != SLUICE_ABI_VERSION || record.layout_hash != layout_hash())
+	if (record.abi_version != abi || record.layout_hash != layout_hash())
 		throw refuse("it records ABI " + std::to_string(record.abi_version) + ", layout " +
 			     hex64(record.layout_hash) + " (this sluice: " + hex64(layout_hash()) + ")");
 
@@ -183,14 +184,19 @@ int possible_cpus()
 
 uint32_t map_max_entries(int fd) { return map_info(fd).max_entries; }
 
-MappedArray::MappedArray(int fd)
+MappedArray::MappedArray(int fd, uint32_t begin, uint32_t end)
 {
 	struct bpf_map_info info = map_info(fd);
-	entries_ = info.max_entries;
+	entries_ = std::min(info.max_entries, end);
+	begin = std::min(begin, entries_);
+	if (entries_ == begin) // nothing asked: one entry, so that the mapping is valid
+		entries_ = std::min(info.max_entries, begin + 1);
+	begin = std::min(begin, entries_ - 1);
 	stride_ = (info.value_size + 7) & ~size_t(7);
-	long page = sysconf(_SC_PAGESIZE);
-	length_ = (size_t(entries_) * stride_ + page - 1) / page * page;
-	void *p = mmap(nullptr, length_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+	offset_ = size_t(begin) * stride_ / page * page;
+	length_ = (size_t(entries_) * stride_ + page - 1) / page * page - offset_;
+	void *p = mmap(nullptr, length_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(offset_));
 	if (p != MAP_FAILED) {
 		base_ = static_cast<uint8_t *>(p);
 		return;
@@ -198,6 +204,7 @@ MappedArray::MappedArray(int fd)
 	// A pin opened read-only (a read-only bpffs) cannot be mapped: read a
 	// copy, which serves every reader; writing it is refused.
 	int err = errno;
+	offset_ = 0;
 	copy_.resize(size_t(entries_) * stride_);
 	std::vector<uint32_t> keys(entries_);
 	uint32_t count = entries_, cursor = 0;

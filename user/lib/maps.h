@@ -23,7 +23,9 @@ struct MapSet {
 
 	/// Opens the maps pinned under dir (by their ABI names). Refuses, with
 	/// one line, state whose layout record or maps differ from this binary's.
-	static MapSet open_pinned(const std::string &dir);
+	/// `abi` is the version expected (another, of the same layout, only
+	/// for `sluice upgrade` to read it).
+	static MapSet open_pinned(const std::string &dir, uint32_t abi = SLUICE_ABI_VERSION);
 	/// Duplicates the descriptors of a loaded object's maps.
 	static MapSet from_object(struct bpf_object *obj);
 
@@ -47,13 +49,26 @@ std::string hex64(uint64_t v);
 /// writes go straight to the map's memory, as the program's do.
 class MappedArray {
 public:
-	explicit MappedArray(int fd);
+	/// Maps entries [begin, end) (all by default), whole pages of them:
+	/// mapping costs a page-table entry per page, so a user of few entries
+	/// maps few. Indices stay the map's own; use only those mapped.
+	explicit MappedArray(int fd, uint32_t begin = 0, uint32_t end = UINT32_MAX);
 	~MappedArray();
 	MappedArray(const MappedArray &) = delete;
 	MappedArray &operator=(const MappedArray &) = delete;
 
-	template <class V> V *at(uint32_t i) const { return reinterpret_cast<V *>(base_ + size_t(i) * stride_); }
+	template <class V> V *at(uint32_t i) const
+	{
+		return reinterpret_cast<V *>(base_ + (size_t(i) * stride_ - offset_));
+	}
 	uint32_t size() const { return entries_; }
+	/// Throws unless the entries may be written through at() (a mapping,
+	/// not a read-only copy).
+	void check_writable() const
+	{
+		if (!length_)
+			refuse_write();
+	}
 	/// Writes `value` at i unless it is there already; true if it wrote.
 	template <class V> bool put(uint32_t i, const V &value) const
 	{
@@ -71,6 +86,7 @@ private:
 
 	uint8_t *base_ = nullptr;
 	size_t length_ = 0, stride_ = 0; ///< length_ 0: a read-only copy in copy_
+	size_t offset_ = 0; ///< the byte in the map that base_ points at
 	uint32_t entries_ = 0;
 	std::vector<uint8_t> copy_;
 };

@@ -108,7 +108,8 @@ void check_rule_name(std::string_view name)
 {
 	bool all_digits = !name.empty();
 	for (char c : name) {
-		if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-')
+		bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+		if (!alnum && c != '.' && c != '_' && c != '-')
 			throw Error("invalid rule name '" + std::string(name) +
 				    "' (letters, digits, '.', '_' and '-' only)");
 		all_digits = all_digits && std::isdigit(static_cast<unsigned char>(c));
@@ -357,81 +358,151 @@ std::vector<uint32_t> MatchLists::walk(const Cidr &prefix) const
 	return slots;
 }
 
+namespace {
+
+/// A prefix as two big-endian words and its length: ordered as Cidr's own
+/// comparison orders it (family, address bytes, length), compared in
+/// integers rather than bytes.
+struct PrefixKey {
+	uint64_t hi = 0, lo = 0;
+	uint16_t family_len = 0; ///< family << 8 | prefix length
+
+	explicit PrefixKey(const Cidr &c)
+	{
+		for (int i = 0; i < 8; i++) {
+			hi = hi << 8 | c.addr[i];
+			lo = lo << 8 | c.addr[8 + i];
+		}
+		family_len = static_cast<uint16_t>(c.family << 8 | c.prefix_len);
+	}
+	int family() const { return family_len >> 8; }
+	int len() const { return family_len & 0xff; }
+	bool same_prefix(const PrefixKey &o) const { return hi == o.hi && lo == o.lo && family_len == o.family_len; }
+	bool before(const PrefixKey &o) const
+	{
+		if (family() != o.family())
+			return family() < o.family();
+		if (hi != o.hi)
+			return hi < o.hi;
+		if (lo != o.lo)
+			return lo < o.lo;
+		return len() < o.len();
+	}
+	/// True if this prefix covers `o` (same family, no longer, o's address
+	/// under it).
+	bool covers(const PrefixKey &o) const
+	{
+		if (family() != o.family() || len() > o.len())
+			return false;
+		// IPv4 addresses sit in hi's top 32 bits, so one rule serves both.
+		int l = len();
+		uint64_t mhi = l == 0 ? 0 : l >= 64 ? ~0ULL : ~0ULL << (64 - l);
+		uint64_t mlo = l <= 64 ? 0 : ~0ULL << (128 - l);
+		return (o.hi & mhi) == hi && (o.lo & mlo) == lo;
+	}
+};
+
+} // namespace
+
 MatchLists compile_match_lists(const std::vector<InstalledRule> &rules, uint32_t base, uint32_t capacity)
 {
-	std::map<Cidr, std::vector<const InstalledRule *>> by_prefix;
-	std::set<int> lengths[2];
-	for (const auto &r : rules) {
-		by_prefix[r.spec.cidr].push_back(&r);
-		lengths[r.spec.cidr.family == 6].insert(r.spec.cidr.prefix_len);
-	}
+	// The rules by prefix, in Cidr order, each prefix's own in match order.
+	struct Item {
+		PrefixKey key;
+		const InstalledRule *rule;
+	};
+	std::vector<Item> items;
+	items.reserve(rules.size());
+	for (const auto &r : rules)
+		items.push_back({PrefixKey(r.spec.cidr), &r});
+	std::sort(items.begin(), items.end(), [](const Item &a, const Item &b) {
+		if (!a.key.same_prefix(b.key))
+			return a.key.before(b.key);
+		return match_order(*a.rule, *b.rule);
+	});
 
-	// Each prefix's own lists, chained to its nearest covering prefix's.
-	// The map iterates shorter prefixes of one network first, but not every
-	// parent comes before its child: link the chains once all are numbered.
+	// Each prefix's own lists, numbered in Cidr order.
+	struct Prefix {
+		PrefixKey key;
+		const Cidr *cidr;
+		uint32_t first, last; ///< its first and last list
+		uint32_t lists, layered; ///< its own
+		int32_t parent = -1; ///< the nearest covering prefix with rules
+	};
+	std::vector<Prefix> prefixes;
 	MatchLists m;
 	m.base = base;
-	std::map<Cidr, uint32_t> last; // each prefix's last list, whose next links the parent
-	for (auto &[prefix, own] : by_prefix) {
-		std::sort(own.begin(), own.end(), [](auto *a, auto *b) { return match_order(*a, *b); });
-		for (size_t i = 0; i < own.size(); i++) {
-			if (i % SLUICE_LIST_SLOTS == 0) {
+	for (size_t i = 0; i < items.size();) {
+		size_t j = i;
+		while (j < items.size() && items[j].key.same_prefix(items[i].key))
+			j++;
+		Prefix p{items[i].key, &items[i].rule->spec.cidr, 0, 0, 0, 0};
+		for (size_t k = i; k < j; k++) {
+			if ((k - i) % SLUICE_LIST_SLOTS == 0) {
 				if (m.lists.size() >= capacity)
 					throw Error("the rule set needs more than " + std::to_string(capacity) +
 						    " match lists; raise --max-rules");
 				uint32_t index = base + static_cast<uint32_t>(m.lists.size());
-				if (i == 0)
-					m.first[prefix] = index;
+				if (k == i)
+					p.first = index;
 				else
 					m.lists.back().next = index;
-				last[prefix] = index;
+				p.last = index;
+				p.lists++;
 				m.lists.push_back({});
 			}
 			auto &l = m.lists.back();
-			l.slots[l.count++] = own[i]->slot;
+			l.slots[l.count++] = items[k].rule->slot;
+			p.layered += items[k].rule->spec.layered;
 		}
+		m.first.emplace_hint(m.first.end(), *p.cidr, p.first);
+		prefixes.push_back(p);
+		i = j;
 	}
-	// Shorter prefixes first, so that each parent's walk is known before its children's.
-	std::vector<std::pair<Cidr, const Cidr *>> order; // prefix, nearest covering prefix with rules
-	for (const auto &[prefix, index] : m.first) {
-		const std::set<int> &lens = lengths[prefix.family == 6];
-		const Cidr *parent = nullptr;
-		for (auto len = std::make_reverse_iterator(lens.find(prefix.prefix_len)); len != lens.rend(); ++len) {
-			Cidr outer = prefix;
-			outer.prefix_len = *len;
-			mask_address(outer.addr, *len);
-			auto it = m.first.find(outer);
-			if (it != m.first.end()) {
-				m.lists[last.at(prefix) - base].next = it->second;
-				parent = &it->first;
-				break;
-			}
+
+	// Each prefix's nearest covering prefix: in this order a prefix comes
+	// after every prefix covering it and before those it covers, so the
+	// covering ones are on a stack. Its last list links to that one's first.
+	std::vector<uint32_t> stack;
+	for (uint32_t i = 0; i < prefixes.size(); i++) {
+		Prefix &p = prefixes[i];
+		while (!stack.empty() && !prefixes[stack.back()].key.covers(p.key))
+			stack.pop_back();
+		if (!stack.empty()) {
+			p.parent = static_cast<int32_t>(stack.back());
+			m.lists[p.last - base].next = prefixes[stack.back()].first;
 		}
-		order.push_back({prefix, parent});
+		stack.push_back(i);
 	}
-	std::stable_sort(order.begin(), order.end(),
-			 [](const auto &a, const auto &b) { return a.first.prefix_len < b.first.prefix_len; });
-	// Lists walked, and layered rules met, from a prefix's first list to the end.
-	std::map<Cidr, std::pair<uint32_t, uint32_t>> steps;
-	for (const auto &[prefix, parent] : order) {
-		const auto &own = by_prefix.at(prefix);
-		uint32_t n = (static_cast<uint32_t>(own.size()) + SLUICE_LIST_SLOTS - 1) / SLUICE_LIST_SLOTS;
-		uint32_t layered = static_cast<uint32_t>(
-			std::count_if(own.begin(), own.end(), [](auto *r) { return r->spec.layered; }));
-		if (parent) {
-			n += steps.at(*parent).first;
-			layered += steps.at(*parent).second;
+
+	// Lists walked, and layered rules met, from a prefix's first list to the
+	// end; parents come first, so theirs are known.
+	std::vector<std::pair<uint32_t, uint32_t>> steps(prefixes.size());
+	const Prefix *worst = nullptr; // the first to break a limit, shorter prefixes first
+	for (size_t i = 0; i < prefixes.size(); i++) {
+		const Prefix &p = prefixes[i];
+		auto &[n, layered] = steps[i];
+		n = p.lists;
+		layered = p.layered;
+		if (p.parent >= 0) {
+			n += steps[p.parent].first;
+			layered += steps[p.parent].second;
 		}
-		steps[prefix] = {n, layered};
+		if ((layered > SLUICE_MAX_LAYERED || n > SLUICE_MAX_LIST_WALK) &&
+		    (!worst || p.key.len() < worst->key.len()))
+			worst = &p;
+	}
+	if (worst) {
+		auto [n, layered] = steps[static_cast<size_t>(worst - prefixes.data())];
+		const Cidr &prefix = *worst->cidr;
 		if (layered > SLUICE_MAX_LAYERED)
 			throw Error("too many layered (--continue) rules cover " + format_cidr(prefix) + ": " +
 				    std::to_string(layered) + ", and at most " + std::to_string(SLUICE_MAX_LAYERED) +
 				    " may apply to one packet");
-		if (n > SLUICE_MAX_LIST_WALK)
-			throw Error("too many rules cover " + format_cidr(prefix) + ": they fill " + std::to_string(n) +
-				    " match lists (" + std::to_string(SLUICE_LIST_SLOTS) +
-				    " rules a list, a list at least for each covering prefix), and a packet walks at most " +
-				    std::to_string(SLUICE_MAX_LIST_WALK));
+		throw Error("too many rules cover " + format_cidr(prefix) + ": they fill " + std::to_string(n) +
+			    " match lists (" + std::to_string(SLUICE_LIST_SLOTS) +
+			    " rules a list, a list at least for each covering prefix), and a packet walks at most " +
+			    std::to_string(SLUICE_MAX_LIST_WALK));
 	}
 	return m;
 }

@@ -3,13 +3,18 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <charconv>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <set>
 #include <tuple>
+#include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "dir4.h"
+#include "name_index.h"
 #include "sources.h"
 
 namespace sluice {
@@ -58,29 +63,69 @@ LpmV6Bytes key_bytes(const struct sluice_lpm_v6 &k)
 /// prefix's first list under that set, whatever it held there before.
 void write_v6(int fd, uint32_t set, const MatchLists &lists)
 {
-	std::vector<struct sluice_lpm_v6> keys;
-	std::vector<uint32_t> values;
-	std::set<LpmV6Bytes> wanted;
-	for (const auto &[prefix, first] : lists.first) {
-		if (prefix.family != 6)
-			continue;
-		auto k = lpm_key<struct sluice_lpm_v6>(prefix, set);
-		keys.push_back(k);
-		values.push_back(first);
-		wanted.insert(key_bytes(k));
-	}
+	// What the set should hold, by key.
+	std::map<LpmV6Bytes, uint32_t> wanted;
+	for (const auto &[prefix, first] : lists.first)
+		if (prefix.family == 6)
+			wanted.emplace(key_bytes(lpm_key<struct sluice_lpm_v6>(prefix, set)), first);
 	// What the set held before (a change two transactions old, or a killed
-	// one's leftovers): whatever is not wanted goes.
+	// one's leftovers): whatever is not wanted goes, and what it holds as
+	// wanted is not written again.
 	std::vector<struct sluice_lpm_v6> stale;
+	std::set<LpmV6Bytes> held;
+	auto check = [&](const struct sluice_lpm_v6 &k, const uint32_t *value) {
+		if (k.set != set)
+			return;
+		auto it = wanted.find(key_bytes(k));
+		if (it == wanted.end())
+			stale.push_back(k);
+		else if (value && *value == it->second)
+			held.insert(it->first);
+	};
+	// The keys in batches of a syscall each where the kernel reads a trie
+	// in batches, else one syscall a key.
+	constexpr uint32_t BATCH = 4096;
+	std::vector<struct sluice_lpm_v6> batch(BATCH);
+	std::vector<uint32_t> batch_values(BATCH);
+	struct sluice_lpm_v6 cursor = {};
+	bool batched = true;
+	for (bool first = true;; first = false) {
+		uint32_t count = BATCH;
+		LIBBPF_OPTS(bpf_map_batch_opts, opts);
+		int err = bpf_map_lookup_batch(fd, first ? nullptr : &cursor, &cursor, batch.data(), batch_values.data(),
+					       &count, &opts);
+		int saved = errno;
+		if (err && saved != ENOENT && first) {
+			batched = false;
+			break;
+		}
+		for (uint32_t i = 0; i < count; i++)
+			check(batch[i], &batch_values[i]);
+		if (err) {
+			if (saved != ENOENT)
+				throw_errno("cannot read the IPv6 match lists", saved);
+			break;
+		}
+	}
 	struct sluice_lpm_v6 cur, next;
-	for (int err = bpf_map_get_next_key(fd, nullptr, &next); !err; err = bpf_map_get_next_key(fd, &cur, &next)) {
+	for (int err = batched ? -1 : bpf_map_get_next_key(fd, nullptr, &next); !err;
+	     err = bpf_map_get_next_key(fd, &cur, &next)) {
 		cur = next;
-		if (cur.set == set && !wanted.count(key_bytes(cur)))
-			stale.push_back(cur);
+		check(cur, nullptr);
 	}
 	for (const auto &k : stale)
 		if (bpf_map_delete_elem(fd, &k) && errno != ENOENT)
 			throw_errno("cannot remove an IPv6 match list", errno);
+	std::vector<struct sluice_lpm_v6> keys;
+	std::vector<uint32_t> values;
+	for (const auto &[bytes, first] : wanted) {
+		if (held.count(bytes))
+			continue;
+		struct sluice_lpm_v6 k;
+		std::memcpy(&k, bytes.data(), sizeof(k));
+		keys.push_back(k);
+		values.push_back(first);
+	}
 	__u32 n = static_cast<__u32>(keys.size());
 	LIBBPF_OPTS(bpf_map_batch_opts, opts);
 	if (n == 0 || bpf_map_update_batch(fd, keys.data(), values.data(), &n, &opts) == 0)
@@ -100,6 +145,23 @@ void purge_buckets(const MapSet &maps, const std::function<bool(uint32_t)> &doom
 
 uint32_t bucket_of(const InstalledRule &r) { return r.bucket_id ? r.bucket_id : r.id; }
 
+/// True if two rule sets compile to the same lookup tables: the tables
+/// depend on each rule's slot, id, prefix, protocol and ports alone.
+bool same_lookups(const std::vector<InstalledRule> &a, const std::vector<InstalledRule> &b, uint32_t n)
+{
+	if (a.size() != b.size())
+		return false;
+	std::vector<const InstalledRule *> by_slot(n);
+	for (const auto &r : a)
+		by_slot[r.slot] = &r;
+	for (const auto &r : b) {
+		const InstalledRule *o = by_slot[r.slot];
+		if (!o || o->id != r.id || !same_selector(o->spec, r.spec))
+			return false;
+	}
+	return true;
+}
+
 constexpr uint32_t NO_SLOT = ~0u;
 
 } // namespace
@@ -115,7 +177,7 @@ RuleTable::Snapshot RuleTable::read() const
 	// Both sets' entries up to the higher of their high-water marks: the
 	// live set's rules, and the idle set's leftovers to clear.
 	uint32_t reach = std::min(n, std::max(s.active.slots[0], s.active.slots[1]));
-	MappedArray dps(maps_.rules.get()), infos(maps_.rule_info.get());
+	MappedArray dps(maps_.rules.get(), 0, 2 * reach), infos(maps_.rule_info.get(), 0, 2 * reach);
 	s.idle_used.assign(n, false);
 	for (uint32_t slot = 0; slot < reach; slot++) {
 		s.idle_used[slot] = dps.at<struct sluice_rule>(sluice_rule_index(slot, s.active.set ^ 1))->id != 0;
@@ -137,13 +199,71 @@ std::vector<InstalledRule> RuleTable::list() const
 	return rules;
 }
 
+namespace {
+
+/// One entry of an array map, read with a syscall.
+template <class V> V read_entry(int fd, uint32_t index, const char *what)
+{
+	V v = {};
+	if (bpf_map_lookup_elem(fd, &index, &v))
+		throw_errno(std::string("cannot read ") + what, errno);
+	return v;
+}
+
+/// The live set's slot of the rule that `key` names (rule_is: its name, or
+/// its id in decimal), the first in slot order as read() lists them; NO_SLOT
+/// if none. Reads the names in place and one rule entry, building nothing.
+uint32_t locate(int rules_fd, const MappedArray &infos, const struct sluice_active &active, uint32_t reach,
+		std::string_view key)
+{
+	// An id is written as std::to_string writes it: digits, no leading zero.
+	uint64_t id = 0;
+	bool by_id = !key.empty() && key.size() <= 10 && (key[0] != '0' || key.size() == 1);
+	for (char c : key)
+		by_id = by_id && c >= '0' && c <= '9';
+	if (by_id)
+		std::from_chars(key.data(), key.data() + key.size(), id);
+	for (uint32_t slot = 0; slot < reach; slot++) {
+		uint32_t i = sluice_rule_index(slot, active.set);
+		const auto *info = infos.at<struct sluice_rule_info>(i);
+		size_t len = strnlen(info->name, sizeof(info->name));
+		if (!(len == key.size() && std::memcmp(info->name, key.data(), len) == 0) &&
+		    !(by_id && info->rule_id == id))
+			continue;
+		// An empty slot (id 0) holds no rule, whatever its name says.
+		if (read_entry<struct sluice_rule>(rules_fd, i, "a rule").id != 0)
+			return slot;
+	}
+	return NO_SLOT;
+}
+
+[[noreturn]] void no_rule(std::string_view key)
+{
+	throw Error("no rule named '" + std::string(key) + "' (see `sluice rule list`)");
+}
+
+} // namespace
+
+const MappedArray &RuleTable::infos_upto(uint32_t reach) const
+{
+	if (!infos_ || infos_->size() < 2 * reach)
+		infos_ = std::make_unique<MappedArray>(maps_.rule_info.get(), 0, 2 * reach);
+	return *infos_;
+}
+
 InstalledRule RuleTable::find(std::string_view key) const
 {
-	for (const auto &r : read().rules) {
-		if (rule_is(r, key))
-			return r;
-	}
-	throw Error("no rule named '" + std::string(key) + "' (see `sluice rule list`)");
+	struct sluice_active active = read_active(maps_);
+	uint32_t reach = std::min(maps_.max_rules(), std::max(active.slots[0], active.slots[1]));
+	const MappedArray &infos = infos_upto(reach);
+	uint32_t slot = locate(maps_.rules.get(), infos, active, reach, key);
+	if (slot == NO_SLOT)
+		no_rule(key);
+	uint32_t i = sluice_rule_index(slot, active.set);
+	InstalledRule r = from_maps(read_entry<struct sluice_rule>(maps_.rules.get(), i, "a rule"),
+				    *infos.at<struct sluice_rule_info>(i));
+	r.slot = slot;
+	return r;
 }
 
 struct sluice_rule RuleTable::datapath_rule(uint32_t slot) const
@@ -225,23 +345,21 @@ size_t RuleTable::flush()
 	return before.rules.size();
 }
 
-InstalledRule RuleTable::edit(std::string_view name_or_id, const RuleEdit &e)
+namespace {
+
+/// The rule as `e` edits it: its spec, and a new bucket id from next_id if
+/// the edit restarts its buckets. Throws if the edit does not apply.
+InstalledRule edited(const InstalledRule &r, const RuleEdit &e, uint32_t &next_id)
 {
-	Snapshot before = read();
-	uint32_t next_id = before.meta.next_rule_id;
-	std::vector<InstalledRule> after = before.rules;
-	auto it = std::find_if(after.begin(), after.end(), [&](const auto &r) { return rule_is(r, name_or_id); });
-	if (it == after.end())
-		throw Error("no rule named '" + std::string(name_or_id) + "' (see `sluice rule list`)");
-	RuleSpec spec = it->spec;
+	RuleSpec spec = r.spec;
 	if (e.name)
 		spec.name = *e.name;
 	if (e.rate)
 		spec.rate = *e.rate;
 	if (e.algo)
 		spec.algo = *e.algo;
-	bool default_burst_before = it->spec.action == Action::limit && it->spec.has_burst() &&
-				    it->spec.burst == default_burst(it->spec.rate);
+	bool default_burst_before = r.spec.action == Action::limit && r.spec.has_burst() &&
+				    r.spec.burst == default_burst(r.spec.rate);
 	if (e.burst)
 		spec.burst = *e.burst;
 	else if (!spec.has_burst() || default_burst_before)
@@ -255,40 +373,134 @@ InstalledRule RuleTable::edit(std::string_view name_or_id, const RuleEdit &e)
 	if (e.per_prefix)
 		spec.per_prefix = *e.per_prefix;
 	if (spec.action != Action::limit && (e.rate || e.burst || e.algo || e.warmup_ns || e.per_prefix))
-		throw Error("rule '" + it->spec.name + "' is an " + std::string(action_name(spec.action)) +
+		throw Error("rule '" + r.spec.name + "' is an " + std::string(action_name(spec.action)) +
 			    " rule: --rate, --burst, --algo, --warmup and --per apply to --rate rules");
 	validate_rule(spec);
-	if (edit_restarts_buckets(it->spec, spec))
-		it->bucket_id = next_id++;
-	it->spec = spec;
-	InstalledRule edited = *it;
+	InstalledRule out = r;
+	if (edit_restarts_buckets(r.spec, spec))
+		out.bucket_id = next_id++;
+	out.spec = spec;
+	return out;
+}
+
+} // namespace
+
+std::optional<InstalledRule> RuleTable::edit_in_place(std::string_view name_or_id, const RuleEdit &e)
+{
+	// The idle set must be known to be the live one but for one slot: then
+	// the change is that slot and the edited rule's, nothing else.
+	struct sluice_active active = read_active(maps_);
+	if ((active.sync & (SLUICE_SYNC_LOOKUPS | SLUICE_SYNC_RULES)) != (SLUICE_SYNC_LOOKUPS | SLUICE_SYNC_RULES))
+		return std::nullopt;
+	uint32_t zero = 0;
+	struct sluice_meta meta = {};
+	if (bpf_map_lookup_elem(maps_.meta.get(), &zero, &meta))
+		throw_errno("cannot read sluice metadata", errno);
+	uint32_t reach = std::min(maps_.max_rules(), std::max(active.slots[0], active.slots[1]));
+	const MappedArray &infos = infos_upto(reach);
+	int rules = maps_.rules.get();
+	uint32_t slot = locate(rules, infos, active, reach, name_or_id);
+	if (slot == NO_SLOT)
+		no_rule(name_or_id);
+	uint32_t live = active.set, idle = live ^ 1;
+	InstalledRule before = from_maps(read_entry<struct sluice_rule>(rules, sluice_rule_index(slot, live), "a rule"),
+					 *infos.at<struct sluice_rule_info>(sluice_rule_index(slot, live)));
+	before.slot = slot;
+	uint32_t next_id = meta.next_rule_id;
+	InstalledRule after = edited(before, e, next_id);
+
+	// What the whole-set check (prepare) would look at, and could refuse,
+	// goes the long way: a layered rule more (the per-address limit) and a
+	// new name (uniqueness). The selector, id and slot never change here.
+	if (after.spec.layered && !before.spec.layered)
+		return std::nullopt;
+	if (after.spec.name != before.spec.name && locate(rules, infos, active, reach, after.spec.name) != NO_SLOT)
+		return std::nullopt;
+
+	// Nothing is known of the idle set while it is written. Its entries are
+	// written with syscalls: a few, where mapping the arrays costs a
+	// page-table entry per page of them.
+	struct sluice_active writing = active;
+	writing.sync = 0;
+	map_update(maps_.active.get(), &zero, &writing, "the live rule set's number");
+	if (next_id != meta.next_rule_id) {
+		meta.next_rule_id = next_id;
+		map_update(maps_.meta.get(), &zero, &meta, "sluice metadata");
+	}
+	auto write = [&](uint32_t s, const struct sluice_rule &dp, const struct sluice_rule_info &info) {
+		uint32_t i = sluice_rule_index(s, idle);
+		map_update(rules, &i, &dp, "a rule");
+		map_update(maps_.rule_info.get(), &i, &info, "a rule's name");
+	};
+	uint32_t other = (active.sync & SLUICE_SYNC_SLOT);
+	if (other && other - 1 != slot) {
+		uint32_t k = other - 1, i = sluice_rule_index(k, live);
+		write(k, read_entry<struct sluice_rule>(rules, i, "a rule"),
+		      read_entry<struct sluice_rule_info>(maps_.rule_info.get(), i, "a rule's name"));
+	}
+	write(slot, to_datapath(after), to_info(after));
+
+	// The switch. The set left idle is the old one: it differs in this slot.
+	std::atomic_thread_fence(std::memory_order_seq_cst);
+	struct sluice_active next = active;
+	next.set = idle;
+	next.slots[idle] = active.slots[live];
+	next.sync = SLUICE_SYNC_LOOKUPS | SLUICE_SYNC_RULES | (slot + 1);
+	map_update(maps_.active.get(), &zero, &next, "the live rule set's number");
+
+	if (bucket_of(after) != bucket_of(before)) {
+		uint32_t gone = bucket_of(before);
+		purge_buckets(maps_, [gone](uint32_t id) { return id == gone; });
+	}
+	return after;
+}
+
+InstalledRule RuleTable::edit(std::string_view name_or_id, const RuleEdit &e)
+{
+	if (auto r = edit_in_place(name_or_id, e))
+		return *r;
+	Snapshot before = read();
+	uint32_t next_id = before.meta.next_rule_id;
+	std::vector<InstalledRule> after = before.rules;
+	auto it = std::find_if(after.begin(), after.end(), [&](const auto &r) { return rule_is(r, name_or_id); });
+	if (it == after.end())
+		no_rule(name_or_id);
+	*it = edited(*it, e, next_id);
+	InstalledRule result = *it;
 	commit(before, after, next_id);
-	return edited;
+	return result;
 }
 
 ChangeSummary RuleTable::replace(std::vector<RuleSpec> desired, bool dry_run)
 {
 	Snapshot before = read();
 	uint32_t next_id = std::max<uint32_t>(before.meta.next_rule_id, 1);
-	std::map<std::string, const InstalledRule *> running;
-	for (const auto &r : before.rules)
-		running[r.spec.name] = &r;
+	// The running rules and the kept ones by name.
+	NameIndex running(before.rules.size()), kept(desired.size());
+	auto running_name = [&before](uint32_t j) -> std::string_view { return before.rules[j].spec.name; };
+	auto desired_name = [&desired](uint32_t j) -> std::string_view { return desired[j].name; };
+	for (uint32_t i = 0; i < before.rules.size(); i++)
+		running.insert(before.rules[i].spec.name, i, running_name);
 
 	ChangeSummary sum;
 	std::vector<InstalledRule> after;
-	std::set<std::string> kept;
-	for (auto &spec : desired) {
+	after.reserve(desired.size());
+	for (uint32_t j = 0; j < desired.size(); j++) {
+		RuleSpec &spec = desired[j];
 		if (spec.name.empty())
 			throw Error("every rule of a policy needs a name");
-		validate_rule(spec);
-		auto it = running.find(spec.name);
-		if (it == running.end()) {
+		uint32_t at = running.find(spec.name, running_name);
+		// A spec the same as a running rule's is that rule, valid as it
+		// stands: only the others are checked (and their defaults filled).
+		if (at == NameIndex::NONE || !same_spec(before.rules[at].spec, spec))
+			validate_rule(spec);
+		if (at == NameIndex::NONE) {
 			after.push_back({0, NO_SLOT, spec});
 			continue;
 		}
-		if (!kept.insert(spec.name).second)
+		if (kept.insert(spec.name, j, desired_name) != j)
 			throw Error("two rules are named '" + spec.name + "'");
-		InstalledRule r = *it->second;
+		InstalledRule r = before.rules[at];
 		if (!same_spec(r.spec, spec)) {
 			if (edit_restarts_buckets(r.spec, spec)) {
 				r.bucket_id = next_id++;
@@ -300,11 +512,11 @@ ChangeSummary RuleTable::replace(std::vector<RuleSpec> desired, bool dry_run)
 		after.push_back(r);
 	}
 	for (const auto &r : before.rules)
-		if (!kept.count(r.spec.name))
+		if (kept.find(r.spec.name, desired_name) == NameIndex::NONE)
 			sum.removed.push_back(r);
 	commit(before, after, next_id, {}, dry_run);
 	for (const auto &r : after)
-		if (!running.count(r.spec.name))
+		if (running.find(r.spec.name, running_name) == NameIndex::NONE)
 			sum.added.push_back(r);
 	return sum;
 }
@@ -333,10 +545,38 @@ struct sluice_rule_counters RuleTable::counters(uint32_t slot) const
 
 /// A change ready to write into the idle set.
 struct RuleTable::Compiled {
-	uint32_t set = 0, block_base = 0;
+	uint32_t set = 0, block_base = 0, blocks_per_set = 0;
 	MatchLists lists;
-	Dir4Tables dir;
+	/// The IPv4 prefixes and their lists, checked to fit: commit builds
+	/// the table straight into the idle set.
+	std::vector<std::pair<Cidr, uint32_t>> prefixes4;
+	uint32_t blocks = 0; ///< how many that takes
 };
+
+namespace {
+
+/// A rule's selector (prefix, protocol, ports) for hashing, as
+/// same_selector compares them.
+struct SelectorHash {
+	size_t operator()(const RuleSpec *s) const
+	{
+		uint64_t h = 0xcbf29ce484222325ULL;
+		auto mix = [&h](uint64_t v) { h = (h ^ v) * 0x100000001b3ULL; };
+		uint64_t a, b;
+		std::memcpy(&a, s->cidr.addr.data(), 8);
+		std::memcpy(&b, s->cidr.addr.data() + 8, 8);
+		mix(a);
+		mix(b);
+		mix(uint64_t(s->cidr.prefix_len) << 8 | uint64_t(s->cidr.family) << 16 | uint64_t(s->proto) << 24 |
+		    uint64_t(s->dport.lo) << 32 | uint64_t(s->dport.hi) << 48);
+		return h ^ (h >> 29);
+	}
+};
+struct SelectorEqual {
+	bool operator()(const RuleSpec *a, const RuleSpec *b) const { return same_selector(*a, *b); }
+};
+
+} // namespace
 
 RuleTable::Compiled RuleTable::prepare(const Snapshot &before, std::vector<InstalledRule> &after, uint32_t &next_id,
 				       const std::vector<std::string> &where, uint32_t n)
@@ -344,18 +584,15 @@ RuleTable::Compiled RuleTable::prepare(const Snapshot &before, std::vector<Insta
 	// 1. Validate the whole new rule set and give new rules ids and slots.
 	//    Nothing has been written yet: any error leaves the maps as they are.
 	auto at = [&where](size_t i) { return i < where.size() ? where[i] : std::string(); };
-	using Selector = std::tuple<Cidr, Proto, uint16_t, uint16_t>;
-	std::map<Selector, std::string> selectors;
-	std::set<std::string> names;
 	std::vector<bool> live(n), used(n);
 	for (const auto &r : before.rules)
 		live[r.slot] = true;
 	for (const auto &r : after)
 		if (r.slot != NO_SLOT)
 			used[r.slot] = true;
-	for (auto &r : after)
-		if (!r.spec.name.empty())
-			names.insert(r.spec.name);
+	// The names given, for naming unnamed rules (built when one needs it).
+	std::unordered_set<std::string> names;
+	bool names_known = false;
 	uint32_t fresh = 0, reused = 0;
 	for (size_t i = 0; i < after.size(); i++) {
 		InstalledRule &r = after[i];
@@ -365,6 +602,12 @@ RuleTable::Compiled RuleTable::prepare(const Snapshot &before, std::vector<Insta
 					    " rules were added since the first attach); detach and attach again");
 			r.id = next_id++;
 			if (r.spec.name.empty()) {
+				if (!names_known) {
+					for (const auto &o : after)
+						if (!o.spec.name.empty())
+							names.insert(o.spec.name);
+					names_known = true;
+				}
 				r.spec.name = "rule" + std::to_string(r.id);
 				for (int k = 2; names.count(r.spec.name); k++)
 					r.spec.name = "rule" + std::to_string(r.id) + "-" + std::to_string(k);
@@ -390,14 +633,20 @@ RuleTable::Compiled RuleTable::prepare(const Snapshot &before, std::vector<Insta
 			used[r.slot] = true;
 		}
 	}
-	std::map<std::string, size_t> seen;
+	// Names and selectors are unique: the first rule to repeat one is named.
+	// (The keys point into `after`, which stays put from here on.)
+	NameIndex seen(after.size());
+	auto name_of = [&after](uint32_t j) -> std::string_view { return after[j].spec.name; };
+	std::unordered_map<const RuleSpec *, size_t, SelectorHash, SelectorEqual> selectors;
+	selectors.reserve(after.size());
 	for (size_t i = 0; i < after.size(); i++) {
 		const RuleSpec &s = after[i].spec;
-		if (!seen.emplace(s.name, i).second)
+		if (seen.insert(s.name, static_cast<uint32_t>(i), name_of) != i)
 			throw Error(at(i) + "a rule named '" + s.name + "' exists already");
-		auto [it, added] = selectors.emplace(Selector{s.cidr, s.proto, s.dport.lo, s.dport.hi}, s.name);
+		auto [it, added] = selectors.emplace(&s, i);
 		if (!added)
-			throw Error(at(i) + "rule '" + it->second + "' already selects the same traffic; delete it first");
+			throw Error(at(i) + "rule '" + after[it->second].spec.name +
+				    "' already selects the same traffic; delete it first");
 	}
 
 	// 2. Compile the idle set's lookup tables (throws if they do not fit).
@@ -405,13 +654,13 @@ RuleTable::Compiled RuleTable::prepare(const Snapshot &before, std::vector<Insta
 	c.set = before.active.set ^ 1;
 	uint32_t list_capacity = n; // a list holds at least one rule
 	c.lists = compile_match_lists(after, c.set * (n + 1) + 1, list_capacity);
-	std::vector<std::pair<Cidr, uint32_t>> prefixes4;
 	for (const auto &[prefix, first] : c.lists.first)
 		if (prefix.family == 4)
-			prefixes4.push_back({prefix, first});
-	uint32_t blocks_per_set = 2 * n; // enough for any n rules: see sluice_abi.h
-	c.block_base = c.set * blocks_per_set;
-	c.dir = build_dir4(prefixes4, c.block_base, blocks_per_set);
+			c.prefixes4.push_back({prefix, first});
+	c.blocks_per_set = 2 * n; // enough for any n rules: see sluice_abi.h
+	c.block_base = c.set * c.blocks_per_set;
+	c.blocks = dir4_blocks_needed(c.prefixes4);
+	check_dir4(c.prefixes4, c.blocks_per_set);
 	return c;
 }
 
@@ -420,6 +669,7 @@ void RuleTable::check_fits(const std::vector<RuleSpec> &rules, uint32_t max_rule
 	Snapshot empty;
 	empty.idle_used.assign(max_rules, false);
 	std::vector<InstalledRule> after;
+	after.reserve(rules.size());
 	for (const auto &spec : rules)
 		after.push_back({0, NO_SLOT, spec});
 	uint32_t next_id = 1;
@@ -435,10 +685,15 @@ void RuleTable::commit(const Snapshot &before, std::vector<InstalledRule> &after
 		return;
 	uint32_t set = c.set, block_base = c.block_base;
 	const MatchLists &lists = c.lists;
-	const Dir4Tables &dir = c.dir;
 
 	// 3. Write the idle set in full. Packets and readers use the live one.
+	//    Nothing is known of the idle set while it is written.
 	uint32_t zero = 0;
+	if (before.active.sync) {
+		struct sluice_active writing = before.active;
+		writing.sync = 0;
+		map_update(maps_.active.get(), &zero, &writing, "the live rule set's number");
+	}
 	struct sluice_meta meta = before.meta;
 	meta.next_rule_id = next_id;
 	map_update(maps_.meta.get(), &zero, &meta, "sluice metadata");
@@ -450,7 +705,13 @@ void RuleTable::commit(const Snapshot &before, std::vector<InstalledRule> &after
 		id_in_slot[r.slot] = r.id;
 	// The idle set is written in place (the maps are mapped into this
 	// process), entry by entry where it differs: the live set is never touched.
-	MappedArray rules(maps_.rules.get()), infos(maps_.rule_info.get());
+	uint32_t reach = std::min(n, std::max(before.active.slots[0], before.active.slots[1])), high = 0;
+	for (const auto &r : after)
+		high = std::max(high, r.slot + 1);
+	// Only what this change may touch is mapped: slots below both marks,
+	// and the idle set's ranges of lists and blocks.
+	uint32_t bound = std::max(reach, high);
+	MappedArray rules(maps_.rules.get(), 0, 2 * bound), infos(maps_.rule_info.get(), 0, 2 * bound);
 	for (const auto &r : after) {
 		in_after[r.slot] = true;
 		// A slot whose rule is new gets zeroed counters; a kept rule keeps its own.
@@ -462,10 +723,7 @@ void RuleTable::commit(const Snapshot &before, std::vector<InstalledRule> &after
 	// Slots the idle set may hold leftovers in: those read as used, and any
 	// beyond what was read (a killed change may have written there) up to
 	// the new high-water mark, which bounds what later reads look at.
-	uint32_t reach = std::min(n, std::max(before.active.slots[0], before.active.slots[1])), high = 0;
-	for (const auto &r : after)
-		high = std::max(high, r.slot + 1);
-	for (uint32_t slot = 0; slot < n; slot++) {
+	for (uint32_t slot = 0; slot < bound; slot++) {
 		if ((before.idle_used[slot] || (slot >= reach && slot < high)) && !in_after[slot]) {
 			rules.put(sluice_rule_index(slot, set), sluice_rule{});
 			infos.put(sluice_rule_index(slot, set), sluice_rule_info{});
@@ -475,20 +733,51 @@ void RuleTable::commit(const Snapshot &before, std::vector<InstalledRule> &after
 	map_update_batch(maps_.rule_counters.get(), new_slots.data(), zero_counters.data(), new_slots.size(),
 			 "rule counters");
 
-	MappedArray list_map(maps_.lists.get()), blocks(maps_.dir4_blocks.get()), top(maps_.dir4_top.get());
+	uint32_t list_count = static_cast<uint32_t>(lists.lists.size());
+	MappedArray list_map(maps_.lists.get(), lists.base, lists.base + list_count),
+		blocks(maps_.dir4_blocks.get(), block_base, block_base + c.blocks),
+		top(maps_.dir4_top.get(), set * SLUICE_DIR_TOP_SIZE, (set + 1) * SLUICE_DIR_TOP_SIZE);
 	for (size_t i = 0; i < lists.lists.size(); i++)
 		list_map.put(lists.base + static_cast<uint32_t>(i), lists.lists[i]);
-	for (size_t i = 0; i < dir.blocks.size(); i++)
-		blocks.put(block_base + static_cast<uint32_t>(i), dir.blocks[i]);
+	// The IPv4 table's blocks are built where they go, in the idle set's
+	// range (checked to fit by prepare; never the live set's). The top
+	// level is built apart: an array's entries are 8 bytes apart in the
+	// mapping, and its values 4.
+	blocks.check_writable();
+	std::vector<uint32_t> top_level(SLUICE_DIR_TOP_SIZE);
+	build_dir4_into(c.prefixes4, block_base, c.blocks_per_set, top_level.data(),
+			blocks.at<struct sluice_dir_block>(block_base));
 	for (uint32_t i = 0; i < SLUICE_DIR_TOP_SIZE; i++)
-		top.put(set * SLUICE_DIR_TOP_SIZE + i, dir.top[i]);
+		top.put(set * SLUICE_DIR_TOP_SIZE + i, top_level[i]);
 	write_v6(maps_.match6.get(), set, lists);
 
-	// 4. The switch: one word, and the new rule set is live.
+	// 4. The switch: one word, and the new rule set is live. The set left
+	//    idle holds the rules it replaced: what the next change can skip.
 	std::atomic_thread_fence(std::memory_order_seq_cst); // every write above before the flip
 	struct sluice_active active = before.active;
 	active.set = set;
 	active.slots[set] = high;
+	active.sync = 0;
+	if (same_lookups(before.rules, after, n)) {
+		active.sync |= SLUICE_SYNC_LOOKUPS;
+		// Slots whose entries differ between the sets, below both marks.
+		uint32_t differing = 0, count = 0;
+		for (uint32_t slot = 0; slot < bound && count < 2; slot++) {
+			const auto *a = rules.at<struct sluice_rule>(sluice_rule_index(slot, set));
+			const auto *b = rules.at<struct sluice_rule>(sluice_rule_index(slot, set ^ 1));
+			if (a->id == 0 && b->id == 0)
+				continue;
+			if (std::memcmp(a, b, sizeof(*a)) == 0 &&
+			    std::memcmp(infos.at<struct sluice_rule_info>(sluice_rule_index(slot, set)),
+					infos.at<struct sluice_rule_info>(sluice_rule_index(slot, set ^ 1)),
+					sizeof(struct sluice_rule_info)) == 0)
+				continue;
+			count++;
+			differing = slot + 1;
+		}
+		if (count < 2 && differing <= SLUICE_SYNC_SLOT)
+			active.sync |= SLUICE_SYNC_RULES | differing;
+	}
 	map_update(maps_.active.get(), &zero, &active, "the live rule set's number");
 
 	// 5. Buckets no rule uses any more. A command killed before this leaves

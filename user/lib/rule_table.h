@@ -3,6 +3,7 @@
 // and counters as they are.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -64,6 +65,14 @@ public:
 	/// unless edit_restarts_buckets says otherwise.
 	InstalledRule edit(std::string_view name_or_id, const RuleEdit &edit);
 
+	/// edit() in proportion to the change: when the idle set is known to
+	/// differ from the live one in one slot at most (struct sluice_active's
+	/// sync word) and the edit needs no whole-set check (no new name, no
+	/// rule made layered), writes that slot and the edited rule's and
+	/// switches. Empty, having written nothing, when it cannot; edit() then
+	/// goes the long way. Throws as edit() does.
+	std::optional<InstalledRule> edit_in_place(std::string_view name_or_id, const RuleEdit &edit);
+
 	/// Makes the installed rules equal `desired` in one transaction. Rules
 	/// are matched by name: a rule whose spec is unchanged keeps everything,
 	/// a changed one is edited in place, the others are added or removed.
@@ -93,7 +102,8 @@ private:
 	Snapshot read() const;
 	/// Validates `after` as a whole (names, selectors, capacity), gives new
 	/// rules ids and slots, and compiles the idle set's tables; throws if the
-	/// change does not fit. Writes nothing.
+	/// change does not fit. Writes nothing: the IPv4 table is only checked
+	/// to fit here, and commit builds it in the idle set.
 	static Compiled prepare(const Snapshot &before, std::vector<InstalledRule> &after, uint32_t &next_id,
 				const std::vector<std::string> &where, uint32_t max_rules);
 	/// Validates `after` as a whole, writes it into the idle set and makes
@@ -101,7 +111,12 @@ private:
 	void commit(const Snapshot &before, std::vector<InstalledRule> &after, uint32_t next_id,
 		    const std::vector<std::string> &where = {}, bool dry_run = false);
 
+	/// The rule_info array's entries of slots below `reach`, both sets,
+	/// mapped once for this object (for finding a rule by name).
+	const MappedArray &infos_upto(uint32_t reach) const;
+
 	const MapSet &maps_;
+	mutable std::unique_ptr<MappedArray> infos_;
 };
 
 } // namespace sluice

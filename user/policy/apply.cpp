@@ -70,7 +70,11 @@ std::string ApplyPlan::format() const
 	return out;
 }
 
-ApplyPlan plan_apply(const Instance &inst, const Policy &p)
+namespace {
+
+/// plan_apply; with check_rules false it leaves checking the rules against
+/// the table size to the caller.
+ApplyPlan make_plan(const Instance &inst, const Policy &p, bool check_rules)
 {
 	ApplyPlan plan;
 	for (const auto &i : p.interfaces)
@@ -99,7 +103,8 @@ ApplyPlan plan_apply(const Instance &inst, const Policy &p)
 	plan.rules = diff_rules(specs_of(running), p.rules);
 	// The rules must fit the tables they will have; ids and slots are the
 	// transaction's to give, so check the whole set against the size.
-	RuleTable::check_fits(p.rules, want.max_rules);
+	if (check_rules)
+		RuleTable::check_fits(p.rules, want.max_rules);
 
 	for (const auto &i : p.interfaces) {
 		auto it = std::find_if(st.links.begin(), st.links.end(), [&i](const AttachedLink &l) {
@@ -120,9 +125,19 @@ ApplyPlan plan_apply(const Instance &inst, const Policy &p)
 	return plan;
 }
 
+} // namespace
+
+ApplyPlan plan_apply(const Instance &inst, const Policy &p) { return make_plan(inst, p, true); }
+
 ApplyPlan apply_policy(Instance &inst, const Policy &p)
 {
-	ApplyPlan plan = plan_apply(inst, p); // everything is checked before the first write
+	// Everything is checked before the first write. When the tables stay as
+	// they are, that write is the rule transaction's, which checks the rules
+	// in full before it writes: they are not compiled twice.
+	ApplyPlan plan = make_plan(inst, p, false);
+	if (plan.load || plan.resize.max_sources || plan.resize.max_rules || plan.resize.max_log_sources)
+		RuleTable::check_fits(p.rules,
+				      wanted_sizes(p.tables, plan.load ? default_sizes() : loaded_sizes(inst.maps())).max_rules);
 	if (plan.load)
 		inst.load(p.tables);
 	else if (plan.resize.max_sources || plan.resize.max_rules || plan.resize.max_log_sources)

@@ -3,21 +3,30 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <fcntl.h>
 #include <map>
 #include <optional>
 #include <sstream>
+#include <string_view>
 #include <tuple>
+#include <unordered_map>
 
 #include "error.h"
 #include "fd.h"
+#include "name_index.h"
+#include "policy_doc.h"
 
 namespace sluice {
 
 namespace {
+
+using yaml::Doc;
+using yaml::Kind;
 
 const std::vector<std::string> TOP_KEYS = {"interfaces", "tables", "rules"};
 const std::vector<std::string> INTERFACE_KEYS = {"name", "mode"};
@@ -25,6 +34,8 @@ const std::vector<std::string> TABLE_KEYS = {"max_rules", "max_sources", "max_lo
 // rule add's options, in the order write_policy prints them.
 const std::vector<std::string> RULE_KEYS = {"name",  "cidr", "action", "proto",  "dport",  "rate",
 					    "burst", "algo", "per",    "warmup", "shadow", "continue"};
+// Their places in RULE_KEYS.
+enum RuleKey { K_NAME, K_CIDR, K_ACTION, K_PROTO, K_DPORT, K_RATE, K_BURST, K_ALGO, K_PER, K_WARMUP, K_SHADOW, K_CONTINUE };
 
 std::string join(const std::vector<std::string> &words)
 {
@@ -34,117 +45,161 @@ std::string join(const std::vector<std::string> &words)
 	return s;
 }
 
-// yaml-cpp counts lines from 0; a node without a place (an empty document)
-// is reported at line 1.
-int line_of(const YAML::Mark &m) { return m.line >= 0 ? m.line + 1 : 1; }
+// Lines count from 0 in the document; a node without a place (an empty
+// document) is reported at line 1.
+int line_of(int line) { return line >= 0 ? line + 1 : 1; }
 
 /// One key of a YAML map, where it was written.
 struct Entry {
-	YAML::Mark mark; ///< the key's: a missing value has no useful place
-	YAML::Node value;
+	bool given = false;
+	int line = -1; ///< the key's: a missing value has no useful place
+	uint32_t value = Doc::NONE;
+};
+
+/// A map's keys by their place in the list of known keys (at most 12).
+using Entries = std::array<Entry, 12>;
+
+/// What an error names before its reason: "rule 'ssh': ", "rule #3: ",
+/// "tables: " or nothing. Written out only when there is an error.
+struct Context {
+	Context(const char *whole) : text(whole) {}
+	Context(const char *what, std::optional<std::string_view> its_name, size_t place)
+		: kind(what), name(its_name), index(place)
+	{
+	}
+
+	const char *text = "";       ///< the whole of it, without `kind`
+	const char *kind = nullptr; ///< "rule", "interface"
+	std::optional<std::string_view> name;
+	size_t index = 0; ///< from 1, when there is no name
+
+	std::string str() const
+	{
+		if (!kind)
+			return text;
+		if (name)
+			return std::string(kind) + " '" + std::string(*name) + "': ";
+		return std::string(kind) + " #" + std::to_string(index) + ": ";
+	}
 };
 
 /// Turns every problem into one "SOURCE line N: CONTEXTreason" error.
 class Reader {
 public:
-	explicit Reader(std::string source) : source_(std::move(source)) {}
+	Reader(const Doc &doc, std::string source) : doc_(doc), source_(std::move(source)) {}
 
-	[[noreturn]] void fail(const YAML::Mark &at, const std::string &context, const std::string &reason) const
+	const Doc &doc() const { return doc_; }
+
+	[[noreturn]] void fail(int line, const Context &context, const std::string &reason) const
 	{
-		throw Error(source_ + " line " + std::to_string(line_of(at)) + ": " + context + reason);
+		throw Error(source_ + " line " + std::to_string(line_of(line)) + ": " + context.str() + reason);
 	}
 
 	/// The keys of a map, each known and given once. `what` names the map
 	/// in errors ("a rule", "tables").
-	std::map<std::string, Entry> entries(const YAML::Node &map, const std::vector<std::string> &known,
-					     const std::string &context, const std::string &what) const
+	Entries entries(uint32_t map, const std::vector<std::string> &known, const Context &context,
+			const std::string &what) const
 	{
-		if (!map.IsMap())
-			fail(map.Mark(), context, what + " is a map of keys (" + join(known) + "), not " + kind(map));
-		std::map<std::string, Entry> out;
-		for (auto it = map.begin(); it != map.end(); ++it) {
-			YAML::Node key = it->first; // a copy: the iterator hands out a temporary
-			if (!key.IsScalar())
-				fail(key.Mark(), context, "a key of " + what + " must be a word, not " + kind(key));
-			std::string name = key.Scalar();
-			if (std::find(known.begin(), known.end(), name) == known.end())
-				fail(key.Mark(), context, "unknown key '" + name + "' (expected one of " + join(known) + ")");
-			auto [was, fresh] = out.emplace(name, Entry{key.Mark(), it->second});
-			if (!fresh)
-				fail(key.Mark(), context, "key '" + name + "' given twice (first at line " +
-								  std::to_string(line_of(was->second.mark)) + ")");
+		if (doc_.kind(map) != Kind::map)
+			fail(doc_.line(map), context, what + " is a map of keys (" + join(known) + "), not " + kind(map));
+		Entries out{};
+		for (uint32_t i = 0; i < doc_.size(map); i++) {
+			uint32_t key = doc_.key(map, i);
+			if (doc_.kind(key) != Kind::scalar)
+				fail(doc_.line(key), context, "a key of " + what + " must be a word, not " + kind(key));
+			std::string_view name = doc_.scalar(key);
+			size_t k = 0;
+			while (k < known.size() && known[k] != name)
+				k++;
+			if (k == known.size())
+				fail(doc_.line(key), context,
+				     "unknown key '" + std::string(name) + "' (expected one of " + join(known) + ")");
+			if (out[k].given)
+				fail(doc_.line(key), context,
+				     "key '" + std::string(name) + "' given twice (first at line " +
+					     std::to_string(line_of(out[k].line)) + ")");
+			out[k] = {true, doc_.line(key), doc_.value(map, i)};
 		}
 		return out;
 	}
 
 	/// A key's single value as written.
-	std::string scalar(const std::string &key, const Entry &e, const std::string &context) const
+	std::string_view scalar(std::string_view key, const Entry &e, const Context &context) const
 	{
-		if (!e.value.IsScalar())
-			fail(e.mark, context, "'" + key + "' takes one value, not " + kind(e.value));
-		return e.value.Scalar();
+		if (doc_.kind(e.value) != Kind::scalar)
+			fail(e.line, context, "'" + std::string(key) + "' takes one value, not " + kind(e.value));
+		return doc_.scalar(e.value);
 	}
 
-	bool boolean(const std::string &key, const Entry &e, const std::string &context) const
+	bool boolean(std::string_view key, const Entry &e, const Context &context) const
 	{
 		// Only YAML 1.2's words: yes/no/on/off mean true/false to some readers
 		// and strings to others.
-		std::string v = scalar(key, e, context);
+		std::string_view v = scalar(key, e, context);
 		if (v == "true")
 			return true;
 		if (v == "false")
 			return false;
-		fail(e.mark, context, "'" + key + "' is true or false, not '" + v + "'");
+		fail(e.line, context, "'" + std::string(key) + "' is true or false, not '" + std::string(v) + "'");
 	}
 
-	uint64_t number(const std::string &key, const Entry &e, const std::string &context, uint64_t max) const
+	uint64_t number(std::string_view key, const Entry &e, const Context &context, uint64_t max) const
 	{
-		std::string v = scalar(key, e, context);
+		std::string_view v = scalar(key, e, context);
 		uint64_t n = 0;
 		auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
 		if (v.empty() || ec != std::errc() || end != v.data() + v.size() || n > max)
-			fail(e.mark, context, "'" + key + "' is a number from 0 to " + std::to_string(max) + ", not '" +
-						      v + "'");
+			fail(e.line, context, "'" + std::string(key) + "' is a number from 0 to " + std::to_string(max) + ", not '" +
+						      std::string(v) + "'");
 		return n;
 	}
 
 	/// Runs one of the library's parsers on a key's value; its error gets the
 	/// key's line.
 	template <typename Parse>
-	auto parsed(const std::string &key, const Entry &e, const std::string &context, Parse parse) const
+	auto parsed(std::string_view key, const Entry &e, const Context &context, Parse parse) const
 	{
-		std::string v = scalar(key, e, context);
+		std::string_view v = scalar(key, e, context);
 		try {
 			return parse(v);
 		} catch (const Error &err) {
-			fail(e.mark, context, err.what());
+			fail(e.line, context, err.what());
 		}
 	}
 
-	static std::string kind(const YAML::Node &n)
+	std::string kind(uint32_t n) const
 	{
-		switch (n.Type()) {
-		case YAML::NodeType::Sequence: return "a list";
-		case YAML::NodeType::Map: return "a map";
-		case YAML::NodeType::Scalar: return "'" + n.Scalar() + "'";
+		switch (doc_.kind(n)) {
+		case Kind::list: return "a list";
+		case Kind::map: return "a map";
+		case Kind::scalar: return "'" + std::string(doc_.scalar(n)) + "'";
 		default: return "empty";
 		}
 	}
 
+	// The `name` of a map, if it has a single one, for errors about its other
+	// keys: the value of its first key written "name", as yaml-cpp's lookup
+	// finds it.
+	std::optional<std::string_view> name_of(uint32_t map) const
+	{
+		if (doc_.kind(map) != Kind::map)
+			return std::nullopt;
+		for (uint32_t i = 0; i < doc_.size(map); i++) {
+			uint32_t key = doc_.key(map, i);
+			if (doc_.kind(key) == Kind::scalar && doc_.scalar(key) == "name") {
+				uint32_t v = doc_.value(map, i);
+				if (doc_.kind(v) != Kind::scalar)
+					return std::nullopt;
+				return doc_.scalar(v);
+			}
+		}
+		return std::nullopt;
+	}
+
 private:
+	const Doc &doc_;
 	std::string source_;
 };
-
-// The `name` of a map, if it has a single one, for errors about its other keys.
-std::optional<std::string> name_of(const YAML::Node &map)
-{
-	if (!map.IsMap())
-		return std::nullopt;
-	YAML::Node name = map["name"]; // an undefined node where there is none
-	if (!name.IsDefined() || !name.IsScalar())
-		return std::nullopt;
-	return name.Scalar();
-}
 
 Action parse_action(std::string_view text)
 {
@@ -155,42 +210,41 @@ Action parse_action(std::string_view text)
 }
 
 // Linux's dev_valid_name: what `ip link` would accept as a name.
-void check_interface_name(const std::string &name)
+void check_interface_name(std::string_view name)
 {
 	if (name.empty() || name.size() >= 16 || name == "." || name == "..")
-		throw Error("invalid interface name '" + name + "' (1 to 15 characters)");
+		throw Error("invalid interface name '" + std::string(name) + "' (1 to 15 characters)");
 	for (char c : name)
 		if (c == '/' || c == ':' || std::isspace(static_cast<unsigned char>(c)))
-			throw Error("invalid interface name '" + name + "' (no '/', ':' or blanks)");
+			throw Error("invalid interface name '" + std::string(name) + "' (no '/', ':' or blanks)");
 }
 
 std::vector<PolicyInterface> read_interfaces(const Reader &rd, const Entry &section)
 {
+	const Doc &doc = rd.doc();
 	std::vector<PolicyInterface> out;
-	if (section.value.IsNull())
+	if (doc.kind(section.value) == Kind::null)
 		return out;
-	if (!section.value.IsSequence())
-		rd.fail(section.mark, "", "'interfaces' is a list, not " + Reader::kind(section.value));
+	if (doc.kind(section.value) != Kind::list)
+		rd.fail(section.line, "", "'interfaces' is a list, not " + rd.kind(section.value));
 	std::map<std::string, int> lines;
-	size_t index = 0;
-	for (const auto &node : section.value) {
-		std::string context = "interface #" + std::to_string(++index) + ": ";
-		if (auto name = name_of(node))
-			context = "interface '" + *name + "': ";
-		auto keys = rd.entries(node, INTERFACE_KEYS, context, "an interface");
-		auto name = keys.find("name");
-		if (name == keys.end())
-			rd.fail(node.Mark(), context, "an interface needs a 'name'");
+	for (uint32_t index = 0; index < doc.size(section.value); index++) {
+		uint32_t node = doc.item(section.value, index);
+		Context context("interface", rd.name_of(node), index + 1);
+		Entries keys = rd.entries(node, INTERFACE_KEYS, context, "an interface");
+		const Entry &name = keys[0];
+		if (!name.given)
+			rd.fail(doc.line(node), context, "an interface needs a 'name'");
 		PolicyInterface iface;
-		iface.name = rd.parsed("name", name->second, context, [](const std::string &v) {
+		iface.name = rd.parsed("name", name, context, [](std::string_view v) {
 			check_interface_name(v);
-			return v;
+			return std::string(v);
 		});
-		auto [was, fresh] = lines.emplace(iface.name, line_of(name->second.mark));
+		auto [was, fresh] = lines.emplace(iface.name, line_of(name.line));
 		if (!fresh)
-			rd.fail(name->second.mark, context, "listed twice (first at line " + std::to_string(was->second) + ")");
-		if (auto mode = keys.find("mode"); mode != keys.end())
-			iface.mode = rd.parsed("mode", mode->second, context, parse_mode);
+			rd.fail(name.line, context, "listed twice (first at line " + std::to_string(was->second) + ")");
+		if (keys[1].given)
+			iface.mode = rd.parsed("mode", keys[1], context, parse_mode);
 		out.push_back(iface);
 	}
 	return out;
@@ -199,145 +253,214 @@ std::vector<PolicyInterface> read_interfaces(const Reader &rd, const Entry &sect
 TableSizes read_tables(const Reader &rd, const Entry &section)
 {
 	TableSizes t;
-	if (section.value.IsNull())
+	if (rd.doc().kind(section.value) == Kind::null)
 		return t;
-	auto keys = rd.entries(section.value, TABLE_KEYS, "tables: ", "'tables'");
-	for (auto &[key, e] : keys) {
-		uint32_t n = static_cast<uint32_t>(rd.number(key, e, "tables: ", UINT32_MAX));
-		(key == "max_rules" ? t.max_rules : key == "max_sources" ? t.max_sources : t.max_log_sources) = n;
+	Entries keys = rd.entries(section.value, TABLE_KEYS, "tables: ", "'tables'");
+	// In the order of their names, as the checks always went.
+	for (size_t k : {2, 0, 1}) { // max_log_sources, max_rules, max_sources
+		if (!keys[k].given)
+			continue;
+		uint32_t n = static_cast<uint32_t>(rd.number(TABLE_KEYS[k], keys[k], "tables: ", UINT32_MAX));
+		(k == 0 ? t.max_rules : k == 1 ? t.max_sources : t.max_log_sources) = n;
 	}
 	return t;
 }
 
-RuleSpec read_rule(const Reader &rd, const YAML::Node &node, size_t index, std::map<std::string, int> &names)
+RuleSpec read_rule(const Reader &rd, uint32_t node, size_t index,
+		   const std::vector<RuleSpec> &earlier, NameIndex &names, std::vector<int> &name_lines)
 {
+	const Doc &doc = rd.doc();
 	// Errors name the rule as soon as its name can be read, even those about
 	// keys written before it.
-	std::string context = "rule #" + std::to_string(index + 1) + ": ";
-	if (auto name = name_of(node))
-		context = "rule '" + *name + "': ";
-	auto keys = rd.entries(node, RULE_KEYS, context, "a rule");
-	auto key = [&](const char *k) -> const Entry * {
-		auto it = keys.find(k);
-		return it == keys.end() ? nullptr : &it->second;
-	};
+	Context context("rule", rd.name_of(node), index + 1);
+	Entries keys = rd.entries(node, RULE_KEYS, context, "a rule");
+	auto key = [&](RuleKey k) -> const Entry * { return keys[k].given ? &keys[k] : nullptr; };
 
 	RuleSpec spec;
-	const Entry *name = key("name");
+	const Entry *name = key(K_NAME);
 	if (!name)
-		rd.fail(node.Mark(), context, "a rule needs a 'name'");
-	spec.name = rd.parsed("name", *name, context, [](const std::string &v) {
+		rd.fail(doc.line(node), context, "a rule needs a 'name'");
+	std::string_view name_text = rd.parsed("name", *name, context, [](std::string_view v) {
 		check_rule_name(v);
 		return v;
 	});
-	auto [was, fresh] = names.emplace(spec.name, line_of(name->mark));
-	if (!fresh)
-		rd.fail(name->mark, context, "another rule has this name (line " + std::to_string(was->second) + ")");
-	const Entry *cidr = key("cidr");
+	spec.name = name_text;
+	uint32_t was = names.insert(name_text, static_cast<uint32_t>(index),
+				    [&earlier](uint32_t i) -> std::string_view { return earlier[i].name; });
+	if (was != index)
+		rd.fail(name->line, context, "another rule has this name (line " + std::to_string(name_lines[was]) + ")");
+	name_lines.push_back(line_of(name->line));
+	const Entry *cidr = key(K_CIDR);
 	if (!cidr)
-		rd.fail(node.Mark(), context, "a rule needs a 'cidr'");
+		rd.fail(doc.line(node), context, "a rule needs a 'cidr'");
 	spec.cidr = rd.parsed("cidr", *cidr, context, parse_cidr);
 
 	// The rate first: it says whether the burst counts packets or bytes.
-	if (auto e = key("action"))
+	if (auto e = key(K_ACTION))
 		spec.action = rd.parsed("action", *e, context, parse_action);
-	if (auto e = key("rate"))
+	if (auto e = key(K_RATE))
 		spec.rate = rd.parsed("rate", *e, context, parse_rate);
-	if (auto e = key("burst"))
-		spec.burst = rd.parsed("burst", *e, context, [&](const std::string &v) {
+	if (auto e = key(K_BURST))
+		spec.burst = rd.parsed("burst", *e, context, [&](std::string_view v) {
 			return parse_count(v, spec.rate.counts_bytes(), "burst");
 		});
-	if (auto e = key("proto"))
+	if (auto e = key(K_PROTO))
 		spec.proto = rd.parsed("proto", *e, context, parse_proto);
-	if (auto e = key("dport"))
+	if (auto e = key(K_DPORT))
 		spec.dport = rd.parsed("dport", *e, context, parse_port_range);
-	if (auto e = key("algo"))
+	if (auto e = key(K_ALGO))
 		spec.algo = rd.parsed("algo", *e, context, parse_algo);
-	if (auto e = key("per"))
+	if (auto e = key(K_PER))
 		spec.per_prefix = static_cast<int>(rd.number("per", *e, context, 128));
-	if (auto e = key("warmup"))
-		spec.warmup_ns = rd.parsed("warmup", *e, context, [](const std::string &v) {
+	if (auto e = key(K_WARMUP))
+		spec.warmup_ns = rd.parsed("warmup", *e, context, [](std::string_view v) {
 			return parse_duration_ns(v, "warmup");
 		});
-	if (auto e = key("shadow"))
+	if (auto e = key(K_SHADOW))
 		spec.shadow = rd.boolean("shadow", *e, context);
-	if (auto e = key("continue"))
+	if (auto e = key(K_CONTINUE))
 		spec.layered = rd.boolean("continue", *e, context);
 
 	try {
 		validate_rule(spec);
 	} catch (const Error &e) {
-		rd.fail(node.Mark(), context, e.what());
+		rd.fail(doc.line(node), context, e.what());
 	}
 	return spec;
 }
 
+/// The selector as same_selector compares it: prefix, protocol, ports.
+struct SelectorHash {
+	size_t operator()(const RuleSpec *s) const
+	{
+		uint64_t h = 0xcbf29ce484222325ULL;
+		auto mix = [&h](uint64_t v) { h = (h ^ v) * 0x100000001b3ULL; };
+		uint64_t a, b;
+		std::memcpy(&a, s->cidr.addr.data(), 8);
+		std::memcpy(&b, s->cidr.addr.data() + 8, 8);
+		mix(a);
+		mix(b);
+		mix(uint64_t(s->cidr.prefix_len) << 8 | uint64_t(s->cidr.family) << 16 | uint64_t(s->proto) << 24 |
+		    uint64_t(s->dport.lo) << 32 | uint64_t(s->dport.hi) << 48);
+		return h ^ (h >> 29);
+	}
+};
+struct SelectorEqual {
+	bool operator()(const RuleSpec *a, const RuleSpec *b) const { return same_selector(*a, *b); }
+};
+
 std::vector<RuleSpec> read_rules(const Reader &rd, const Entry &section)
 {
+	const Doc &doc = rd.doc();
 	std::vector<RuleSpec> rules;
-	if (section.value.IsNull()) // every rule commented out
+	if (doc.kind(section.value) == Kind::null) // every rule commented out
 		return rules;
-	if (!section.value.IsSequence())
-		rd.fail(section.mark, "", "'rules' is a list, not " + Reader::kind(section.value));
-	std::map<std::string, int> names;
-	// The selector as same_selector compares it: prefix, protocol, ports.
-	std::map<std::tuple<Cidr, Proto, uint16_t, uint16_t>, std::string> selectors;
-	size_t index = 0;
-	for (const auto &node : section.value) {
-		RuleSpec spec = read_rule(rd, node, index++, names);
-		auto [was, fresh] = selectors.emplace(std::tuple(spec.cidr, spec.proto, spec.dport.lo, spec.dport.hi),
-						      spec.name);
-		if (!fresh)
-			rd.fail(node.Mark(), "rule '" + spec.name + "': ",
-				"selects the same traffic as rule '" + was->second + "' (line " +
-					std::to_string(names[was->second]) + "); only one of them could ever match");
-		rules.push_back(std::move(spec));
+	if (doc.kind(section.value) != Kind::list)
+		rd.fail(section.line, "", "'rules' is a list, not " + rd.kind(section.value));
+	uint32_t count = doc.size(section.value);
+	rules.reserve(count);
+	// Names point into the document, which outlives this function's maps.
+	NameIndex names(count);
+	std::vector<int> name_lines; // each rule's name's line
+	name_lines.reserve(count);
+	// Reserved in full, so that the selectors' pointers stay valid.
+	std::unordered_map<const RuleSpec *, size_t, SelectorHash, SelectorEqual> selectors;
+	selectors.reserve(count);
+	for (uint32_t index = 0; index < count; index++) {
+		uint32_t node = doc.item(section.value, index);
+		rules.push_back(read_rule(rd, node, index, rules, names, name_lines));
+		auto [was, fresh] = selectors.emplace(&rules.back(), index);
+		if (!fresh) {
+			const std::string &other = rules[was->second].name;
+			rd.fail(doc.line(node), Context("rule", std::string_view(rules.back().name), index + 1),
+				"selects the same traffic as rule '" + other + "' (line " +
+					std::to_string(name_lines[was->second]) + "); only one of them could ever match");
+		}
 	}
 
 	// The data plane's limit on the rules covering one address.
 	std::vector<InstalledRule> installed;
+	installed.reserve(rules.size());
 	for (size_t i = 0; i < rules.size(); i++)
 		installed.push_back({static_cast<uint32_t>(i + 1), static_cast<uint32_t>(i), rules[i]});
 	try {
 		compile_match_lists(installed, 1, static_cast<uint32_t>(installed.size()) + 1);
 	} catch (const Error &e) {
-		rd.fail(section.mark, "", e.what());
+		rd.fail(section.line, "", e.what());
 	}
 	return rules;
 }
 
-} // namespace
-
-Policy parse_policy(std::istream &in, const std::string &source)
+Policy read_policy(const Doc &doc, const std::string &source)
 {
-	Reader rd(source);
-	std::vector<YAML::Node> docs;
-	try {
-		docs = YAML::LoadAll(in);
-	} catch (const YAML::Exception &e) {
-		rd.fail(e.mark, "", e.msg);
-	}
+	Reader rd(doc, source);
+	const auto &docs = doc.roots();
 	if (docs.size() > 1)
-		rd.fail(docs[1].Mark(), "", "a policy is one YAML document; this is a second one");
-	YAML::Node top = docs.empty() ? YAML::Node() : docs[0];
-	if (top.IsNull())
-		rd.fail(top.Mark(), "", "the policy is empty (write 'rules: []' for one without rules)");
-	auto sections = rd.entries(top, TOP_KEYS, "", "a policy");
+		rd.fail(doc.line(docs[1]), "", "a policy is one YAML document; this is a second one");
+	uint32_t top = docs.empty() ? Doc::NONE : docs[0];
+	if (doc.kind(top) == Kind::null)
+		rd.fail(doc.line(top), "", "the policy is empty (write 'rules: []' for one without rules)");
+	Entries sections = rd.entries(top, TOP_KEYS, "", "a policy");
 
 	Policy p;
-	auto rules = sections.find("rules");
-	if (rules == sections.end())
-		rd.fail(top.Mark(), "", "the policy has no 'rules' (write 'rules: []' for one without rules)");
-	if (auto it = sections.find("interfaces"); it != sections.end())
-		p.interfaces = read_interfaces(rd, it->second);
-	if (auto it = sections.find("tables"); it != sections.end())
-		p.tables = read_tables(rd, it->second);
-	p.rules = read_rules(rd, rules->second);
+	const Entry &rules = sections[2];
+	if (!rules.given)
+		rd.fail(doc.line(top), "", "the policy has no 'rules' (write 'rules: []' for one without rules)");
+	if (sections[0].given)
+		p.interfaces = read_interfaces(rd, sections[0]);
+	if (sections[1].given)
+		p.tables = read_tables(rd, sections[1]);
+	p.rules = read_rules(rd, rules);
 	if (p.tables.max_rules && p.rules.size() > p.tables.max_rules)
-		rd.fail(rules->second.mark, "",
+		rd.fail(rules.line, "",
 			std::to_string(p.rules.size()) + " rules do not fit in max_rules " +
 				std::to_string(p.tables.max_rules));
 	return p;
+}
+
+Policy read_general(std::string_view text, const std::string &source)
+{
+	Doc doc;
+	try {
+		yaml::parse_general(text, doc);
+	} catch (const yaml::SyntaxError &e) {
+		throw Error(source + " line " + std::to_string(line_of(e.line)) + ": " + e.message);
+	}
+	return read_policy(doc, source);
+}
+
+} // namespace
+
+namespace yaml {
+
+Policy parse_policy_text(std::string_view text, const std::string &source, Parser parser)
+{
+	if (parser == Parser::general)
+		return read_general(text, source);
+	Doc doc;
+	if (!parse_fast(text, doc)) {
+		if (parser == Parser::fast)
+			throw Error(source + ": not in the fast path's subset of YAML");
+		return read_general(text, source);
+	}
+	try {
+		return read_policy(doc, source);
+	} catch (const Error &) {
+		if (parser == Parser::fast)
+			throw;
+		// Every message comes from yaml-cpp's reading: the fast path
+		// places some nodes (nulls) elsewhere, and a file it got wrong
+		// must not fail where yaml-cpp would accept it.
+		return read_general(text, source);
+	}
+}
+
+} // namespace yaml
+
+Policy parse_policy(std::istream &in, const std::string &source)
+{
+	std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+	return yaml::parse_policy_text(text, source);
 }
 
 Policy read_policy_file(const std::string &path)
@@ -365,8 +488,7 @@ Policy read_policy_file(const std::string &path)
 			break;
 		text.append(buf, static_cast<size_t>(n));
 	}
-	std::istringstream in(text);
-	return parse_policy(in, name);
+	return yaml::parse_policy_text(text, name);
 }
 
 namespace {
@@ -376,6 +498,19 @@ namespace {
 // something else ("null", "#x").
 std::string yaml_scalar(const std::string &s)
 {
+	// Words of letters, digits and "._/:-" that begin with a letter or a
+	// digit and do not end in ':' are plain scalars to the emitter too
+	// (the null words aside): most of what a policy holds, without an
+	// emitter each.
+	bool plain = !s.empty() && std::isalnum(static_cast<unsigned char>(s.front())) && s.back() != ':' &&
+		     s != "null" && s != "Null" && s != "NULL";
+	for (size_t i = 0; plain && i < s.size(); i++) {
+		char c = s[i];
+		plain = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '/' || c == ':' ||
+			c == '-';
+	}
+	if (plain)
+		return s;
 	YAML::Emitter e;
 	e << s;
 	return e.c_str();
@@ -513,12 +648,13 @@ std::string describe_rule(const RuleSpec &spec)
 
 namespace {
 
-std::map<std::string, const RuleSpec *> by_name(const std::vector<RuleSpec> &rules, const char *side)
+/// The rules' positions by name; throws if a name is there twice.
+NameIndex by_name(const std::vector<RuleSpec> &rules, const char *side)
 {
-	std::map<std::string, const RuleSpec *> out;
-	for (const auto &r : rules)
-		if (!out.emplace(r.name, &r).second)
-			throw Error(std::string("two ") + side + " rules are named '" + r.name + "'");
+	NameIndex out(rules.size());
+	for (uint32_t i = 0; i < rules.size(); i++)
+		if (out.insert(rules[i].name, i, [&rules](uint32_t j) -> std::string_view { return rules[j].name; }) != i)
+			throw Error(std::string("two ") + side + " rules are named '" + rules[i].name + "'");
 	return out;
 }
 
@@ -526,34 +662,40 @@ std::map<std::string, const RuleSpec *> by_name(const std::vector<RuleSpec> &rul
 
 std::vector<RuleChange> diff_rules(const std::vector<RuleSpec> &running, const std::vector<RuleSpec> &desired)
 {
-	auto old_rules = by_name(running, "running");
-	auto new_rules = by_name(desired, "desired");
+	NameIndex old_rules = by_name(running, "running"), new_rules = by_name(desired, "desired");
+	auto running_name = [&running](uint32_t j) -> std::string_view { return running[j].name; };
+	auto desired_name = [&desired](uint32_t j) -> std::string_view { return desired[j].name; };
 	std::vector<RuleChange> changes;
 	// Filled in place, not from a braced temporary: GCC 12 at -O3 warns
 	// falsely (-Wmaybe-uninitialized) on destroying the temporary's empty spec.
 	for (const auto &r : running)
-		if (!new_rules.count(r.name)) {
+		if (new_rules.find(r.name, desired_name) == NameIndex::NONE) {
 			RuleChange &c = changes.emplace_back();
 			c.kind = RuleChange::Kind::remove;
 			c.name = r.name;
 			c.before = r;
 		}
 	for (const auto &r : desired) {
-		auto it = old_rules.find(r.name);
-		if (it == old_rules.end()) {
+		uint32_t at = old_rules.find(r.name, running_name);
+		if (at == NameIndex::NONE) {
 			RuleChange &c = changes.emplace_back();
 			c.kind = RuleChange::Kind::add;
 			c.name = r.name;
 			c.after = r;
 			continue;
 		}
-		RuleSpec before = normalized(*it->second), after = normalized(r);
+		const RuleSpec &was = running[at];
+		// Equal specs show equal fields: most rules are left here, before
+		// any field is written out.
+		if (same_spec(was, r))
+			continue;
+		RuleSpec before = normalized(was), after = normalized(r);
 		std::vector<std::string> fields;
 		for (const auto &f : RULE_FIELDS)
 			if (f.show(before) != f.show(after))
 				fields.push_back(f.key);
 		if (!fields.empty())
-			changes.push_back({RuleChange::Kind::change, r.name, *it->second, r, fields,
+			changes.push_back({RuleChange::Kind::change, r.name, was, r, fields,
 					   edit_restarts_buckets(before, after)});
 	}
 	return changes;
