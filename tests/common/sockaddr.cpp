@@ -52,4 +52,24 @@ int send_udp_in(const std::string &ns, const std::string &src, const std::string
 	return sent == 255 ? -1 : sent;
 }
 
+int count_udp_arrivals(const std::string &ns, const std::string &dst, uint16_t port, int quiet_ms)
+{
+	return in_netns(ns, [&] {
+		int fd = socket(dst.find(':') == std::string::npos ? AF_INET : AF_INET6, SOCK_DGRAM, 0);
+		sockaddr_storage addr{};
+		socklen_t len = 0;
+		make_sockaddr(dst, port, addr, len);
+		timeval quiet{quiet_ms / 1000, (quiet_ms % 1000) * 1000};
+		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &quiet, sizeof(quiet));
+		if (bind(fd, reinterpret_cast<sockaddr *>(&addr), len))
+			return 255;
+		int n = 0;
+		char buf[64];
+		while (recv(fd, buf, sizeof(buf), 0) >= 0)
+			n++;
+		close(fd);
+		return n < 254 ? n : 254;
+	});
+}
+
 } // namespace sluice::test

@@ -17,4 +17,9 @@ bool make_sockaddr(const std::string &text, uint16_t port, sockaddr_storage &out
 int send_udp_in(const std::string &ns, const std::string &src, const std::string &dst, uint16_t port, int count,
 		size_t payload);
 
+/// Binds a UDP socket to dst:port in network namespace `ns` and counts the
+/// datagrams that arrive until none has for `quiet_ms`: at most 254, or 255
+/// if the socket could not be bound. Blocks: run it on a thread beside the sender.
+int count_udp_arrivals(const std::string &ns, const std::string &dst, uint16_t port, int quiet_ms);
+
 } // namespace sluice::test

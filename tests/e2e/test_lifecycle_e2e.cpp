@@ -509,23 +509,7 @@ TEST_F(Lifecycle, UpgradeFromThePreviousReleaseKeepsLimitsCountersAndTheLinkWith
 	// A denied source floods while the program is replaced; a receiver
 	// counts what arrives (nothing may: no instant without the program).
 	int arrived = -1;
-	std::thread receiver([&] {
-		arrived = in_netns(DST_NS, [] {
-			int fd = socket(AF_INET, SOCK_DGRAM, 0);
-			sockaddr_storage addr{};
-			socklen_t len = 0;
-			make_sockaddr(DST, PORT + 1, addr, len);
-			timeval quiet{1, 500000};
-			setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &quiet, sizeof(quiet));
-			if (bind(fd, reinterpret_cast<sockaddr *>(&addr), len))
-				return 255;
-			int n = 0;
-			char buf[64];
-			while (recv(fd, buf, sizeof(buf), 0) >= 0)
-				n++;
-			return std::min(n, 254);
-		});
-	});
+	std::thread receiver([&] { arrived = count_udp_arrivals(DST_NS, DST, PORT + 1, 1500); });
 	std::atomic<bool> stop{false};
 	std::atomic<int> flooded{0};
 	std::this_thread::sleep_for(std::chrono::milliseconds(200));

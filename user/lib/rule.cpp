@@ -182,6 +182,20 @@ bool same_selector(const RuleSpec &a, const RuleSpec &b)
 	return a.cidr == b.cidr && a.proto == b.proto && a.dport == b.dport;
 }
 
+size_t SelectorHash::operator()(const RuleSpec *s) const
+{
+	uint64_t h = 0xcbf29ce484222325ULL; // FNV-1a over the selector's words
+	auto mix = [&h](uint64_t v) { h = (h ^ v) * 0x100000001b3ULL; };
+	uint64_t a, b;
+	std::memcpy(&a, s->cidr.addr.data(), 8);
+	std::memcpy(&b, s->cidr.addr.data() + 8, 8);
+	mix(a);
+	mix(b);
+	mix(uint64_t(s->cidr.prefix_len) << 8 | uint64_t(s->cidr.family) << 16 | uint64_t(s->proto) << 24 |
+	    uint64_t(s->dport.lo) << 32 | uint64_t(s->dport.hi) << 48);
+	return h ^ (h >> 29);
+}
+
 bool same_spec(const RuleSpec &a, const RuleSpec &b)
 {
 	if (a.name != b.name || !same_selector(a, b) || a.action != b.action || a.shadow != b.shadow)

@@ -93,6 +93,14 @@ void validate_rule(RuleSpec &spec);
 /// True if two rules select exactly the same traffic (same prefix, protocol
 /// and ports): the second one could never match.
 bool same_selector(const RuleSpec &a, const RuleSpec &b);
+/// Hash and equality of rules' selectors (prefix, protocol, ports) as
+/// same_selector compares them: for finding duplicate selectors in one pass.
+struct SelectorHash {
+	size_t operator()(const RuleSpec *s) const;
+};
+struct SelectorEqual {
+	bool operator()(const RuleSpec *a, const RuleSpec *b) const { return same_selector(*a, *b); }
+};
 
 /// True if two rules are the same in everything that reaches the data plane
 /// or the operator: name, selector, action, shadow, and for limit rules rate,

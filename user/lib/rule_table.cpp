@@ -555,26 +555,6 @@ struct RuleTable::Compiled {
 
 namespace {
 
-/// A rule's selector (prefix, protocol, ports) for hashing, as
-/// same_selector compares them.
-struct SelectorHash {
-	size_t operator()(const RuleSpec *s) const
-	{
-		uint64_t h = 0xcbf29ce484222325ULL;
-		auto mix = [&h](uint64_t v) { h = (h ^ v) * 0x100000001b3ULL; };
-		uint64_t a, b;
-		std::memcpy(&a, s->cidr.addr.data(), 8);
-		std::memcpy(&b, s->cidr.addr.data() + 8, 8);
-		mix(a);
-		mix(b);
-		mix(uint64_t(s->cidr.prefix_len) << 8 | uint64_t(s->cidr.family) << 16 | uint64_t(s->proto) << 24 |
-		    uint64_t(s->dport.lo) << 32 | uint64_t(s->dport.hi) << 48);
-		return h ^ (h >> 29);
-	}
-};
-struct SelectorEqual {
-	bool operator()(const RuleSpec *a, const RuleSpec *b) const { return same_selector(*a, *b); }
-};
 
 } // namespace
 
