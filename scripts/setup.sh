@@ -9,6 +9,7 @@ packages=(
   clang llvm                             # BPF target
   libclang-rt-dev                        # libFuzzer and sanitizer runtimes for clang (scripts/fuzz.sh)
   libbpf-dev bpftool libelf-dev zlib1g-dev
+  libxdp-dev                             # attach --multiprog: libxdp's dispatcher shares the XDP hook
   libcli11-dev nlohmann-json3-dev libgtest-dev
   libyaml-cpp-dev                        # policy files (sluice apply, export)
   iproute2 util-linux procps             # ip netns/veth, nsenter, pgrep (tests, demo)

@@ -48,23 +48,7 @@ json status()
 int arrivals(uint16_t port, const std::function<void()> &send)
 {
 	int arrived = -1;
-	std::thread receiver([&] {
-		arrived = in_netns(DST_NS, [port] {
-			int fd = socket(AF_INET, SOCK_DGRAM, 0);
-			sockaddr_storage addr{};
-			socklen_t len = 0;
-			make_sockaddr(DST, port, addr, len);
-			timeval quiet{0, 700000};
-			setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &quiet, sizeof(quiet));
-			if (bind(fd, reinterpret_cast<sockaddr *>(&addr), len))
-				return 255;
-			int n = 0;
-			char buf[64];
-			while (recv(fd, buf, sizeof(buf), 0) >= 0)
-				n++;
-			return std::min(n, 254);
-		});
-	});
+	std::thread receiver([&] { arrived = count_udp_arrivals(DST_NS, DST, port, 700); });
 	std::this_thread::sleep_for(std::chrono::milliseconds(200));
 	send();
 	receiver.join();
@@ -165,6 +149,14 @@ TEST_F(Chaining, ThenHandsWhatSluicePassesToTheNextProgramAndEachDoesItsJob)
 	EXPECT_GE(c[SEEN], 40u);
 	EXPECT_LT(c[SEEN], 60u) << "the denied source's datagrams did not reach the next program";
 
+	// An upgrade keeps the chain.
+	CommandResult up = cli_dst({"upgrade"});
+	ASSERT_EQ(up.exit_code, 0) << up.err;
+	json after = status();
+	EXPECT_EQ(after["links"][0]["then_prog_id"], next);
+	EXPECT_EQ(send_from(OPEN, FILTERED_PORT, 10), 0) << "still chained after the upgrade";
+	EXPECT_EQ(send_from(DENIED, OPEN_PORT, 10), 0);
+
 	// Detached, the chain goes with the link.
 	ASSERT_EQ(cli_dst({"detach", DST_IF}).exit_code, 0);
 	EXPECT_EQ(send_from(OPEN, FILTERED_PORT, 5), 5);
@@ -207,6 +199,16 @@ TEST_F(Chaining, SluiceRunsFromAnotherLoadersProgramArray)
 	EXPECT_EQ(empty_slot(), before) << "every packet went on to sluice";
 	std::string deny_stats = cli_dst({"stats", "--json"}).out;
 	EXPECT_EQ(json::parse(deny_stats)["global"]["drop_deny"]["packets"], 20u) << deny_stats;
+
+	// An upgrade moves the slot to the new program.
+	uint32_t old_prog = s["prog_id"];
+	CommandResult up = cli_dst({"upgrade"});
+	ASSERT_EQ(up.exit_code, 0) << up.err;
+	json after = status();
+	EXPECT_NE(after["prog_id"], old_prog);
+	EXPECT_EQ(after["prog_arrays"][0]["prog_id"], after["prog_id"]);
+	EXPECT_EQ(send_from(DENIED, OPEN_PORT, 10), 0) << "the new program, in the slot, drops it";
+	EXPECT_EQ(empty_slot(), before);
 
 	// A second install in the same slot, or one into something that is no program array, is refused.
 	EXPECT_NE(cli_dst({"attach", "--prog-array", JMP_PIN, "--index", "0"}).exit_code, 0);

@@ -23,6 +23,7 @@
 #include "events.h"
 #include "rate.h"
 #include "explain.h"
+#include "multiprog.h"
 #include "event_log.h"
 #include "metrics.h"
 #include "rule_args.h"
@@ -125,6 +126,12 @@ std::vector<RuleSpec> read_rule_file(const std::string &path, std::vector<std::s
 /// libxdp dispatcher's components included, when libxdp's dispatcher runs there).
 void print_hook_neighbours(uint32_t ifindex, uint32_t sluice_prog)
 {
+	if (auto programs = dispatcher_programs(ifindex); !programs.empty()) {
+		for (const auto &p : programs)
+			std::cout << "    libxdp dispatcher: " << p.name << " (id " << p.id << "), priority " << p.priority
+				  << "\n";
+		return;
+	}
 	LIBBPF_OPTS(bpf_xdp_query_opts, q);
 	if (bpf_xdp_query(static_cast<int>(ifindex), 0, &q))
 		return;
@@ -191,7 +198,9 @@ void cmd_status(const Instance &inst, bool json)
 		else
 			std::cout << l.ifname << " (ifindex " << l.ifindex << ")";
 		std::cout << "  " << mode_name(l.mode) << " mode, link id " << l.link_id;
-		if (l.ifindex && l.prog_id != s.prog_id)
+		if (l.dispatcher)
+			std::cout << ", in libxdp's dispatcher as program id " << l.prog_id;
+		else if (l.ifindex && l.prog_id != s.prog_id)
 			std::cout << " (runs program id " << l.prog_id
 				  << ", not the loaded one: `sluice upgrade` moves it)";
 		if (l.then_prog_id)
@@ -284,21 +293,6 @@ void cmd_stats(const Instance &inst, const StatsQuery &q, bool json)
 		rows.push_back({counter_name(i), std::to_string(s.global[i].packets),
 				std::to_string(s.global[i].bytes)});
 	print_table({"GLOBAL", "PACKETS", "BYTES"}, rows);
-}
-
-/// `attach --multiprog`: libxdp's dispatcher runs several XDP programs on one
-/// interface through BPF trampolines (freplace). Without them libxdp falls
-/// back to attaching one program alone, which would pass for sharing and
-/// push the other program off: refused, saying so.
-void refuse_multiprog(const std::string &ifname)
-{
-	if (!kernel_has_trampolines())
-		throw Error("cannot share " + ifname + "'s XDP hook through libxdp: this kernel has no BPF trampolines "
-			    "(program types ext and tracing are unavailable), so libxdp's dispatcher cannot run "
-			    "several programs and would fall back to attaching one alone; chain instead "
-			    "(`--then PROG`, or `--prog-array` into another loader's array)");
-	throw Error("--multiprog on a kernel with BPF trampolines is not built into this sluice yet; chain instead "
-		    "(`--then PROG`, or `--prog-array`)");
 }
 
 /// The agent's events socket, connected; empty if no agent serves it.
@@ -535,7 +529,7 @@ int main(int argc, char **argv)
 	bool multiprog = false;
 	int priority = 50;
 	auto *attach_if = attach->add_option("IFACE", ifname, "Interface");
-	attach->add_option("--then", then_prog,
+	auto *then_opt = attach->add_option("--then", then_prog,
 			   "Hand the packets sluice passes to this XDP program: a pinned program, or FILE.o[:NAME]")
 		->needs(attach_if);
 	auto *attach_array = attach->add_option("--prog-array", prog_array_path,
@@ -544,7 +538,9 @@ int main(int argc, char **argv)
 	attach->add_option("--index", prog_array_index, "The program array's slot (with --prog-array)")
 		->needs(attach_array);
 	auto *multi = attach->add_flag("--multiprog", multiprog,
-				       "Share the hook through libxdp's dispatcher (needs BPF trampolines)");
+				       "Share the hook through libxdp's dispatcher (needs BPF trampolines)")
+			      ->excludes(then_opt)
+			      ->excludes(attach_array);
 	attach->add_option("--priority", priority, "libxdp run priority, lower first (with --multiprog)")
 		->needs(multi);
 	attach->add_option("--mode", mode_text, "native (driver) or generic (skb); no silent fallback");
@@ -694,10 +690,15 @@ int main(int argc, char **argv)
 			XdpMode mode = parse_mode(mode_text);
 			if (prog_array_path.empty() && ifname.empty())
 				throw Error("attach needs an interface, or --prog-array MAP --index N");
-			if (multiprog)
-				refuse_multiprog(ifname);
 			auto lock = inst.lock(true, true);
-			if (!prog_array_path.empty()) {
+			if (multiprog) {
+				if (priority < 0)
+					throw Error("--priority: 0 or more, not " + std::to_string(priority));
+				inst.attach_multiprog(ifname, mode, {max_sources, max_rules, max_log_sources},
+						      static_cast<uint32_t>(priority));
+				std::cout << "sluice attached to " << ifname << " through libxdp's dispatcher, priority "
+					  << priority << " (" << mode_name(mode) << " mode)\n";
+			} else if (!prog_array_path.empty()) {
 				inst.attach_to_prog_array(prog_array_path, prog_array_index,
 							  {max_sources, max_rules, max_log_sources});
 				std::cout << "sluice installed at index " << prog_array_index << " of " << prog_array_path

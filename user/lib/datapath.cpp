@@ -25,6 +25,7 @@
 
 #include "sluice_bpf.skel.h"
 #include "chain.h"
+#include "multiprog.h"
 #include "upgrade.h"
 
 namespace sluice {
@@ -170,6 +171,9 @@ bool parse_link_pin_name(const std::string &name, uint64_t &netns, uint32_t &ifi
 	mode = std::string_view(mode_buf) == "generic" ? XdpMode::generic : XdpMode::native;
 	return true;
 }
+
+/// The pin of sluice's program in libxdp's dispatcher: this, then the link's name.
+#define DISPATCHED_PREFIX "dispatched-"
 
 /// The record of a program-array slot: the array pinned under this name.
 std::string array_pin_name(uint32_t map_id, uint32_t index)
@@ -431,17 +435,13 @@ void Instance::attach(const std::string &ifname, XdpMode mode, const TableSizes 
 				    std::string(mode_name(m)) + " mode)");
 	}
 
+	bool fresh = false;
+	UniqueFd prog_fd = program_to_place(sizes, fresh);
 	// A program loaded for this attach is unpinned again if the attach fails.
-	bool fresh = load(sizes);
 	Rollback unload_fresh([&] {
 		if (fresh)
 			remove_pins(dir_);
 	});
-	if (!fresh)
-		check_sizes(maps(), sizes);
-	UniqueFd prog_fd(open_pinned_object(prog_pin()));
-	if (!prog_fd)
-		throw_errno("cannot open the pinned program", errno);
 	MapSet m = maps();
 	// Chains are kept by interface index: one of another namespace's
 	// interfaces may hold this index's.
@@ -492,6 +492,39 @@ void Instance::attach(const std::string &ifname, XdpMode mode, const TableSizes 
 	unload_fresh.dismiss();
 }
 
+void Instance::attach_multiprog(const std::string &ifname, XdpMode mode, const TableSizes &sizes, uint32_t priority)
+{
+	uint32_t ifindex = resolve_ifindex(ifname, "attach to");
+	std::string name = link_pin_name(current_netns(), ifindex, mode);
+	if (access((links_dir() + "/" + name).c_str(), F_OK) == 0 ||
+	    access((links_dir() + "/" DISPATCHED_PREFIX + name).c_str(), F_OK) == 0)
+		throw Error("sluice is already attached to " + ifname);
+	bool fresh = false;
+	UniqueFd prog_fd = program_to_place(sizes, fresh);
+	Rollback unload_fresh([&] {
+		if (fresh)
+			remove_pins(dir_);
+	});
+	attach_through_dispatcher(maps(), ifindex, ifname, mode == XdpMode::generic, priority,
+				  links_dir() + "/" DISPATCHED_PREFIX + name);
+	unload_fresh.dismiss();
+}
+
+UniqueFd Instance::program_to_place(const TableSizes &sizes, bool &fresh)
+{
+	fresh = load(sizes);
+	if (!fresh)
+		check_sizes(maps(), sizes);
+	UniqueFd prog_fd(open_pinned_object(prog_pin()));
+	if (!prog_fd) {
+		int err = errno;
+		if (fresh)
+			remove_pins(dir_);
+		throw_errno("cannot open the pinned program", err);
+	}
+	return prog_fd;
+}
+
 void Instance::attach_to_prog_array(const std::string &array_path, uint32_t index, const TableSizes &sizes)
 {
 	UniqueFd array = open_prog_array(array_path);
@@ -499,16 +532,13 @@ void Instance::attach_to_prog_array(const std::string &array_path, uint32_t inde
 	std::string record = links_dir() + "/" + array_pin_name(info.id, index);
 	if (access(record.c_str(), F_OK) == 0)
 		throw Error("sluice is already at index " + std::to_string(index) + " of " + array_path);
-	bool fresh = load(sizes);
+	bool fresh = false;
+	UniqueFd prog_fd = program_to_place(sizes, fresh);
+	// A program loaded for this attach is unpinned again if the attach fails.
 	Rollback unload_fresh([&] {
 		if (fresh)
 			remove_pins(dir_);
 	});
-	if (!fresh)
-		check_sizes(maps(), sizes);
-	UniqueFd prog_fd(open_pinned_object(prog_pin()));
-	if (!prog_fd)
-		throw_errno("cannot open the pinned program", errno);
 	if (uint32_t held = prog_array_entry(array.get(), index))
 		throw Error("index " + std::to_string(index) + " of " + array_path + " holds " + describe_prog(held) +
 			    " already; sluice replaces no one's program");
@@ -585,6 +615,16 @@ void Instance::detach(const std::string &ifname)
 			std::string p = links_dir() + "/" + link_pin_name(current_netns(), ifindex, m);
 			if (access(p.c_str(), F_OK) == 0)
 				pin = p;
+			std::string d = links_dir() + "/" DISPATCHED_PREFIX + link_pin_name(current_netns(), ifindex, m);
+			if (access(d.c_str(), F_OK) == 0) {
+				// Through libxdp's dispatcher: only sluice's program leaves it.
+				detach_from_dispatcher(ifindex, m == XdpMode::generic, d);
+				if (unlink(d.c_str()))
+					throw_errno("cannot remove " + d, errno);
+				if (link_pins().empty())
+					remove_pins(dir_);
+				return;
+			}
 		}
 	}
 	uint32_t slot_map = 0, slot_index = 0;
@@ -631,6 +671,10 @@ std::vector<std::string> Instance::upgrade(const TableSizes &sizes)
 	refuse_read_only(dir_);
 	// 1. Everything worth keeping, read from the pinned state of any known
 	//    layout, into a program loaded from this binary.
+	for (const auto &name : link_pins())
+		if (name.rfind(DISPATCHED_PREFIX, 0) == 0)
+			throw Error("cannot upgrade in place while sluice runs in libxdp's dispatcher (" + name +
+				    "): detach it, upgrade, and attach it again");
 	CarriedState state = read_state(dir_);
 	TableSizes want = {sizes.max_sources ? sizes.max_sources : state.max_sources,
 			   sizes.max_rules ? sizes.max_rules : state.max_rules,
@@ -708,6 +752,18 @@ void Instance::unload()
 			release_array_slot(pin, index);
 			continue;
 		}
+		uint64_t netns = 0;
+		XdpMode mode;
+		if (name.rfind(DISPATCHED_PREFIX, 0) == 0 &&
+		    parse_link_pin_name(name.substr(strlen(DISPATCHED_PREFIX)), netns, index, mode)) {
+			try {
+				detach_from_dispatcher(index, mode == XdpMode::generic, pin);
+			} catch (const Error &) {
+				// The interface is gone with its dispatcher: nothing left to detach.
+			}
+			unlink(pin.c_str());
+			continue;
+		}
 		UniqueFd link(open_pinned_object(pin));
 		if (link)
 			bpf_link_detach(link.get());
@@ -743,8 +799,24 @@ Status Instance::status() const
 		AttachedLink l;
 		l.pin = name;
 		uint32_t pinned_ifindex = 0;
-		if (!parse_link_pin_name(name, l.netns, pinned_ifindex, l.mode))
+		l.dispatcher = name.rfind(DISPATCHED_PREFIX, 0) == 0;
+		if (!parse_link_pin_name(l.dispatcher ? name.substr(strlen(DISPATCHED_PREFIX)) : name, l.netns,
+					 pinned_ifindex, l.mode))
 			continue;
+		if (l.dispatcher) {
+			// A program in libxdp's dispatcher, not a link of its own.
+			l.ifindex = pinned_ifindex;
+			l.this_netns = l.netns == here;
+			char buf[IF_NAMESIZE] = {};
+			if (l.this_netns && if_indextoname(l.ifindex, buf))
+				l.ifname = buf;
+			else
+				l.ifindex = 0;
+			UniqueFd p(open_pinned_object(links_dir() + "/" + name));
+			l.prog_id = p ? object_id(p.get()) : 0;
+			s.links.push_back(l);
+			continue;
+		}
 		UniqueFd fd(open_pinned_object(links_dir() + "/" + name));
 		struct bpf_link_info info = {};
 		__u32 len = sizeof(info);
@@ -784,6 +856,7 @@ Status Instance::status() const
 void set_libbpf_verbose(bool verbose)
 {
 	libbpf_set_print(verbose ? libbpf_all : libbpf_quiet);
+	set_libxdp_verbose(verbose);
 }
 
 } // namespace sluice

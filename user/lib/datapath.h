@@ -61,6 +61,7 @@ struct AttachedLink {
 	uint32_t prog_id = 0; ///< the program the link runs (the pinned one, unless an upgrade was cut short)
 	std::string pin; ///< the link's pin name, which `detach` also takes
 	uint32_t then_prog_id = 0; ///< `--then`: the program its passed packets go on to; 0: none
+	bool dispatcher = false;   ///< attached through libxdp's dispatcher (`--multiprog`)
 };
 
 /// Sluice's program placed in another loader's program array (`attach --prog-array`).
@@ -126,6 +127,10 @@ public:
 	/// passed packets go on to, by tail call.
 	void attach(const std::string &ifname, XdpMode mode, const TableSizes &sizes, bool beside_other_mode = false,
 		    const std::string &then = "");
+	/// Attaches through libxdp's dispatcher at run priority `priority`,
+	/// beside the programs already there (see multiprog.h); refused where the
+	/// kernel cannot run a dispatcher.
+	void attach_multiprog(const std::string &ifname, XdpMode mode, const TableSizes &sizes, uint32_t priority);
 	/// Installs the program at `index` of another loader's program array
 	/// (pinned at `array_path`) instead of an interface, loading it first if
 	/// needed; recorded in the links directory, so `status`, `detach` and
@@ -157,6 +162,10 @@ private:
 	static void remove_pins(const std::string &dir);
 	static void remove_state_dir(const std::string &dir);
 	std::vector<std::string> link_pins() const;
+	/// The program to place on an interface or in a program-array slot:
+	/// loaded now if it was not (`fresh`: its pins are the caller's to remove
+	/// if the placement fails), else checked against the sizes asked.
+	UniqueFd program_to_place(const TableSizes &sizes, bool &fresh);
 	/// Takes sluice's program out of a recorded program-array slot, and the record.
 	void release_array_slot(const std::string &record, uint32_t index) const;
 	/// Removes an interface's `--then`, unless it still has a link in the other mode.
