@@ -109,4 +109,27 @@ void run_on_two_cpus(const std::function<void(int cpu)> &fn)
 	b.join();
 }
 
+void VethPair::create() const
+{
+	shell("ip netns add " + src_ns);
+	shell("ip netns add " + dst_ns);
+	shell("ip link add " + src_if + " netns " + src_ns + " address " + mac_prefix + ":01 type veth peer name " +
+	      dst_if + " netns " + dst_ns + " address " + mac_prefix + ":02");
+	for (const auto &ns : {src_ns, dst_ns})
+		shell("ip -n " + ns + " link set lo up");
+	shell("ip -n " + dst_ns + " addr add " + dst_addr + " dev " + dst_if);
+	for (const auto &a : src_addrs)
+		shell("ip -n " + src_ns + " addr add " + a + " dev " + src_if);
+	shell("ip -n " + src_ns + " link set " + src_if + " up");
+	shell("ip -n " + dst_ns + " link set " + dst_if + " up");
+	shell("ip -n " + src_ns + " neigh replace " + dst_addr.substr(0, dst_addr.find('/')) + " lladdr " +
+	      mac_prefix + ":02 dev " + src_if + " nud permanent");
+}
+
+void VethPair::remove() const
+{
+	run_command({"ip", "netns", "del", src_ns});
+	run_command({"ip", "netns", "del", dst_ns});
+}
+
 } // namespace sluice::test

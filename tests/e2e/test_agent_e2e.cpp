@@ -265,11 +265,7 @@ int64_t unix_ms()
 		.count();
 }
 
-void remove_topology()
-{
-	run_command({"ip", "netns", "del", SRC_NS});
-	run_command({"ip", "netns", "del", DST_NS});
-}
+void remove_topology() { VethPair{SRC_NS, DST_NS}.remove(); }
 
 class AgentEndToEnd : public ::testing::Test {
 protected:
@@ -291,16 +287,7 @@ protected:
 
 	void make_topology()
 	{
-		shell("ip netns add " + SRC_NS);
-		shell("ip netns add " + DST_NS);
-		shell("ip link add " + SRC_IF + " netns " + SRC_NS + " address 02:00:00:00:01:01 type veth peer name " +
-		      DST_IF + " netns " + DST_NS + " address 02:00:00:00:01:02");
-		shell("ip -n " + DST_NS + " addr add " + DST_V4 + "/24 dev " + DST_IF);
-		shell("ip -n " + SRC_NS + " addr add " + SOURCE + "/24 dev " + SRC_IF);
-		shell("ip -n " + SRC_NS + " link set " + SRC_IF + " up");
-		shell("ip -n " + DST_NS + " link set " + DST_IF + " up");
-		shell("ip -n " + SRC_NS + " neigh replace " + DST_V4 + " lladdr 02:00:00:00:01:02 dev " + SRC_IF +
-		      " nud permanent");
+		VethPair{SRC_NS, DST_NS, SRC_IF, DST_IF, DST_V4 + "/24", {SOURCE + "/24"}, "02:00:00:00:01"}.create();
 	}
 
 	static uint64_t rule_dropped(const std::string &rule)

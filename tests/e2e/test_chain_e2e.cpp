@@ -28,6 +28,8 @@ const std::string SRC_IF = "slch-s", DST_IF = "slch-d";
 const std::string PIN_DIR = "/sys/fs/bpf/slch";
 const std::string ROOT_PIN = "/sys/fs/bpf/slch-root", JMP_PIN = "/sys/fs/bpf/slch-jmp";
 const std::string DST = "10.203.0.1", DENIED = "10.203.0.11", OPEN = "10.203.0.12";
+const VethPair TOPOLOGY{SRC_NS, DST_NS, SRC_IF, DST_IF, DST + "/16", {DENIED + "/16", OPEN + "/16"},
+			"02:00:00:00:03"};
 constexpr uint16_t OPEN_PORT = 8888, FILTERED_PORT = 7777; // chain_test.bpf.c drops 7777
 enum { SEEN, FILTERED, ROOT_EMPTY_SLOT };
 
@@ -97,19 +99,7 @@ protected:
 		ASSERT_EQ(geteuid(), 0u) << "end-to-end tests create namespaces and attach XDP: run as root";
 		setenv("SLUICE_PIN_DIR", PIN_DIR.c_str(), 1);
 		TearDown(); // leftovers of an interrupted run
-		shell("ip netns add " + SRC_NS);
-		shell("ip netns add " + DST_NS);
-		shell("ip link add " + SRC_IF + " netns " + SRC_NS + " address 02:00:00:00:03:01 type veth peer name " +
-		      DST_IF + " netns " + DST_NS + " address 02:00:00:00:03:02");
-		for (const auto &ns : {SRC_NS, DST_NS})
-			shell("ip -n " + ns + " link set lo up");
-		shell("ip -n " + DST_NS + " addr add " + DST + "/16 dev " + DST_IF);
-		for (const auto &a : {DENIED, OPEN})
-			shell("ip -n " + SRC_NS + " addr add " + a + "/16 dev " + SRC_IF);
-		shell("ip -n " + SRC_NS + " link set " + SRC_IF + " up");
-		shell("ip -n " + DST_NS + " link set " + DST_IF + " up");
-		shell("ip -n " + SRC_NS + " neigh replace " + DST + " lladdr 02:00:00:00:03:02 dev " + SRC_IF +
-		      " nud permanent");
+		TOPOLOGY.create();
 	}
 
 	void TearDown() override
@@ -119,8 +109,7 @@ protected:
 		unlink(ROOT_PIN.c_str());
 		unlink(JMP_PIN.c_str());
 		rmdir(PIN_DIR.c_str());
-		run_command({"ip", "netns", "del", SRC_NS});
-		run_command({"ip", "netns", "del", DST_NS});
+		TOPOLOGY.remove();
 	}
 };
 

@@ -248,11 +248,7 @@ private:
 	int stop_[2] = {-1, -1};
 };
 
-void remove_topology()
-{
-	run_command({"ip", "netns", "del", SRC_NS});
-	run_command({"ip", "netns", "del", DST_NS});
-}
+void remove_topology() { VethPair{SRC_NS, DST_NS}.remove(); }
 
 class TopEndToEnd : public ::testing::Test {
 protected:
@@ -263,19 +259,9 @@ protected:
 		setenv("SLUICE_PIN_DIR", PIN_DIR.c_str(), 1);
 		cli({"detach", "--all"}); // leftovers of an interrupted run
 		remove_topology();
-		shell("ip netns add " + SRC_NS);
-		shell("ip netns add " + DST_NS);
-		shell("ip link add " + SRC_IF + " netns " + SRC_NS + " address 02:00:00:00:01:01 type veth peer name " +
-		      DST_IF + " netns " + DST_NS + " address 02:00:00:00:01:02");
-		for (const auto &ns : {SRC_NS, DST_NS})
-			shell("ip -n " + ns + " link set lo up");
-		shell("ip -n " + DST_NS + " addr add " + DST + "/16 dev " + DST_IF);
-		for (const auto &a : {LIMITED_SRC, OPEN_SRC})
-			shell("ip -n " + SRC_NS + " addr add " + a + "/16 dev " + SRC_IF);
-		shell("ip -n " + SRC_NS + " link set " + SRC_IF + " up");
-		shell("ip -n " + DST_NS + " link set " + DST_IF + " up");
-		shell("ip -n " + SRC_NS + " neigh replace " + DST + " lladdr 02:00:00:00:01:02 dev " + SRC_IF +
-		      " nud permanent");
+		VethPair{SRC_NS, DST_NS, SRC_IF, DST_IF, DST + "/16", {LIMITED_SRC + "/16", OPEN_SRC + "/16"},
+			 "02:00:00:00:01"}
+			.create();
 	}
 
 	void TearDown() override
