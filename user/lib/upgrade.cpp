@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <map>
 
@@ -233,12 +234,14 @@ std::vector<struct sluice_pending_drops> pending_of(const CarriedState &state)
 {
 	std::vector<struct sluice_pending_drops> out;
 	const RawMap *m = state.find(SLUICE_STR(SLUICE_MAP_PENDING));
-	if (!m || m->value_size != sizeof(struct sluice_pending_drops) || m->count == 0)
+	// ABI 1 and 2 kept the first 24 bytes only (a 16-bit way: table 0, IPv4).
+	const size_t counted = offsetof(struct sluice_pending_drops, note_want);
+	if (!m || m->value_size < counted || m->count == 0)
 		return out;
 	size_t step = (m->value_size + 7) & ~size_t(7);
 	for (size_t off = 0; off + step <= stride(*m); off += step) {
-		struct sluice_pending_drops p;
-		std::memcpy(&p, &m->values[off], sizeof(p)); // ABI 1 and 2: a 16-bit way, table 0 (IPv4)
+		struct sluice_pending_drops p = {};
+		std::memcpy(&p, &m->values[off], counted);
 		out.push_back(p);
 	}
 	return out;
