@@ -170,40 +170,9 @@ template <class Set> uint64_t SetTable<Set>::purge_if(const std::function<bool(u
 }
 
 template <class Set>
-bool SetTable<Set>::insert(uint32_t rule_id, const uint8_t addr[4], const struct sluice_source_state &state,
-			   uint64_t seed)
-	requires std::is_same_v<Set, struct sluice_set_v4>
+template <class Install>
+bool SetTable<Set>::claim_empty_way(uint32_t first, uint32_t second, Install install)
 {
-	uint32_t word;
-	std::memcpy(&word, addr, 4);
-	uint64_t key = sluice_src4_key(rule_id, word);
-	uint32_t first, second;
-	sluice_src4_sets(key, seed, sets_, &first, &second);
-	for (uint32_t idx : {first, second}) {
-		struct sluice_set_v4 &set = sets_ptr_[idx];
-		for (int w = 0; w < SLUICE_SET_WAYS; w++) {
-			if (!sluice_way_claim(&set.tag, w, SLUICE_KEY_EMPTY))
-				continue;
-			__u64 frozen;
-			if (!sluice_way_freeze(&set.tag, w, &set.way[w].word, &frozen)) {
-				sluice_way_unclaim(&set.tag, w, SLUICE_KEY_EMPTY);
-				continue;
-			}
-			struct sluice_source_state init = state;
-			init.word = 0; // arrival time `now` = 0: ages ago, a full bucket
-			sluice_way_install(&set.tag, &set.way[w], w, frozen, &init, 1, 0, key);
-			return true;
-		}
-	}
-	return false;
-}
-
-template <class Set>
-bool SetTable<Set>::place(uint32_t rule_id, const uint8_t *addr, const Bucket &bucket, bool gcra, uint64_t seed,
-			  uint64_t now_ns)
-{
-	uint32_t first, second;
-	uint64_t key = place_of(rule_id, addr, seed, first, second);
 	for (uint32_t idx : {first, second}) {
 		Set &set = sets_ptr_[idx];
 		for (int w = 0; w < SLUICE_SET_WAYS; w++) {
@@ -214,36 +183,61 @@ bool SetTable<Set>::place(uint32_t rule_id, const uint8_t *addr, const Bucket &b
 				sluice_way_unclaim(&set.tag, w, SLUICE_KEY_EMPTY);
 				continue;
 			}
-			if constexpr (family == 6)
-				std::memcpy(&set.addr[w], addr, 16);
-			uint64_t tag = sluice_way_begin(&set.tag, w, !gcra, now_ns);
-			Bucket b = bucket;
-			uint64_t word = frozen + 1; // even: an unlocked lock
-			uint32_t keep = sluice_stamp(now_ns);
-			if constexpr (std::is_same_v<Bucket, struct sluice_source_state>) {
-				if (gcra) {
-					// The arrival time is word - off: lift both above the way's past.
-					uint64_t tat = b.word - b.algo.gcra.off;
-					word = std::max<uint64_t>(b.word, frozen + 1);
-					b.algo.gcra.off = word - tat;
-					uint32_t full = sluice_tick_stamp(tat);
-					if (static_cast<int32_t>(full - keep) > 0)
-						keep = full; // in debt: kept as long as a fresh bucket's would be
-				}
-			}
-			b.cnt.passed_packets = sluice_cnt_value(b.cnt.passed_packets) | tag;
-			b.cnt.passed_bytes = sluice_cnt_value(b.cnt.passed_bytes) | tag;
-			b.cnt.dropped_packets = sluice_cnt_value(b.cnt.dropped_packets) | tag;
-			b.cnt.dropped_bytes = sluice_cnt_value(b.cnt.dropped_bytes) | tag;
-			b.word = set.way[w].word; // still frozen until published
-			std::memcpy(&set.way[w], &b, sizeof(b));
-			set.tag.keep[w] = keep;
-			set.tag.born[w] = SLUICE_BORN_SETTLED;
-			sluice_way_publish(&set.tag, w, &set.way[w].word, word, key);
+			install(set, w, frozen);
 			return true;
 		}
 	}
 	return false;
+}
+
+template <class Set>
+bool SetTable<Set>::insert(uint32_t rule_id, const uint8_t addr[4], const struct sluice_source_state &state,
+			   uint64_t seed)
+	requires std::is_same_v<Set, struct sluice_set_v4>
+{
+	uint32_t first, second;
+	uint64_t key = place_of(rule_id, addr, seed, first, second);
+	return claim_empty_way(first, second, [&](Set &set, int w, __u64 frozen) {
+		struct sluice_source_state init = state;
+		init.word = 0; // arrival time `now` = 0: ages ago, a full bucket
+		sluice_way_install(&set.tag, &set.way[w], w, frozen, &init, 1, 0, key);
+	});
+}
+
+template <class Set>
+bool SetTable<Set>::place(uint32_t rule_id, const uint8_t *addr, const Bucket &bucket, bool gcra, uint64_t seed,
+			  uint64_t now_ns)
+{
+	uint32_t first, second;
+	uint64_t key = place_of(rule_id, addr, seed, first, second);
+	return claim_empty_way(first, second, [&](Set &set, int w, __u64 frozen) {
+		if constexpr (family == 6)
+			std::memcpy(&set.addr[w], addr, 16);
+		uint64_t tag = sluice_way_begin(&set.tag, w, !gcra, now_ns);
+		Bucket b = bucket;
+		uint64_t word = frozen + 1; // even: an unlocked lock
+		uint32_t keep = sluice_stamp(now_ns);
+		if constexpr (std::is_same_v<Bucket, struct sluice_source_state>) {
+			if (gcra) {
+				// The arrival time is word - off: lift both above the way's past.
+				uint64_t tat = b.word - b.algo.gcra.off;
+				word = std::max<uint64_t>(b.word, frozen + 1);
+				b.algo.gcra.off = word - tat;
+				uint32_t full = sluice_tick_stamp(tat);
+				if (static_cast<int32_t>(full - keep) > 0)
+					keep = full; // in debt: kept as long as a fresh bucket's would be
+			}
+		}
+		b.cnt.passed_packets = sluice_cnt_value(b.cnt.passed_packets) | tag;
+		b.cnt.passed_bytes = sluice_cnt_value(b.cnt.passed_bytes) | tag;
+		b.cnt.dropped_packets = sluice_cnt_value(b.cnt.dropped_packets) | tag;
+		b.cnt.dropped_bytes = sluice_cnt_value(b.cnt.dropped_bytes) | tag;
+		b.word = set.way[w].word; // still frozen until published
+		std::memcpy(&set.way[w], &b, sizeof(b));
+		set.tag.keep[w] = keep;
+		set.tag.born[w] = SLUICE_BORN_SETTLED;
+		sluice_way_publish(&set.tag, w, &set.way[w].word, word, key);
+	});
 }
 
 template class SetTable<struct sluice_set_v4>;

@@ -92,6 +92,9 @@ public:
 
 private:
 	/// A bucket's key and its two candidate sets, as the program computes them.
+	/// Claims and freezes an empty way of sets `first` or `second` and calls
+	/// install(set, way, frozen word) to fill and publish it; false if both are full.
+	template <class Install> bool claim_empty_way(uint32_t first, uint32_t second, Install install);
 	uint64_t place_of(uint32_t rule_id, const uint8_t *addr, uint64_t seed, uint32_t &first,
 			  uint32_t &second) const;
 
