@@ -245,20 +245,33 @@ struct sluice_rule {
 };
 SLUICE_ASSERT_SIZE(struct sluice_rule, 48);
 
-/* The user's view of a rule, kept beside it for the controller only. */
+enum sluice_scope {
+	SLUICE_SCOPE_LOCAL   = 0, /* the rate holds on this host */
+	SLUICE_SCOPE_CLUSTER = 1, /* the rate is shared by every host running the rule (sluice agent --redis) */
+};
+
+/* The user's view of a rule, kept beside it for the controller only.
+ * A cluster rule's data-plane entry holds its local share when the store is
+ * out of reach: the fallback rate if one is set, else the rate divided by
+ * cluster_hosts; the agent moves each bucket to the share the store grants. */
 struct sluice_rule_info {
 	char  name[SLUICE_NAME_LEN];
 	__u8  addr[16];     /* network order; IPv4 in the first 4 bytes */
 	__u8  family;       /* 4 or 6 */
 	__u8  prefix_len;
 	__u8  rate_unit;    /* how the rate was written: 0 packets, 1 bytes, 2 bits */
-	__u8  pad;
+	__u8  scope;        /* enum sluice_scope */
 	__u32 rule_id;      /* the id the operator sees, kept across edits */
 	__u64 rate_amount;  /* rate = rate_amount units per rate_period_ns */
 	__u64 rate_period_ns;
 	__u64 burst;        /* packets or bytes */
+	__u64 fallback_amount; /* cluster rules: the local limit without the store; 0 = rate / cluster_hosts */
+	__u64 fallback_period_ns;
+	__u32 cluster_hosts;   /* cluster rules: the host count last known (1 until the agent learns it) */
+	__u8  fallback_unit;   /* as rate_unit */
+	__u8  pad[3];
 };
-SLUICE_ASSERT_SIZE(struct sluice_rule_info, 80);
+SLUICE_ASSERT_SIZE(struct sluice_rule_info, 104);
 
 /*
  * IPv4 rule lookup: a 16-8-8 multibit table built by the controller (prefix
@@ -660,8 +673,9 @@ SLUICE_ASSERT_SIZE(struct sluice_log_set_v6, 2368);
  * recorded here when the program loads: abi_version stays the first field of
  * every future layout, so any binary can read which layout it meets.
  */
-#define SLUICE_ABI_VERSION 3 /* 1: sluice 0.2, which recorded no layout; 2: IPv6 and
-                              * sliding-log buckets in LRU hashes, no sync word in sluice_active */
+#define SLUICE_ABI_VERSION 4 /* 1: sluice 0.2, which recorded no layout; 2: IPv6 and
+                              * sliding-log buckets in LRU hashes, no sync word in sluice_active;
+                              * 3: rule info of 80 bytes, no scope (every rule local) */
 struct sluice_meta {
 	__u32 abi_version;  /* SLUICE_ABI_VERSION of the binary that loaded the program */
 	__u32 next_rule_id; /* ids are never reused, so no stale bucket meets a new rule */

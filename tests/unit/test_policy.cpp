@@ -212,10 +212,10 @@ TEST(PolicyErrors, EachIsOneLineWithTheFileLineAndRule)
 	const Case cases[] = {
 		{"rules:\n  - name: ssh\n    cidr: 0.0.0.0/0\n    rat: 5/min\n",
 		 "sluice.yaml line 4: rule 'ssh': unknown key 'rat' (expected one of name, cidr, action, proto, "
-		 "dport, rate, burst, algo, per, warmup, shadow, continue)"},
+		 "dport, rate, burst, algo, per, warmup, shadow, continue, scope, fallback)"},
 		{"rules:\n  - cidr: 0.0.0.0/0\n    rat: 5/min\n    name: ssh\n",
 		 "sluice.yaml line 3: rule 'ssh': unknown key 'rat' (expected one of name, cidr, action, proto, "
-		 "dport, rate, burst, algo, per, warmup, shadow, continue)"},
+		 "dport, rate, burst, algo, per, warmup, shadow, continue, scope, fallback)"},
 		{"rules: []\nrule: []\n",
 		 "sluice.yaml line 2: unknown key 'rule' (expected one of interfaces, tables, rules)"},
 		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    action: deny\n  - name: a\n    cidr: 10.0.0.0/9\n"
@@ -256,7 +256,7 @@ TEST(PolicyErrors, EachIsOneLineWithTheFileLineAndRule)
 		{"rules:\n  - name: 42\n    cidr: 10.0.0.0/8\n    action: deny\n",
 		 "sluice.yaml line 2: rule '42': rule name '42' is all digits and would read as a rule id"},
 		{"rules:\n  - 10.0.0.0/8\n", "sluice.yaml line 2: rule #1: a rule is a map of keys (name, cidr, action, "
-					     "proto, dport, rate, burst, algo, per, warmup, shadow, continue), not "
+					     "proto, dport, rate, burst, algo, per, warmup, shadow, continue, scope, fallback), not "
 					     "'10.0.0.0/8'"},
 		{"rules:\n  name: a\n", "sluice.yaml line 1: 'rules' is a list, not a map"},
 		{"", "sluice.yaml line 1: the policy is empty (write 'rules: []' for one without rules)"},

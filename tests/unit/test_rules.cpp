@@ -435,3 +435,79 @@ TEST(RuleValidation, ContinueIsForLimitsOnly)
 	s.rate = parse_rate("10/s");
 	EXPECT_NO_THROW(validate_rule(s));
 }
+
+TEST(ClusterRules, TakeANameAShareableAlgorithmAndAFallbackNoAboveTheRate)
+{
+	RuleSpec s = limit("900/s", Algo::token_bucket);
+	s.scope = Scope::cluster;
+	expect_rejected(s, "needs --name");
+	s.name = "api";
+	validate_rule(s);
+	s.algo = Algo::fixed_window;
+	expect_rejected(s, "token-bucket and gcra limits, not fixed-window");
+	s.algo = Algo::gcra;
+	validate_rule(s);
+	s.fallback = parse_rate("1000/s");
+	expect_rejected(s, "is above the rule's --rate 900/s");
+	s.fallback = parse_rate("1MB/s");
+	expect_rejected(s, "must both count packets or both bytes");
+	s.fallback = parse_rate("300/s");
+	validate_rule(s);
+	s.scope = Scope::local;
+	expect_rejected(s, "--fallback applies to --scope cluster rules");
+	RuleSpec deny;
+	deny.cidr = parse_cidr("10.0.0.0/8");
+	deny.action = Action::deny;
+	deny.name = "d";
+	deny.scope = Scope::cluster;
+	expect_rejected(deny, "applies to --rate rules");
+	RuleSpec warm = limit("900/s", Algo::token_bucket);
+	warm.name = "w";
+	warm.scope = Scope::cluster;
+	warm.burst = 3000;
+	warm.warmup_ns = 1000000000ULL;
+	expect_rejected(warm, "--warmup do not go together");
+	EXPECT_EQ(parse_scope("cluster"), Scope::cluster);
+	EXPECT_THROW(parse_scope("global"), Error);
+}
+
+// The data plane holds a cluster rule's share for when the store is out of
+// reach: the rate over the host count (burst scaled alike), or the fallback.
+TEST(ClusterRules, TheDataPlaneHoldsTheLocalShareAndTheMapsKeepScopeFallbackAndHosts)
+{
+	InstalledRule r;
+	r.id = 9;
+	r.spec = limit("900/s", Algo::token_bucket);
+	r.spec.name = "api";
+	r.spec.burst = 90;
+	r.spec.scope = Scope::cluster;
+	validate_rule(r.spec);
+	r.cluster_hosts = 3;
+	EXPECT_EQ(local_rate(r), (Rate{900, 3000000000ULL, RateUnit::packets}));
+	EXPECT_EQ(local_burst(r), 30u);
+	InstalledRule share = r;
+	share.spec.rate = parse_rate("300/s");
+	share.spec.burst = 30;
+	share.spec.scope = Scope::local;
+	struct sluice_rule dp = to_datapath(r), expect = to_datapath(share);
+	EXPECT_EQ(dp.bucket.capacity, expect.bucket.capacity);
+	// The same rate either way up to rounding of the multiplier.
+	EXPECT_NEAR(double(dp.bucket.inc_mult) / (1ULL << dp.inc_shift),
+		    double(expect.bucket.inc_mult) / (1ULL << expect.inc_shift), 1.0);
+	InstalledRule back = from_maps(dp, to_info(r));
+	EXPECT_EQ(back.spec.scope, Scope::cluster);
+	EXPECT_EQ(back.cluster_hosts, 3u);
+	EXPECT_EQ(back.spec.rate, r.spec.rate);
+	EXPECT_TRUE(same_spec(back.spec, r.spec));
+
+	r.spec.fallback = parse_rate("450/s");
+	EXPECT_EQ(local_rate(r), r.spec.fallback);
+	EXPECT_EQ(local_burst(r), 45u);
+	back = from_maps(to_datapath(r), to_info(r));
+	EXPECT_EQ(back.spec.fallback, r.spec.fallback);
+	EXPECT_FALSE(same_spec(back.spec, limit("900/s", Algo::token_bucket)));
+	// A tiny burst never falls below one packet on a host.
+	r.spec.fallback = {};
+	r.spec.burst = 2;
+	EXPECT_EQ(local_burst(r), 1u);
+}

@@ -103,7 +103,7 @@ std::vector<std::string> rule_cells(const InstalledRule &r)
 		format_ports(s.dport),
 		action_cell(s),
 		algo_cell(s),
-		limit ? format_rate(s.rate) : "-",
+		!limit ? "-" : s.scope == Scope::cluster ? format_rate(s.rate) + " (cluster)" : format_rate(s.rate),
 		limit && s.has_burst() ? std::to_string(s.burst) + (s.rate.counts_bytes() ? "B" : "") : "-",
 		limit ? "/" + std::to_string(s.bucket_prefix()) : "-"};
 }

@@ -9,6 +9,26 @@
 
 namespace sluice {
 
+namespace {
+
+void add_scope_options(CLI::App *cmd, std::string &scope, std::string &fallback)
+{
+	cmd->add_option("--scope", scope,
+			"local (default), or cluster: the rate is shared by every host running the rule "
+			"(sluice agent --redis)");
+	cmd->add_option("--fallback", fallback,
+			"Cluster rules: this host's limit while the store is out of reach "
+			"(default: the rate divided by the host count); none for the default");
+}
+
+/// --fallback's value: a rate, or "none" (amount 0) for the default share.
+Rate parse_fallback(const std::string &text)
+{
+	return text == "none" ? Rate{} : parse_rate(text);
+}
+
+} // namespace
+
 void add_rule_options(CLI::App *cmd, RuleArgs &a)
 {
 	cmd->add_option("CIDR", a.cidr, "Source prefix (IPv4 or IPv6)")->required();
@@ -28,6 +48,7 @@ void add_rule_options(CLI::App *cmd, RuleArgs &a)
 	cmd->add_flag("--shadow", a.shadow, "Count what the rule would drop, but pass it");
 	cmd->add_flag("--continue", a.layered,
 		      "Layered limit: a packet it passes goes on to the next matching rule");
+	add_scope_options(cmd, a.scope, a.fallback);
 }
 
 void add_edit_options(CLI::App *cmd, RuleEditArgs &a)
@@ -42,6 +63,7 @@ void add_edit_options(CLI::App *cmd, RuleEditArgs &a)
 	cmd->add_flag("--no-shadow", a.no_shadow, "Make it enforce")->excludes(shadow);
 	auto *layered = cmd->add_flag("--continue", a.layered, "Make it a layered limit");
 	cmd->add_flag("--no-continue", a.no_layered, "Make it decide the packets it matches")->excludes(layered);
+	add_scope_options(cmd, a.scope, a.fallback);
 }
 
 RuleEdit to_edit(const RuleEditArgs &a, const CLI::App &cmd, bool rate_counts_bytes)
@@ -70,9 +92,14 @@ RuleEdit to_edit(const RuleEditArgs &a, const CLI::App &cmd, bool rate_counts_by
 		e.shadow = a.shadow;
 	if (a.layered || a.no_layered)
 		e.layered = a.layered;
-	if (!e.name && !e.rate && !e.burst && !e.algo && !e.warmup_ns && !e.per_prefix && !e.shadow && !e.layered)
+	if (!a.scope.empty())
+		e.scope = parse_scope(a.scope);
+	if (!a.fallback.empty())
+		e.fallback = parse_fallback(a.fallback);
+	if (!e.name && !e.rate && !e.burst && !e.algo && !e.warmup_ns && !e.per_prefix && !e.shadow && !e.layered &&
+	    !e.scope && !e.fallback)
 		throw Error("rule set needs something to change: --rate, --burst, --algo, --warmup, --per, --name, "
-			    "--shadow/--no-shadow or --continue/--no-continue");
+			    "--shadow/--no-shadow, --continue/--no-continue, --scope or --fallback");
 	return e;
 }
 
@@ -104,6 +131,10 @@ RuleSpec to_spec(const RuleArgs &a, bool per_given)
 	spec.per_prefix = a.per;
 	spec.shadow = a.shadow;
 	spec.layered = a.layered;
+	if (!a.scope.empty())
+		spec.scope = parse_scope(a.scope);
+	if (!a.fallback.empty())
+		spec.fallback = parse_fallback(a.fallback);
 	return spec;
 }
 

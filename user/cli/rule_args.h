@@ -19,7 +19,7 @@ namespace sluice {
 
 /// The options of `rule add`, as typed, before any of them is parsed.
 struct RuleArgs {
-	std::string cidr, rate, burst, proto, dport, name, algo, warmup;
+	std::string cidr, rate, burst, proto, dport, name, algo, warmup, scope, fallback;
 	bool allow = false, deny = false, shadow = false, layered = false;
 	int per = -1;
 };
@@ -33,7 +33,7 @@ RuleSpec to_spec(const RuleArgs &a, bool per_given);
 
 /// The options of `rule set`, as typed.
 struct RuleEditArgs {
-	std::string rate, burst, algo, warmup, name;
+	std::string rate, burst, algo, warmup, name, scope, fallback;
 	int per = -1;
 	bool shadow = false, no_shadow = false, layered = false, no_layered = false;
 };

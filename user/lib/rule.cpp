@@ -133,6 +133,29 @@ void validate_rule(RuleSpec &spec)
 		throw Error("--shadow applies to --rate and --deny rules: an allow rule drops nothing");
 	if (spec.layered && spec.action != Action::limit)
 		throw Error("--continue applies to limit rules only");
+	if (spec.scope == Scope::local && spec.fallback.amount)
+		throw Error("--fallback applies to --scope cluster rules");
+	if (spec.scope == Scope::cluster) {
+		if (spec.action != Action::limit)
+			throw Error("--scope cluster applies to --rate rules: an " +
+				    std::string(action_name(spec.action)) + " rule holds on every host as it is");
+		if (spec.name.empty())
+			throw Error("a --scope cluster rule needs --name: the hosts find its shared limit by name");
+		if (spec.algo != Algo::token_bucket && spec.algo != Algo::gcra)
+			throw Error("--scope cluster shares token-bucket and gcra limits, not " +
+				    std::string(algo_name(spec.algo)));
+		if (spec.warmup_ns)
+			throw Error("--scope cluster and --warmup do not go together: a shared limit has no warm-up");
+		if (spec.fallback.amount) {
+			if (spec.fallback.counts_bytes() != spec.rate.counts_bytes())
+				throw Error("--fallback " + format_rate(spec.fallback) + " and --rate " +
+					    format_rate(spec.rate) + " must both count packets or both bytes");
+			if ((unsigned __int128)spec.fallback.amount * spec.rate.period_ns >
+			    (unsigned __int128)spec.rate.amount * spec.fallback.period_ns)
+				throw Error("--fallback " + format_rate(spec.fallback) + " is above the rule's --rate " +
+					    format_rate(spec.rate) + ": it is this host's share of it");
+		}
+	}
 	if (spec.action != Action::limit) {
 		if (spec.rate.amount)
 			throw Error("--rate applies to limit rules, not --" + std::string(action_name(spec.action)));
@@ -166,6 +189,10 @@ void validate_rule(RuleSpec &spec)
 	if (spec.burst == 0)
 		spec.burst = default_burst(spec.rate);
 	compile_limit(spec.rate, spec.burst); // throws if out of range
+	if (spec.scope == Scope::cluster) {
+		InstalledRule alone{0, 0, spec};
+		compile_limit(local_rate(alone), local_burst(alone));
+	}
 	if (spec.warmup_ns) {
 		if (spec.warmup_ns < 1000000ULL || spec.warmup_ns > 86400000000000ULL)
 			throw Error("--warmup " + format_duration(spec.warmup_ns) + " is out of range (1ms to 1day)");
@@ -207,7 +234,8 @@ bool same_spec(const RuleSpec &a, const RuleSpec &b)
 	};
 	auto warmup = [](const RuleSpec &s) { return s.algo == Algo::token_bucket ? s.warmup_ns : 0; };
 	return a.rate == b.rate && a.algo == b.algo && burst(a) == burst(b) && warmup(a) == warmup(b) &&
-	       a.bucket_prefix() == b.bucket_prefix() && a.layered == b.layered;
+	       a.bucket_prefix() == b.bucket_prefix() && a.layered == b.layered && a.scope == b.scope &&
+	       a.fallback == b.fallback;
 }
 
 bool edit_restarts_buckets(const RuleSpec &before, const RuleSpec &after)
@@ -261,7 +289,7 @@ struct sluice_rule to_datapath(const InstalledRule &r)
 	dp.unit = s.rate.counts_bytes() ? SLUICE_UNIT_BYTES : SLUICE_UNIT_PACKETS;
 	dp.per_prefix = static_cast<__u8>(s.bucket_prefix());
 	if (s.has_burst()) {
-		LimitParams p = compile_limit(s.rate, s.burst);
+		LimitParams p = compile_limit(local_rate(r), local_burst(r));
 		dp.bucket.inc_mult = p.inc_mult;
 		dp.inc_shift = p.inc_shift;
 		dp.bucket.capacity = p.capacity;
@@ -317,6 +345,11 @@ struct sluice_rule_info to_info(const InstalledRule &r)
 	info.rate_amount = s.rate.amount;
 	info.rate_period_ns = s.rate.period_ns;
 	info.burst = s.burst;
+	info.scope = static_cast<__u8>(s.scope);
+	info.fallback_amount = s.fallback.amount;
+	info.fallback_period_ns = s.fallback.period_ns;
+	info.fallback_unit = static_cast<__u8>(s.fallback.unit);
+	info.cluster_hosts = r.cluster_hosts;
 	return info;
 }
 
@@ -342,8 +375,50 @@ InstalledRule from_maps(const struct sluice_rule &dp, const struct sluice_rule_i
 		s.per_prefix = dp.per_prefix == s.default_bucket_prefix() ? -1 : dp.per_prefix;
 		if (s.algo == Algo::token_bucket)
 			s.warmup_ns = dp.bucket.warmup >> SLUICE_TICK_SHIFT;
+		s.scope = info.scope == SLUICE_SCOPE_CLUSTER ? Scope::cluster : Scope::local;
+		s.fallback = {info.fallback_amount, info.fallback_period_ns, static_cast<RateUnit>(info.fallback_unit)};
+		r.cluster_hosts = std::max<uint32_t>(info.cluster_hosts, 1);
 	}
 	return r;
+}
+
+Rate local_rate(const InstalledRule &r)
+{
+	const RuleSpec &s = r.spec;
+	if (s.scope == Scope::local)
+		return s.rate;
+	if (s.fallback.amount)
+		return s.fallback;
+	// A period n times as long: exact, where dividing the amount would round.
+	return {s.rate.amount, s.rate.period_ns * std::max<uint32_t>(r.cluster_hosts, 1), s.rate.unit};
+}
+
+uint64_t local_burst(const InstalledRule &r)
+{
+	const RuleSpec &s = r.spec;
+	uint64_t burst = s.burst ? s.burst : default_burst(s.rate);
+	if (s.scope == Scope::local)
+		return burst;
+	Rate l = local_rate(r);
+	// burst * (l.amount / l.period) / (rate.amount / rate.period), rounded up
+	unsigned __int128 num = (unsigned __int128)burst * l.amount * s.rate.period_ns;
+	unsigned __int128 den = (unsigned __int128)l.period_ns * s.rate.amount;
+	uint64_t scaled = static_cast<uint64_t>(std::min<unsigned __int128>((num + den - 1) / den, burst));
+	return std::max(scaled, min_burst(s.rate));
+}
+
+std::string_view scope_name(Scope s)
+{
+	return s == Scope::cluster ? "cluster" : "local";
+}
+
+Scope parse_scope(std::string_view text)
+{
+	if (text == "local")
+		return Scope::local;
+	if (text == "cluster")
+		return Scope::cluster;
+	throw Error("unknown scope '" + std::string(text) + "': use local or cluster");
 }
 
 bool match_order(const InstalledRule &a, const InstalledRule &b)

@@ -22,6 +22,7 @@ enum class Algo : uint8_t {
 	sliding_log = SLUICE_ALGO_SLIDING_LOG,
 	sliding_window = SLUICE_ALGO_SLIDING_WINDOW,
 };
+enum class Scope : uint8_t { local = SLUICE_SCOPE_LOCAL, cluster = SLUICE_SCOPE_CLUSTER };
 enum class Proto : uint8_t { any = SLUICE_PROTO_ANY, icmp = SLUICE_PROTO_ICMP, tcp = SLUICE_PROTO_TCP, udp = SLUICE_PROTO_UDP };
 
 /// An inclusive destination port range; 0-65535 means any port.
@@ -49,6 +50,12 @@ struct RuleSpec {
 	/// `--continue` (limit rules only): a packet this rule passes goes on to
 	/// the next matching rule instead of being decided here.
 	bool layered = false;
+	/// `--scope cluster`: the rate is shared by every host that runs the
+	/// rule, through the agents' store (see user/cluster).
+	Scope scope = Scope::local;
+	/// Cluster rules: the local limit while the store is out of reach;
+	/// amount 0 for the default, the rate divided by the host count.
+	Rate fallback;
 
 	/// True for the algorithms with a burst (token bucket, GCRA).
 	bool has_burst() const { return algo == Algo::token_bucket || algo == Algo::gcra; }
@@ -73,7 +80,21 @@ struct InstalledRule {
 	uint32_t slot = 0;
 	RuleSpec spec;
 	uint32_t bucket_id = 0; ///< 0: the same as id
+	/// Cluster rules: the host count the agent last learnt from the store,
+	/// which divides the rate into the default local share. State, not spec:
+	/// edits and policies keep it.
+	uint32_t cluster_hosts = 1;
 };
+
+/// A cluster rule's local share while the store is out of reach, the rate
+/// its data-plane entry is compiled with: the fallback if set, else the rate
+/// divided by the host count. A local rule's rate as it is.
+Rate local_rate(const InstalledRule &r);
+/// The burst that goes with local_rate: the rule's burst scaled as the rate
+/// is (at least the smallest burst), so the hosts' bursts add up to one.
+uint64_t local_burst(const InstalledRule &r);
+std::string_view scope_name(Scope s);
+Scope parse_scope(std::string_view text);
 
 Algo parse_algo(std::string_view text);
 std::string_view algo_name(Algo a);

@@ -372,11 +372,23 @@ InstalledRule edited(const InstalledRule &r, const RuleEdit &e, uint32_t &next_i
 		spec.layered = *e.layered;
 	if (e.per_prefix)
 		spec.per_prefix = *e.per_prefix;
+	if (e.scope)
+		spec.scope = *e.scope;
+	if (e.fallback)
+		spec.fallback = *e.fallback;
+	else if (spec.scope == Scope::local)
+		spec.fallback = {}; // a rule made local has no fallback share
 	if (spec.action != Action::limit && (e.rate || e.burst || e.algo || e.warmup_ns || e.per_prefix))
 		throw Error("rule '" + r.spec.name + "' is an " + std::string(action_name(spec.action)) +
 			    " rule: --rate, --burst, --algo, --warmup and --per apply to --rate rules");
 	validate_rule(spec);
 	InstalledRule out = r;
+	if (e.cluster_hosts)
+		out.cluster_hosts = std::max<uint32_t>(*e.cluster_hosts, 1);
+	if (spec.scope == Scope::cluster) {
+		out.spec = spec;
+		compile_limit(local_rate(out), local_burst(out)); // the share for this host count must compile
+	}
 	if (edit_restarts_buckets(r.spec, spec))
 		out.bucket_id = next_id++;
 	out.spec = spec;

@@ -23,6 +23,9 @@ struct RuleEdit {
 	std::optional<bool> shadow;
 	std::optional<bool> layered;
 	std::optional<int> per_prefix;
+	std::optional<Scope> scope;
+	std::optional<Rate> fallback;          ///< amount 0: back to the default share
+	std::optional<uint32_t> cluster_hosts; ///< the agent's: the host count it learnt
 };
 
 /// What a transaction did, rule by rule.

@@ -193,6 +193,12 @@ nlohmann::ordered_json rule_json(const InstalledRule &r)
 		if (s.warmup_ns)
 			j["warmup"] = format_duration(s.warmup_ns);
 		j["per"] = s.bucket_prefix();
+		j["scope"] = scope_name(s.scope);
+		if (s.scope == Scope::cluster) {
+			j["fallback"] = s.fallback.amount ? format_rate(s.fallback) : "default";
+			j["hosts"] = r.cluster_hosts;
+			j["local_rate"] = format_rate(local_rate(r));
+		}
 	}
 	return j;
 }

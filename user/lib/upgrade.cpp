@@ -83,24 +83,42 @@ UniqueFd open_map(const std::string &dir, const std::string &name)
 	return fd;
 }
 
+/// Before ABI 4 a rule's info was 80 bytes: today's first 80, the rest zero
+/// (every rule local).
+constexpr uint32_t RULE_INFO_BEFORE_4 = 80;
+
+/// An info entry of the layout before ABI 4, as today's struct.
+struct sluice_rule_info read_info_before_4(int fd, uint32_t index)
+{
+	struct sluice_rule_info ri = {};
+	uint8_t raw[RULE_INFO_BEFORE_4];
+	if (bpf_map_lookup_elem(fd, &index, raw))
+		throw_errno("cannot read rule info " + std::to_string(index), errno);
+	std::memcpy(&ri, raw, sizeof(raw));
+	return ri;
+}
+
+[[noreturn]] void unknown_layout(const std::string &dir)
+{
+	throw Error("the state pinned in " + dir + " is of an unknown layout; detach it with the sluice "
+		    "that attached it");
+}
+
 /// Rules of sluice 0.2 (ABI 1): one set, indexed by slot; the data-plane
 /// entry's id is the rule's id, and struct sluice_rule had today's layout.
 std::vector<InstalledRule> read_rules_abi1(const std::string &dir)
 {
 	UniqueFd rules = open_map(dir, "sluice_rules"), info = open_map(dir, "sluice_rinfo");
 	if (map_info(rules.get()).value_size != sizeof(struct sluice_rule) ||
-	    map_info(info.get()).value_size != sizeof(struct sluice_rule_info))
-		throw Error("the state pinned in " + dir + " is of an unknown layout; detach it with the sluice "
-			    "that attached it");
+	    map_info(info.get()).value_size != RULE_INFO_BEFORE_4)
+		unknown_layout(dir);
 	uint32_t n = map_info(rules.get()).max_entries;
 	std::vector<InstalledRule> out;
 	for (uint32_t slot = 0; slot < n; slot++) {
 		struct sluice_rule dp = {};
-		struct sluice_rule_info ri = {};
 		if (bpf_map_lookup_elem(rules.get(), &slot, &dp) || dp.id == 0)
 			continue;
-		if (bpf_map_lookup_elem(info.get(), &slot, &ri))
-			throw_errno("cannot read rule slot " + std::to_string(slot), errno);
+		struct sluice_rule_info ri = read_info_before_4(info.get(), slot);
 		ri.rule_id = 0; // padding in ABI 1
 		InstalledRule r = from_maps(dp, ri);
 		r.id = dp.id;
@@ -111,23 +129,36 @@ std::vector<InstalledRule> read_rules_abi1(const std::string &dir)
 	return out;
 }
 
-/// Rules of ABI 2: the rule maps had today's layout; the source tables were
-/// LRU hashes (IPv6, sliding logs) and the configuration 16 bytes.
-std::vector<InstalledRule> read_rules_abi2(const std::string &dir, uint32_t &max_rules)
+/// Rules of ABI 2 and 3: two sets and the word naming the live one, as today;
+/// the info entries of 80 bytes.
+std::vector<InstalledRule> read_rules_abi2_3(const std::string &dir, uint32_t &max_rules)
 {
-	MapSet m;
-	m.active = open_map(dir, SLUICE_STR(SLUICE_MAP_ACTIVE));
-	m.rules = open_map(dir, SLUICE_STR(SLUICE_MAP_RULES));
-	m.rule_info = open_map(dir, SLUICE_STR(SLUICE_MAP_RULE_INFO));
-	m.rule_counters = open_map(dir, SLUICE_STR(SLUICE_MAP_RULE_COUNTERS));
-	m.meta = open_map(dir, SLUICE_STR(SLUICE_MAP_META));
-	if (map_info(m.active.get()).value_size != sizeof(struct sluice_active) ||
-	    map_info(m.rules.get()).value_size != sizeof(struct sluice_rule) ||
-	    map_info(m.rule_info.get()).value_size != sizeof(struct sluice_rule_info))
-		throw Error("the state pinned in " + dir + " is of an unknown layout; detach it with the sluice "
-			    "that attached it");
-	max_rules = m.max_rules();
-	return RuleTable(m).list();
+	UniqueFd active = open_map(dir, SLUICE_STR(SLUICE_MAP_ACTIVE)), rules = open_map(dir, SLUICE_STR(SLUICE_MAP_RULES)),
+		 info = open_map(dir, SLUICE_STR(SLUICE_MAP_RULE_INFO)),
+		 counters = open_map(dir, SLUICE_STR(SLUICE_MAP_RULE_COUNTERS));
+	if (map_info(active.get()).value_size != sizeof(struct sluice_active) ||
+	    map_info(rules.get()).value_size != sizeof(struct sluice_rule) ||
+	    map_info(info.get()).value_size != RULE_INFO_BEFORE_4)
+		unknown_layout(dir);
+	max_rules = map_info(counters.get()).max_entries;
+	uint32_t zero = 0;
+	struct sluice_active live = {};
+	if (bpf_map_lookup_elem(active.get(), &zero, &live))
+		throw_errno("cannot read the live rule set's number in " + dir, errno);
+	std::vector<InstalledRule> out;
+	for (uint32_t slot = 0; slot < max_rules; slot++) {
+		uint32_t i = sluice_rule_index(slot, live.set);
+		struct sluice_rule dp = {};
+		if (bpf_map_lookup_elem(rules.get(), &i, &dp))
+			throw_errno("cannot read rule slot " + std::to_string(slot), errno);
+		if (dp.id == 0)
+			continue;
+		InstalledRule r = from_maps(dp, read_info_before_4(info.get(), i));
+		r.slot = slot;
+		out.push_back(r);
+	}
+	std::sort(out.begin(), out.end(), match_order);
+	return out;
 }
 
 // The maps whose contents are carried as they are, where their shape allows.
@@ -178,14 +209,14 @@ CarriedState read_state(const std::string &dir)
 		s.next_rule_id = old.next_rule_id;
 		s.rules = read_rules_abi1(dir);
 		s.max_rules = map_info(open_map(dir, "sluice_rcnt").get()).max_entries;
-	} else if (s.abi == 2) {
+	} else if (s.abi == 2 || s.abi == 3) {
 		UniqueFd meta = open_map(dir, SLUICE_STR(SLUICE_MAP_META));
 		struct sluice_meta record = {};
 		uint32_t zero = 0;
 		if (bpf_map_lookup_elem(meta.get(), &zero, &record))
 			throw_errno("cannot read " + dir + "/" SLUICE_STR(SLUICE_MAP_META), errno);
 		s.next_rule_id = record.next_rule_id;
-		s.rules = read_rules_abi2(dir, s.max_rules);
+		s.rules = read_rules_abi2_3(dir, s.max_rules);
 	} else if (s.abi == SLUICE_ABI_VERSION) {
 		MapSet maps = MapSet::open_pinned(dir); // checks the layout in full
 		uint32_t zero = 0;
@@ -419,7 +450,7 @@ std::vector<std::string> restore_state(const CarriedState &state, const MapSet &
 				      SLUICE_STR(SLUICE_MAP_CONFIG)};
 	const int fds[] = {fresh.src4.get(), fresh.src6.get(), fresh.logs4.get(), fresh.logs6.get(),
 			   fresh.config.get()};
-	bool as_they_are = state.abi == SLUICE_ABI_VERSION;
+	bool as_they_are = state.abi >= 3; // the set tables' layout since ABI 3
 	for (size_t i = 0; i < std::size(tables); i++) {
 		const RawMap *m = state.find(tables[i]);
 		as_they_are = as_they_are && m && same_shape(fds[i], *m);

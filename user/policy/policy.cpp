@@ -33,9 +33,13 @@ const std::vector<std::string> INTERFACE_KEYS = {"name", "mode"};
 const std::vector<std::string> TABLE_KEYS = {"max_rules", "max_sources", "max_log_sources"};
 // rule add's options, in the order write_policy prints them.
 const std::vector<std::string> RULE_KEYS = {"name",  "cidr", "action", "proto",  "dport",  "rate",
-					    "burst", "algo", "per",    "warmup", "shadow", "continue"};
+					    "burst", "algo", "per",    "warmup", "shadow", "continue",
+					    "scope", "fallback"};
 // Their places in RULE_KEYS.
-enum RuleKey { K_NAME, K_CIDR, K_ACTION, K_PROTO, K_DPORT, K_RATE, K_BURST, K_ALGO, K_PER, K_WARMUP, K_SHADOW, K_CONTINUE };
+enum RuleKey {
+	K_NAME, K_CIDR, K_ACTION, K_PROTO, K_DPORT, K_RATE, K_BURST, K_ALGO, K_PER, K_WARMUP, K_SHADOW, K_CONTINUE,
+	K_SCOPE, K_FALLBACK
+};
 
 std::string join(const std::vector<std::string> &words)
 {
@@ -56,8 +60,8 @@ struct Entry {
 	uint32_t value = Doc::NONE;
 };
 
-/// A map's keys by their place in the list of known keys (at most 12).
-using Entries = std::array<Entry, 12>;
+/// A map's keys by their place in the list of known keys (at most 14: a rule's).
+using Entries = std::array<Entry, 14>;
 
 /// What an error names before its reason: "rule 'ssh': ", "rule #3: ",
 /// "tables: " or nothing. Written out only when there is an error.
@@ -320,6 +324,10 @@ RuleSpec read_rule(const Reader &rd, uint32_t node, size_t index,
 		spec.shadow = rd.boolean("shadow", *e, context);
 	if (auto e = key(K_CONTINUE))
 		spec.layered = rd.boolean("continue", *e, context);
+	if (auto e = key(K_SCOPE))
+		spec.scope = rd.parsed("scope", *e, context, parse_scope);
+	if (auto e = key(K_FALLBACK))
+		spec.fallback = rd.parsed("fallback", *e, context, parse_rate);
 
 	try {
 		validate_rule(spec);
@@ -510,6 +518,8 @@ RuleSpec normalized(const RuleSpec &s)
 		n.per_prefix = defaults.per_prefix;
 		n.warmup_ns = defaults.warmup_ns;
 		n.layered = defaults.layered;
+		n.scope = defaults.scope;
+		n.fallback = defaults.fallback;
 		return n;
 	}
 	if (!n.has_burst())
@@ -547,6 +557,9 @@ const RuleField RULE_FIELDS[] = {
 	{"warmup", [](const RuleSpec &s) { return s.warmup_ns ? format_duration(s.warmup_ns) : "none"; }, "none"},
 	{"shadow", [](const RuleSpec &s) { return show_bool(s.shadow); }, "false"},
 	{"continue", [](const RuleSpec &s) { return show_bool(s.layered); }, "false"},
+	{"scope", [](const RuleSpec &s) { return std::string(scope_name(s.scope)); }, "local"},
+	{"fallback", [](const RuleSpec &s) { return s.fallback.amount ? format_rate(s.fallback) : "default"; },
+	 "default"},
 };
 
 // The burst a file need not state: the one validate_rule fills in.
@@ -621,6 +634,10 @@ std::string describe_rule(const RuleSpec &spec)
 			s += " warmup " + format_duration(n.warmup_ns);
 		if (n.layered)
 			s += " continue";
+		if (n.scope == Scope::cluster)
+			s += " cluster";
+		if (n.fallback.amount)
+			s += " fallback " + format_rate(n.fallback);
 	}
 	if (n.shadow)
 		s += " shadow";
