@@ -301,7 +301,10 @@ std::string render_text(const std::vector<MetricFamily> &families)
 /// arrives while another is reading gets the last figures, at once.
 class MetricsExporter::Collector {
 public:
-	Collector(std::string pin_dir, size_t top) : inst_(std::move(pin_dir)), top_(top) {}
+	Collector(std::string pin_dir, size_t top, std::function<std::vector<MetricFamily>()> extra)
+		: inst_(std::move(pin_dir)), top_(top), extra_(std::move(extra))
+	{
+	}
 
 	/// The exposition text of a fresh reading, or of the last one while a
 	/// reading runs (the first scrape waits for the first reading).
@@ -321,7 +324,11 @@ public:
 			log_line(r.error.empty() ? "reading the pinned state again" : r.error + "; retrying at each scrape");
 			last_error_ = r.error;
 		}
-		auto text = std::make_shared<const std::string>(render_text(metric_families(r)));
+		std::vector<MetricFamily> families = metric_families(r);
+		if (extra_)
+			for (auto &f : extra_())
+				families.push_back(std::move(f));
+		auto text = std::make_shared<const std::string>(render_text(families));
 		std::lock_guard hold(last_mutex_);
 		last_ = text;
 		return text;
@@ -330,6 +337,7 @@ public:
 private:
 	Instance inst_;
 	size_t top_;
+	std::function<std::vector<MetricFamily>()> extra_;
 	std::mutex reading_;     ///< held by the scrape that is reading
 	std::string last_error_; ///< guarded by reading_
 	std::mutex last_mutex_;
@@ -362,7 +370,7 @@ MetricsExporter::~MetricsExporter() { stop(); }
 
 void MetricsExporter::start()
 {
-	collector_ = std::make_unique<Collector>(options_.pin_dir, options_.top_sources);
+	collector_ = std::make_unique<Collector>(options_.pin_dir, options_.top_sources, options_.extra);
 	handler_ = std::make_unique<Handler>(*collector_);
 	try {
 		server_ = std::make_unique<CivetServer>(std::vector<std::string>{

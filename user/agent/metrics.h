@@ -8,6 +8,7 @@
 #include <prometheus/metric_family.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -63,6 +64,8 @@ struct MetricsOptions {
 	ListenAddress listen;
 	size_t top_sources = DEFAULT_TOP_SOURCES;
 	std::string pin_dir = Instance::default_pin_dir();
+	/// More families to serve with every scrape (the cluster sync's), if set.
+	std::function<std::vector<prometheus::MetricFamily>()> extra;
 };
 
 /// Serves /metrics over HTTP. A scrape reads the state afresh (so a program

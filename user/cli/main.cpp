@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "agent.h"
+#include "cluster_args.h"
 #include "apply.h"
 #include "chain.h"
 #include "datapath.h"
@@ -174,6 +175,8 @@ void cmd_status(const Instance &inst, bool json)
 			j["map_memory_bytes"] = s.map_memory_bytes;
 			j["rules"] = RuleTable(inst.maps()).list().size();
 		}
+		std::string cluster_line = cluster::read_status_line(cluster::default_status_path());
+		j["cluster"] = cluster_line.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(cluster_line);
 		std::cout << j.dump(2) << "\n";
 		return;
 	}
@@ -225,6 +228,8 @@ void cmd_status(const Instance &inst, bool json)
 	std::cout << "map memory: " << human_bytes(s.map_memory_bytes) << "\n";
 	std::cout << "packets: " << t.passed << " passed, " << t.dropped << " dropped, " << t.failopen
 		  << " passed by fail-open\n";
+	if (std::string line = cluster::read_status_line(cluster::default_status_path()); !line.empty())
+		std::cout << line << "\n";
 }
 
 void cmd_rule_list(const Instance &inst, bool json)
@@ -640,6 +645,8 @@ int main(int argc, char **argv)
 	std::string events_socket = default_events_socket();
 	agent_cmd->add_option("--events-socket", events_socket,
 			      "Where `sluice events` follows the agent's events (default " + events_socket + ")");
+	ClusterArgs cluster_args;
+	add_cluster_options(agent_cmd, cluster_args);
 	agent_cmd
 		->add_option("--top-sources", top_sources,
 			     "Per-source series for the N sources with most drops (default " +
@@ -681,9 +688,16 @@ int main(int argc, char **argv)
 					    " (each source adds series), not " + std::to_string(top_sources));
 			options.top_sources = top_sources;
 			options.pin_dir = inst.pin_dir();
+			std::unique_ptr<cluster::ClusterSync> sync;
+			if (wants_cluster(cluster_args)) {
+				sync = std::make_unique<cluster::ClusterSync>(to_sync_options(cluster_args, inst.pin_dir()));
+				options.extra = [s = sync.get()] { return cluster::sync_metric_families(s->figures()); };
+			}
 			agent::Agent a;
 			a.add(std::make_unique<agent::MetricsExporter>(options));
 			a.add(std::make_unique<agent::EventLog>(inst.pin_dir(), events_socket));
+			if (sync)
+				a.add(std::move(sync));
 			int sig = a.run();
 			agent::log_line(std::string("stopped") + (sig ? std::string(" by ") + strsignal(sig) : ""));
 		} else if (*attach) {

@@ -96,56 +96,103 @@ uint64_t SetTable<Set>::place_of(uint32_t rule_id, const uint8_t *addr, uint64_t
 }
 
 template <class Set>
+bool SetTable<Set>::holds(const Set &set, int w, uint64_t key, const uint8_t *addr) const
+{
+	if (__atomic_load_n(&set.tag.key[w], __ATOMIC_ACQUIRE) != key)
+		return false;
+	if constexpr (family == 6)
+		return std::memcmp(const_cast<const struct sluice_addr6 *>(&set.addr[w]), addr, 16) == 0;
+	return true;
+}
+
+template <class Set>
+std::optional<std::pair<uint32_t, int>> SetTable<Set>::locate(uint32_t rule_id, const uint8_t *addr,
+								uint64_t seed) const
+{
+	uint32_t first, second;
+	uint64_t key = place_of(rule_id, addr, seed, first, second);
+	for (uint32_t idx : {first, second})
+		for (int w = 0; w < SLUICE_SET_WAYS; w++)
+			if (holds(sets_ptr_[idx], w, key, addr))
+				return std::pair{idx, w};
+	return std::nullopt;
+}
+
+template <class Set>
 std::optional<typename SetTable<Set>::Bucket>
 SetTable<Set>::find(uint32_t rule_id, const uint8_t *addr, uint64_t seed,
 		    const std::vector<struct sluice_pending_drops> &pending) const
 {
-	uint32_t first, second;
-	uint64_t key = place_of(rule_id, addr, seed, first, second);
-	auto holds = [&](const Set &set, int w) {
-		if (__atomic_load_n(&set.tag.key[w], __ATOMIC_ACQUIRE) != key)
-			return false;
-		if constexpr (family == 6)
-			return std::memcmp(const_cast<const struct sluice_addr6 *>(&set.addr[w]), addr, 16) == 0;
-		return true;
-	};
-	for (uint32_t idx : {first, second}) {
-		const Set &set = sets_ptr_[idx];
-		for (int w = 0; w < SLUICE_SET_WAYS; w++) {
-			if (!holds(set, w))
-				continue;
-			// A locked algorithm's state is read as the program reads it:
-			// between two equal even values of its word. The GCRA form's
-			// word is one value, read once with the copy.
-			for (int attempt = 0; attempt < SLUICE_LOCK_RETRIES; attempt++) {
-				uint16_t gen = __atomic_load_n(&set.tag.gen[w], __ATOMIC_ACQUIRE);
-				bool locked = gen & 1;
-				uint64_t before = __atomic_load_n(&set.way[w].word, __ATOMIC_ACQUIRE);
-				if (locked && (before & 1))
-					continue; // a charger holds the lock
-				Bucket copy;
-				std::memcpy(&copy, const_cast<const Bucket *>(&set.way[w]), sizeof(copy));
-				__atomic_thread_fence(__ATOMIC_ACQUIRE);
-				if (locked && __atomic_load_n(&set.way[w].word, __ATOMIC_ACQUIRE) != before)
-					continue;
-				if (!holds(set, w))
-					return std::nullopt; // evicted while being copied
-				// Evicted and made again for the same source while being
-				// copied: the word and its offset may be of two buckets.
-				if (__atomic_load_n(&set.tag.gen[w], __ATOMIC_ACQUIRE) != gen)
-					continue;
-				for (const auto &p : pending)
-					if (p.packets && int(p.table) == SetTraits<Set>::table && p.set == idx &&
-					    (p.way & (SLUICE_SET_WAYS - 1)) == w && p.gen == gen) {
-						copy.cnt.dropped_packets += p.packets;
-						copy.cnt.dropped_bytes += p.bytes;
-					}
-				return copy;
+	auto place = locate(rule_id, addr, seed);
+	if (!place)
+		return std::nullopt;
+	auto [idx, w] = *place;
+	uint64_t key = __atomic_load_n(&sets_ptr_[idx].tag.key[w], __ATOMIC_ACQUIRE);
+	const Set &set = sets_ptr_[idx];
+	// A locked algorithm's state is read as the program reads it:
+	// between two equal even values of its word. The GCRA form's
+	// word is one value, read once with the copy.
+	for (int attempt = 0; attempt < SLUICE_LOCK_RETRIES; attempt++) {
+		uint16_t gen = __atomic_load_n(&set.tag.gen[w], __ATOMIC_ACQUIRE);
+		bool locked = gen & 1;
+		uint64_t before = __atomic_load_n(&set.way[w].word, __ATOMIC_ACQUIRE);
+		if (locked && (before & 1))
+			continue; // a charger holds the lock
+		Bucket copy;
+		std::memcpy(&copy, const_cast<const Bucket *>(&set.way[w]), sizeof(copy));
+		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		if (locked && __atomic_load_n(&set.way[w].word, __ATOMIC_ACQUIRE) != before)
+			continue;
+		if (!holds(set, w, key, addr))
+			return std::nullopt; // evicted while being copied
+		// Evicted and made again for the same source while being
+		// copied: the word and its offset may be of two buckets.
+		if (__atomic_load_n(&set.tag.gen[w], __ATOMIC_ACQUIRE) != gen)
+			continue;
+		for (const auto &p : pending)
+			if (p.packets && int(p.table) == SetTraits<Set>::table && p.set == idx &&
+			    (p.way & (SLUICE_SET_WAYS - 1)) == w && p.gen == gen) {
+				copy.cnt.dropped_packets += p.packets;
+				copy.cnt.dropped_bytes += p.bytes;
 			}
-			throw Error("the bucket's lock stayed held; try again");
-		}
+		return copy;
 	}
-	return std::nullopt;
+	throw Error("the bucket's lock stayed held; try again");
+}
+
+template <class Set>
+bool SetTable<Set>::shift_arrival(uint32_t rule_id, const uint8_t *addr, uint64_t seed, int64_t ticks,
+				  uint64_t now_ticks)
+	requires std::is_same_v<typename SetTraits<Set>::Bucket, struct sluice_source_state>
+{
+	auto place = locate(rule_id, addr, seed);
+	if (!place)
+		return false;
+	auto [idx, w] = *place;
+	Set &set = sets_ptr_[idx];
+	uint64_t key = __atomic_load_n(&set.tag.key[w], __ATOMIC_ACQUIRE);
+	uint16_t gen = __atomic_load_n(&set.tag.gen[w], __ATOMIC_ACQUIRE);
+	if (gen & 1)
+		return false; // a locked algorithm's bucket: no arrival time to move
+	uint64_t word = __atomic_load_n(&set.way[w].word, __ATOMIC_ACQUIRE);
+	uint64_t off = __atomic_load_n(&set.way[w].algo.gcra.off, __ATOMIC_ACQUIRE);
+	if (!holds(set, w, key, addr) || __atomic_load_n(&set.tag.gen[w], __ATOMIC_ACQUIRE) != gen)
+		return false; // evicted meanwhile
+	// Credit only where the bucket is short of full: a full one's arrival
+	// time may lie anywhere in the past, and credit there is worth nothing.
+	int64_t ahead = static_cast<int64_t>(word - off - now_ticks);
+	if (ticks > 0)
+		ticks = std::min<int64_t>(ticks, std::max<int64_t>(ahead, 0));
+	if (ticks == 0)
+		return true;
+	// The arrival time is word - off. The program moves the word by
+	// compare-and-swap from a value it read with the offset, and writes back
+	// its result plus the offset it read: whatever the interleaving, the
+	// arrival time ends up `ticks` earlier. The word itself must only grow
+	// (it guards against charging an evicted bucket's successor), so the
+	// offset is what moves.
+	__atomic_fetch_add(&set.way[w].algo.gcra.off, static_cast<uint64_t>(ticks), __ATOMIC_SEQ_CST);
+	return true;
 }
 
 template <class Set> uint64_t SetTable<Set>::purge(uint32_t rule_id)

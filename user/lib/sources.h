@@ -7,6 +7,7 @@
 #include <functional>
 #include <optional>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "sluice_abi.h"
@@ -67,6 +68,17 @@ public:
 	std::optional<Bucket> find(uint32_t rule_id, const uint8_t *addr, uint64_t seed,
 				   const std::vector<struct sluice_pending_drops> &pending = {}) const;
 
+	/// Source tables only, buckets of GCRA-form rules: moves the arrival
+	/// time of `rule_id`'s bucket for `addr` `ticks` earlier (credit: the
+	/// bucket refills faster) or, negative, later (withheld refill). Credit
+	/// stops at a full bucket. The cluster sync moves a bucket from its
+	/// rule's local rate to the share the store grants this way. now_ticks:
+	/// CLOCK_MONOTONIC_COARSE's, never later than either clock the program
+	/// reads, so that credit can make a bucket full on both. False if the
+	/// table holds no such bucket.
+	bool shift_arrival(uint32_t rule_id, const uint8_t *addr, uint64_t seed, int64_t ticks, uint64_t now_ticks)
+		requires std::is_same_v<typename SetTraits<Set>::Bucket, struct sluice_source_state>;
+
 	/// Empties every way holding a bucket of `rule_id`; returns how many.
 	uint64_t purge(uint32_t rule_id);
 	/// Empties every way holding a bucket of a rule id for which doomed(id) holds.
@@ -97,6 +109,10 @@ private:
 	template <class Install> bool claim_empty_way(uint32_t first, uint32_t second, Install install);
 	uint64_t place_of(uint32_t rule_id, const uint8_t *addr, uint64_t seed, uint32_t &first,
 			  uint32_t &second) const;
+	/// Whether way w of `set` holds `key` (and, IPv6, `addr` in its address line).
+	bool holds(const Set &set, int w, uint64_t key, const uint8_t *addr) const;
+	/// The set and way holding the bucket of `rule_id` for `addr`, if any.
+	std::optional<std::pair<uint32_t, int>> locate(uint32_t rule_id, const uint8_t *addr, uint64_t seed) const;
 
 	Set *sets_ptr_ = nullptr;
 	uint32_t sets_ = 0;

@@ -1,0 +1,93 @@
+// Cluster rules in the real program: the data plane enforces the local share
+// compiled into the rule, and the cluster sync moves a bucket's refill with
+// SetTable::shift_arrival (credit where the store grants more, withheld
+// refill where it grants less) while packets are charged.
+#include <arpa/inet.h>
+
+#include "fixture.h"
+#include "sluice_algos.h"
+#include "sources.h"
+
+using namespace sluice;
+using namespace sluice::test;
+
+namespace {
+
+constexpr uint64_t SEC_TICKS = 1000000000ULL << SLUICE_TICK_SHIFT;
+
+class ClusterRule : public Datapath {
+protected:
+	/// A cluster rule of 3/min over `hosts` hosts, burst 6: 1/min and 2 here by default.
+	InstalledRule add_cluster(uint32_t hosts)
+	{
+		RuleSpec s;
+		s.name = "shared";
+		s.cidr = parse_cidr("10.0.0.0/8");
+		s.rate = parse_rate("3/min");
+		s.burst = 6;
+		s.scope = Scope::cluster;
+		InstalledRule r = table_->add(s);
+		RuleEdit e;
+		e.cluster_hosts = hosts;
+		return table_->edit("shared", e);
+	}
+	int passes(const char *src, int n)
+	{
+		int passed = 0;
+		for (int i = 0; i < n; i++)
+			passed += run({.src = src}) == XDP_PASS;
+		return passed;
+	}
+	bool shift(const InstalledRule &r, const char *src, int64_t ticks)
+	{
+		uint32_t zero = 0;
+		struct sluice_config cfg = {};
+		EXPECT_EQ(bpf_map_lookup_elem(maps_.config.get(), &zero, &cfg), 0);
+		SourceTable4 table(maps_.src4.get());
+		in_addr a{};
+		inet_pton(AF_INET, src, &a);
+		struct timespec ts = {};
+		clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+		uint64_t now = sluice_ns_to_ticks(uint64_t(ts.tv_sec) * 1000000000ULL + uint64_t(ts.tv_nsec));
+		return table.shift_arrival(r.bucket_id ? r.bucket_id : r.id, reinterpret_cast<uint8_t *>(&a), cfg.hash_seed,
+					   ticks, now);
+	}
+};
+
+} // namespace
+
+// Three hosts: this one's share, compiled into the data plane, is a third of
+// the rate and of the burst.
+TEST_F(ClusterRule, TheDataPlaneEnforcesTheLocalShareOfTheRateAndBurst)
+{
+	add_cluster(3);
+	EXPECT_EQ(passes("10.1.1.1", 5), 2) << "a third of a burst of 6";
+	EXPECT_EQ(rule_counters("shared").dropped_packets, 3u);
+}
+
+// A grant above the local share is credit: the bucket's arrival time moves
+// earlier, so packets the local share would drop pass. Below it, refill is
+// withheld. Neither touches another source's bucket.
+TEST_F(ClusterRule, ShiftingTheArrivalTimeGrantsAndWithholds)
+{
+	InstalledRule r = add_cluster(3); // 1/min, burst 2: 60 s a packet
+	EXPECT_EQ(passes("10.1.1.1", 3), 2);
+	EXPECT_EQ(passes("10.1.1.2", 2), 2);
+	ASSERT_TRUE(shift(r, "10.1.1.1", 120 * int64_t(SEC_TICKS))); // two packets' worth
+	EXPECT_EQ(passes("10.1.1.1", 3), 2) << "credit of two packets";
+	EXPECT_EQ(passes("10.1.1.2", 1), 0) << "another source's bucket took the credit";
+	ASSERT_TRUE(shift(r, "10.1.1.1", -600 * int64_t(SEC_TICKS)));
+	ASSERT_TRUE(shift(r, "10.1.1.1", 120 * int64_t(SEC_TICKS)));
+	EXPECT_EQ(passes("10.1.1.1", 1), 0) << "ten minutes withheld, two granted back: still in debt";
+	EXPECT_FALSE(shift(r, "10.1.1.9", SEC_TICKS)) << "no bucket for a source never seen";
+}
+
+// Credit stops at a full bucket: a grant to an idle source never lets more
+// than its burst through at once.
+TEST_F(ClusterRule, CreditNeverFillsABucketBeyondItsBurst)
+{
+	InstalledRule r = add_cluster(3);
+	EXPECT_EQ(passes("10.1.1.3", 1), 1);
+	ASSERT_TRUE(shift(r, "10.1.1.3", 3600 * int64_t(SEC_TICKS))); // an hour of credit
+	EXPECT_EQ(passes("10.1.1.3", 4), 2) << "full is the burst of 2, however much credit";
+}

@@ -1,0 +1,661 @@
+#include "sync.h"
+
+#include <bpf/bpf.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+
+#include "datapath.h"
+#include "maps.h"
+#include "net.h"
+#include "rule_table.h"
+#include "sluice_algos.h"
+#include "sources.h"
+
+namespace sluice::cluster {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+namespace {
+
+/// Commands carry at most this many buckets: one script call holds the
+/// server for the whole call, so a rule with many buckets takes several.
+constexpr size_t BUCKETS_PER_CALL = 500;
+
+/// Units per second of a rate: packets, or bytes (bits are an eighth).
+double per_second(const Rate &r)
+{
+	if (!r.amount || !r.period_ns)
+		return 0;
+	double amount = r.unit == RateUnit::bits ? double(r.amount) / 8 : double(r.amount);
+	return amount * 1e9 / double(r.period_ns);
+}
+
+/// The coarse clock: it never reads later than the precise one, so credit
+/// up to it fills a bucket on either clock a rule may read.
+uint64_t coarse_monotonic_ns()
+{
+	struct timespec ts = {};
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return uint64_t(ts.tv_sec) * 1000000000ULL + uint64_t(ts.tv_nsec);
+}
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+/// A cluster rule as the sync needs it.
+struct ClusterRule {
+	std::string name;
+	uint32_t bucket_id = 0;
+	Cidr cidr;
+	int per = 32;
+	bool bytes = false;
+	double rate = 0, local = 0; ///< units per second: the shared rate, and this host's fallback share
+	bool one_bucket = false;    ///< --per as long as the prefix: the rule's one bucket
+	bool default_fallback = true;
+	uint32_t hosts = 1;
+};
+
+/// A bucket being synced.
+struct Tracked {
+	const ClusterRule *rule = nullptr; ///< valid during a round only
+	std::string rule_name;
+	uint32_t bucket_id = 0;
+	int family = 4;
+	std::array<uint8_t, 16> addr{};
+	std::string key;
+	// Readings (sync thread).
+	bool have_reading = false;
+	uint64_t last_offered = 0, last_passed = 0;
+	Clock::time_point last_read{}, last_busy{};
+	double demand = 0, used = 0;
+	bool reported = false; ///< this round's report went out
+	// The grant (both threads, under the state's mutex).
+	double share = 0, local = 0, cluster_used = 0;
+	unsigned hosts = 0;
+	Clock::time_point lease_until{};
+	Clock::time_point last_apply{};
+	double carry = 0; ///< ticks of shift not yet applied (fractions)
+};
+
+std::string tracked_id(uint32_t bucket_id, int family, const uint8_t *addr)
+{
+	std::string id(1 + 4 + 16, '\0');
+	id[0] = char(family);
+	std::memcpy(id.data() + 1, &bucket_id, 4);
+	std::memcpy(id.data() + 5, addr, family == 4 ? 4 : 16);
+	return id;
+}
+
+} // namespace
+
+/// The mapped source tables of one loaded program.
+struct Tables {
+	MapSet maps;
+	SourceTable4 v4;
+	SourceTable6 v6;
+	uint64_t seed = 0;
+	uint32_t id = 0; ///< the IPv4 table's map id: another one after an upgrade
+
+	explicit Tables(MapSet m)
+		: maps(std::move(m)), v4(maps.src4.get()), v6(maps.src6.get()), id(map_info(maps.src4.get()).id)
+	{
+		uint32_t zero = 0;
+		struct sluice_config cfg = {};
+		if (bpf_map_lookup_elem(maps.config.get(), &zero, &cfg))
+			throw_errno("cannot read the source tables' configuration", errno);
+		seed = cfg.hash_seed;
+	}
+};
+
+struct ClusterSync::State {
+	mutable std::mutex mutex; ///< guards what follows, shared by the two threads
+	std::unordered_map<std::string, Tracked> buckets;
+	std::shared_ptr<Tables> tables;
+	SyncFigures figures;
+
+	// The sync thread's own.
+	std::unique_ptr<Store> store;
+	std::map<uint32_t, ClusterRule> rules; ///< by bucket id
+	unsigned hosts = 0;                    ///< last count from the store
+	int failures = 0;                      ///< in a row, for the backoff
+	Clock::time_point next_attempt{};
+	Clock::time_point degraded_since = Clock::now();
+	std::string last_logged;
+	std::mt19937 jitter{std::random_device{}()};
+};
+
+std::chrono::milliseconds SyncOptions::effective_lease() const
+{
+	if (lease.count() > 0)
+		return lease;
+	return std::max<milliseconds>(10 * interval, milliseconds(1000));
+}
+
+std::string default_node_id()
+{
+	char host[256] = {};
+	if (gethostname(host, sizeof(host) - 1) || !*host)
+		return "sluice";
+	return host;
+}
+
+std::string default_status_path()
+{
+	const char *dir = getenv("SLUICE_RUN_DIR");
+	return std::string(dir && *dir ? dir : "/run/sluice") + "/cluster.json";
+}
+
+ClusterSync::ClusterSync(SyncOptions options) : options_(std::move(options)), state_(std::make_unique<State>())
+{
+	if (options_.node_id.empty())
+		options_.node_id = default_node_id();
+	if (options_.interval.count() <= 0)
+		throw Error("--sync-interval must be at least 1ms");
+}
+
+ClusterSync::~ClusterSync() { stop(); }
+
+void ClusterSync::start()
+{
+	if (options_.make_store)
+		state_->store = options_.make_store();
+	else if (options_.redis_cluster)
+		state_->store = make_cluster_store(options_.store, hiredis_connector(options_.store));
+	else
+		state_->store = make_single_store(options_.store, hiredis_connector(options_.store));
+	{
+		std::lock_guard hold(state_->mutex);
+		state_->figures.store = state_->store->describe();
+		state_->figures.node = options_.node_id;
+		state_->figures.problem = "not synced yet";
+	}
+	agent::log_line("cluster: syncing with " + state_->store->describe() + " as node '" + options_.node_id +
+			"' every " + format_duration(uint64_t(options_.interval.count()) * 1000000ULL) + ", lease " +
+			format_duration(uint64_t(options_.effective_lease().count()) * 1000000ULL));
+	stopping_ = false;
+	sync_thread_ = std::thread([this] { sync_loop(); });
+	apply_thread_ = std::thread([this] { apply_loop(); });
+}
+
+void ClusterSync::stop() noexcept
+{
+	stopping_ = true;
+	wake_.notify_all();
+	if (sync_thread_.joinable())
+		sync_thread_.join();
+	if (apply_thread_.joinable())
+		apply_thread_.join();
+}
+
+SyncFigures ClusterSync::figures() const
+{
+	std::lock_guard hold(state_->mutex);
+	return state_->figures;
+}
+
+namespace {
+
+/// The cluster rules of the live rule set, by bucket id.
+std::map<uint32_t, ClusterRule> cluster_rules(const MapSet &maps)
+{
+	std::map<uint32_t, ClusterRule> out;
+	for (const auto &r : RuleTable(maps).list()) {
+		const RuleSpec &s = r.spec;
+		if (s.action != Action::limit || s.scope != Scope::cluster)
+			continue;
+		ClusterRule c;
+		c.name = s.name;
+		c.bucket_id = r.bucket_id ? r.bucket_id : r.id;
+		c.cidr = s.cidr;
+		c.per = s.bucket_prefix();
+		c.bytes = s.rate.counts_bytes();
+		c.rate = per_second(s.rate);
+		c.local = per_second(local_rate(r));
+		c.one_bucket = c.per <= s.cidr.prefix_len;
+		c.default_fallback = s.fallback.amount == 0;
+		c.hosts = r.cluster_hosts;
+		out.emplace(c.bucket_id, c);
+	}
+	return out;
+}
+
+/// The address of a rule's one bucket: its prefix, masked to --per.
+std::array<uint8_t, 16> masked(const Cidr &c, int per)
+{
+	std::array<uint8_t, 16> a = c.addr;
+	for (int bit = per; bit < 128; bit++)
+		a[bit / 8] &= uint8_t(~(0x80 >> (bit % 8)));
+	return a;
+}
+
+/// Writes the figures `sluice status` shows, replacing the file at once.
+void write_status_file(const std::string &path, const SyncFigures &f, Clock::duration degraded_for)
+{
+	nlohmann::json j = {{"pid", getpid()},
+			    {"node", f.node},
+			    {"store", f.store},
+			    {"degraded", f.degraded},
+			    {"problem", f.problem},
+			    {"degraded_seconds", seconds(degraded_for)},
+			    {"hosts", f.hosts},
+			    {"synced_buckets", f.synced_buckets},
+			    {"granted_buckets", f.granted_buckets}};
+	std::string tmp = path + ".tmp";
+	{
+		std::ofstream out(tmp, std::ios::trunc);
+		if (!out)
+			return; // the metrics still say it; no run directory is no reason to stop
+		out << j.dump() << "\n";
+	}
+	if (rename(tmp.c_str(), path.c_str()))
+		unlink(tmp.c_str());
+}
+
+} // namespace
+
+std::string read_status_line(const std::string &path)
+{
+	std::ifstream in(path);
+	if (!in)
+		return "";
+	nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+	if (j.is_discarded() || !j.contains("pid"))
+		return "";
+	pid_t pid = j["pid"].get<pid_t>();
+	if (pid <= 0 || (kill(pid, 0) && errno == ESRCH))
+		return ""; // its agent is gone
+	std::ostringstream line;
+	line << "cluster: ";
+	if (j.value("degraded", true)) {
+		line << "degraded for " << std::llround(j.value("degraded_seconds", 0.0)) << "s ("
+		     << j.value("problem", std::string("?")) << "): shares held until their lease ends, then "
+		     << "each rule's fallback";
+	} else {
+		line << "ok, " << j.value("store", std::string("?")) << " as node '" << j.value("node", std::string("?"))
+		     << "', " << j.value("hosts", 0) << " hosts, " << j.value("synced_buckets", 0) << " buckets synced";
+	}
+	return line.str();
+}
+
+std::vector<prometheus::MetricFamily> sync_metric_families(const SyncFigures &f)
+{
+	using prometheus::ClientMetric;
+	using prometheus::MetricFamily;
+	using prometheus::MetricType;
+	std::vector<MetricFamily> out;
+	auto add = [&out](std::string name, std::string help, MetricType type) -> MetricFamily & {
+		out.push_back({std::move(name), std::move(help), type, {}});
+		return out.back();
+	};
+	auto sample = [](MetricFamily &fam, std::vector<ClientMetric::Label> labels, double v) {
+		ClientMetric m;
+		m.label = std::move(labels);
+		if (fam.type == MetricType::Counter)
+			m.counter.value = v;
+		else
+			m.gauge.value = v;
+		fam.metric.push_back(std::move(m));
+	};
+	sample(add("sluice_cluster_degraded",
+		   "1 while the store is out of reach or failing: shares held until their lease ends, then fallbacks",
+		   MetricType::Gauge),
+	       {{"store", f.store}, {"node", f.node}}, f.degraded ? 1 : 0);
+	sample(add("sluice_cluster_degraded_total", "Times the sync went degraded", MetricType::Counter), {},
+	       double(f.degraded_total));
+	auto &rounds = add("sluice_cluster_rounds_total", "Sync rounds by result", MetricType::Counter);
+	sample(rounds, {{"result", "ok"}}, double(f.rounds_ok));
+	sample(rounds, {{"result", "failed"}}, double(f.rounds_failed));
+	sample(add("sluice_cluster_store_commands_total", "Commands sent to the store (script calls)",
+		   MetricType::Counter),
+	       {}, double(f.commands));
+	sample(add("sluice_cluster_round_seconds", "Wall time of the last sync round", MetricType::Gauge), {},
+	       f.last_round_seconds);
+	sample(add("sluice_cluster_hosts", "Live hosts the store knows of", MetricType::Gauge), {}, double(f.hosts));
+	sample(add("sluice_cluster_synced_buckets", "Buckets being synced", MetricType::Gauge), {},
+	       double(f.synced_buckets));
+	auto &rate = add("sluice_cluster_rule_rate", "A cluster rule's shared rate, units per second", MetricType::Gauge);
+	auto &local = add("sluice_cluster_rule_local_rate",
+			  "A cluster rule's local share without the store (its fallback), units per second",
+			  MetricType::Gauge);
+	auto &share = add("sluice_cluster_rule_share",
+			  "This host's granted shares of the rule's synced buckets, summed, units per second",
+			  MetricType::Gauge);
+	auto &used = add("sluice_cluster_rule_cluster_used",
+			 "Every host's use of the rule's buckets synced here, units per second", MetricType::Gauge);
+	auto &buckets = add("sluice_cluster_rule_synced_buckets", "Buckets of the rule being synced",
+			    MetricType::Gauge);
+	for (const auto &r : f.rules) {
+		sample(rate, {{"rule", r.name}}, r.rate);
+		sample(local, {{"rule", r.name}}, r.local_rate);
+		sample(share, {{"rule", r.name}}, r.share);
+		sample(used, {{"rule", r.name}}, r.cluster_used);
+		sample(buckets, {{"rule", r.name}}, double(r.buckets));
+	}
+	return out;
+}
+
+void ClusterSync::sync_loop()
+{
+	State &st = *state_;
+	const milliseconds lease = options_.effective_lease();
+	while (!stopping_) {
+		Clock::time_point began = Clock::now();
+		if (began >= st.next_attempt) {
+			std::string problem;
+			try {
+				// 1. The loaded program and its cluster rules.
+				Instance inst(options_.pin_dir);
+				std::shared_ptr<Tables> tables;
+				{
+					std::lock_guard hold(st.mutex);
+					tables = st.tables;
+				}
+				if (!inst.loaded()) {
+					tables.reset();
+					st.rules.clear();
+				} else {
+					auto lock = inst.lock(false);
+					MapSet maps = inst.maps();
+					if (!tables || map_info(maps.src4.get()).id != tables->id)
+						tables = std::make_shared<Tables>(std::move(maps));
+					st.rules = cluster_rules(tables->maps);
+				}
+				// 2. Rules whose default fallback divides by a host count
+				// that changed: their local share follows it.
+				if (tables && st.hosts) {
+					std::vector<std::string> stale;
+					for (const auto &[id, r] : st.rules)
+						if (r.default_fallback && r.hosts != st.hosts)
+							stale.push_back(r.name);
+					if (!stale.empty()) {
+						auto lock = inst.lock(true);
+						RuleTable table(tables->maps);
+						for (const auto &name : stale) {
+							RuleEdit e;
+							e.cluster_hosts = st.hosts;
+							table.edit(name, e);
+						}
+						st.rules = cluster_rules(tables->maps);
+						agent::log_line("cluster: " + std::to_string(st.hosts) +
+								" hosts; local shares of " + std::to_string(stale.size()) +
+								" rules follow");
+					}
+				}
+				// 3. The buckets that matter: throttled ones of cluster
+				// rules, the rules of one bucket, and those synced already.
+				std::vector<std::tuple<uint32_t, int, std::array<uint8_t, 16>>> found;
+				if (tables) {
+					for_each_entry<struct sluice_throttle_key, struct sluice_throttle>(
+						tables->maps.throttled.get(),
+						[&](const struct sluice_throttle_key &k, const struct sluice_throttle &) {
+							if (!st.rules.count(k.bucket_id))
+								return;
+							std::array<uint8_t, 16> a{};
+							int fam = k.family == SLUICE_TABLE_V6 ? 6 : 4;
+							std::memcpy(a.data(), k.addr, fam == 4 ? 4 : 16);
+							found.emplace_back(k.bucket_id, fam, a);
+						});
+					for (const auto &[id, r] : st.rules)
+						if (r.one_bucket)
+							found.emplace_back(id, r.cidr.family, masked(r.cidr, r.per));
+				}
+				std::vector<struct sluice_pending_drops> pending;
+				if (tables)
+					pending = lookup_percpu<struct sluice_pending_drops>(tables->maps.pending.get(), 0);
+
+				// 4. Readings, outside the lock: the apply thread keeps
+				// running. New buckets are added under it.
+				{
+					std::lock_guard hold(st.mutex);
+					st.tables = tables;
+					for (auto &[id, b] : st.buckets)
+						b.rule = nullptr;
+					for (auto &[bid, fam, a] : found) {
+						std::string id = tracked_id(bid, fam, a.data());
+						if (st.buckets.count(id) || st.buckets.size() >= options_.max_buckets)
+							continue;
+						const ClusterRule &r = st.rules.at(bid);
+						Tracked t;
+						t.rule_name = r.name;
+						t.bucket_id = bid;
+						t.family = fam;
+						t.addr = a;
+						Cidr c;
+						c.family = fam;
+						c.addr = a;
+						c.prefix_len = r.per;
+						t.key = bucket_key(options_.prefix, r.name, format_cidr(c));
+						t.last_busy = began;
+						st.buckets.emplace(std::move(id), std::move(t));
+					}
+					for (auto it = st.buckets.begin(); it != st.buckets.end();) {
+						auto r = st.rules.find(it->second.bucket_id);
+						if (r == st.rules.end() || r->second.name != it->second.rule_name)
+							it = st.buckets.erase(it); // its rule is gone, or restarted its buckets
+						else
+							(it++)->second.rule = &r->second;
+					}
+				}
+				Clock::time_point now = Clock::now();
+				std::map<std::string, std::vector<Tracked *>> by_rule;
+				for (auto &[id, b] : st.buckets) {
+					b.reported = false;
+					std::optional<struct sluice_source_state> bucket;
+					if (b.family == 4)
+						bucket = tables->v4.find(b.bucket_id, b.addr.data(), tables->seed, pending);
+					else
+						bucket = tables->v6.find(b.bucket_id, b.addr.data(), tables->seed, pending);
+					uint64_t passed = 0, offered = 0;
+					if (bucket) {
+						const auto &c = bucket->cnt;
+						passed = sluice_cnt_value(b.rule->bytes ? c.passed_bytes : c.passed_packets);
+						offered = passed +
+							  sluice_cnt_value(b.rule->bytes ? c.dropped_bytes : c.dropped_packets);
+					}
+					if (b.have_reading && offered >= b.last_offered && passed >= b.last_passed) {
+						double dt = seconds(now - b.last_read);
+						if (dt <= 0)
+							continue;
+						b.demand = double(offered - b.last_offered) / dt;
+						b.used = double(passed - b.last_passed) / dt;
+						b.reported = true;
+						by_rule[b.rule_name].push_back(&b);
+					}
+					// A bucket evicted and made again counts from 0.
+					b.have_reading = true;
+					b.last_offered = offered;
+					b.last_passed = passed;
+					b.last_read = now;
+					if (b.demand > 0)
+						b.last_busy = now;
+				}
+
+				// 5. One round trip: the registry, then each rule's buckets.
+				std::vector<Command> batch;
+				batch.push_back(hosts_command(options_.prefix, options_.node_id, lease));
+				struct Call {
+					std::vector<Tracked *> buckets;
+				};
+				std::vector<Call> calls;
+				for (auto &[name, list] : by_rule) {
+					const ClusterRule &r = *list.front()->rule;
+					for (size_t i = 0; i < list.size(); i += BUCKETS_PER_CALL) {
+						Call c;
+						c.buckets.assign(list.begin() + long(i),
+								 list.begin() + long(std::min(list.size(), i + BUCKETS_PER_CALL)));
+						std::vector<BucketReport> reports;
+						reports.reserve(c.buckets.size());
+						for (Tracked *b : c.buckets)
+							reports.push_back({b->key, b->demand, b->used});
+						batch.push_back(share_command(options_.node_id, r.rate, lease, reports));
+						calls.push_back(std::move(c));
+					}
+				}
+				Clock::time_point sent = Clock::now();
+				std::vector<Reply> replies = st.store->execute(batch);
+				Clock::time_point answered = Clock::now();
+				unsigned hosts = parse_hosts_reply(replies.at(0));
+
+				// 6. The grants, with leases counted from when the
+				// question left: the store's lease ends no sooner.
+				std::string call_error;
+				{
+					std::lock_guard hold(st.mutex);
+					for (size_t i = 0; i < calls.size(); i++) {
+						std::vector<BucketGrant> grants;
+						try {
+							grants = parse_share_reply(replies.at(i + 1), calls[i].buckets.size());
+						} catch (const Error &e) {
+							call_error = e.what();
+							continue;
+						}
+						for (size_t j = 0; j < grants.size(); j++) {
+							Tracked &b = *calls[i].buckets[j];
+							if (b.lease_until <= answered)
+								b.last_apply = answered; // no shift accrued while ungranted
+							b.share = grants[j].share;
+							b.local = b.rule->local;
+							b.cluster_used = grants[j].cluster_used;
+							b.hosts = grants[j].hosts;
+							b.lease_until = sent + lease;
+						}
+					}
+					// Buckets idle for a lease, their grant released: done.
+					for (auto it = st.buckets.begin(); it != st.buckets.end();) {
+						const Tracked &b = it->second;
+						bool idle = b.reported && b.demand <= 0 && b.share <= 0 && answered - b.last_busy > lease;
+						it = idle ? st.buckets.erase(it) : std::next(it);
+					}
+					SyncFigures &f = st.figures;
+					f.hosts = hosts;
+					f.commands += batch.size();
+					f.rounds_ok++;
+					f.last_round_seconds = seconds(Clock::now() - began);
+					if (f.degraded)
+						agent::log_line("cluster: synced with " + st.store->describe() + ", " +
+								std::to_string(hosts) + " hosts");
+					f.degraded = !call_error.empty();
+					f.problem = call_error;
+				}
+				if (!call_error.empty())
+					throw Error(call_error);
+				st.hosts = hosts;
+				st.failures = 0;
+				st.next_attempt = began + options_.interval;
+			} catch (const std::exception &e) {
+				problem = e.what();
+			}
+			if (!problem.empty()) {
+				// Backoff: a quarter interval, doubling up to one interval,
+				// with jitter; a store that returns is back in use within
+				// an interval, its shares within two.
+				st.failures = std::min(st.failures + 1, 8);
+				auto wait = std::min<Clock::duration>(options_.interval / 4 * (1 << (st.failures - 1)),
+								      options_.interval);
+				std::uniform_real_distribution<double> spread(0.8, 1.2);
+				st.next_attempt = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+									 wait * spread(st.jitter));
+				std::lock_guard hold(st.mutex);
+				SyncFigures &f = st.figures;
+				f.rounds_failed++;
+				f.last_round_seconds = seconds(Clock::now() - began);
+				if (!f.degraded || f.degraded_total == 0) {
+					f.degraded_total++;
+					st.degraded_since = Clock::now();
+				}
+				f.degraded = true;
+				f.problem = problem;
+				if (problem != st.last_logged)
+					agent::log_line("cluster: degraded: " + problem +
+							"; shares held until their lease ends, then each rule's fallback");
+				st.last_logged = problem;
+			} else {
+				st.last_logged.clear();
+			}
+			{
+				std::lock_guard hold(st.mutex);
+				SyncFigures &f = st.figures;
+				f.synced_buckets = st.buckets.size();
+				f.granted_buckets = 0;
+				std::map<std::string, SyncFigures::Rule> per_rule;
+				for (const auto &[id, r] : st.rules)
+					per_rule[r.name] = {r.name, r.rate, r.local, 0, 0, 0, 0};
+				Clock::time_point now = Clock::now();
+				for (const auto &[id, b] : st.buckets) {
+					auto it = per_rule.find(b.rule_name);
+					if (it == per_rule.end())
+						continue;
+					it->second.buckets++;
+					if (b.lease_until > now) {
+						f.granted_buckets++;
+						it->second.granted++;
+						it->second.share += b.share;
+						it->second.cluster_used += b.cluster_used;
+					}
+				}
+				f.rules.clear();
+				for (auto &[name, r] : per_rule)
+					f.rules.push_back(r);
+				if (!options_.status_path.empty())
+					write_status_file(options_.status_path, f,
+							  f.degraded ? Clock::now() - st.degraded_since : Clock::duration{});
+			}
+		}
+		std::unique_lock wait(wake_mutex_);
+		wake_.wait_until(wait, std::min(st.next_attempt, began + options_.interval),
+				 [this] { return stopping_.load(); });
+	}
+}
+
+void ClusterSync::apply_loop()
+{
+	State &st = *state_;
+	while (!stopping_) {
+		{
+			std::unique_lock wait(wake_mutex_);
+			wake_.wait_for(wait, options_.apply_every, [this] { return stopping_.load(); });
+		}
+		std::lock_guard hold(st.mutex);
+		if (!st.tables)
+			continue;
+		Tables &t = *st.tables;
+		Clock::time_point now = Clock::now();
+		uint64_t now_ticks = sluice_ns_to_ticks(coarse_monotonic_ns());
+		for (auto &[id, b] : st.buckets) {
+			if (b.lease_until <= now || b.local <= 0) {
+				b.last_apply = now; // the lease ran out: the local share holds
+				b.carry = 0;
+				continue;
+			}
+			double dt = std::min(seconds(now - b.last_apply), 1.0);
+			b.last_apply = now;
+			// At the local rate the bucket refills dt of time in dt; at
+			// the share, share/local times that: the difference, in ticks.
+			double shift = (b.share / b.local - 1.0) * dt * 1e9 * double(1 << SLUICE_TICK_SHIFT) + b.carry;
+			double whole = std::trunc(shift);
+			b.carry = shift - whole;
+			if (whole == 0)
+				continue;
+			int64_t ticks = static_cast<int64_t>(whole);
+			if (b.family == 4)
+				t.v4.shift_arrival(b.bucket_id, b.addr.data(), t.seed, ticks, now_ticks);
+			else
+				t.v6.shift_arrival(b.bucket_id, b.addr.data(), t.seed, ticks, now_ticks);
+		}
+	}
+}
+
+} // namespace sluice::cluster
