@@ -1,5 +1,5 @@
 // The shared store without a server: key slots, SHA-1, addresses, password
-// files.
+// files, and the single store over a fake server.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -176,6 +176,300 @@ TEST(StorePasswordFile, SaysWhyItCannotBeUsed)
 		EXPECT_EQ(std::string(e.what()),
 			  "cannot read the redis password file /nonexistent/sluice-password: No such file or directory");
 	}
+}
+
+// ---- A fake cluster behind the Connection interface ----
+
+Reply status(std::string s) { return Reply{Reply::Type::status, 0, std::move(s), {}}; }
+Reply error(std::string s) { return Reply{Reply::Type::error, 0, std::move(s), {}}; }
+Reply integer(long long n) { return Reply{Reply::Type::integer, n, {}, {}}; }
+Reply bulk(std::string s) { return Reply{Reply::Type::string, 0, std::move(s), {}}; }
+Reply nil() { return Reply{}; }
+
+std::string upper(std::string s)
+{
+	for (auto &c : s)
+		c = static_cast<char>(toupper(static_cast<unsigned char>(c)));
+	return s;
+}
+
+/// One node of the fake cluster, and what it was sent.
+struct FakeNode {
+	Endpoint endpoint;
+	bool reachable = true;
+	std::map<std::string, std::string> data;
+	std::set<std::string> scripts;     ///< SHA-1s that EVAL or SCRIPT LOAD cached
+	std::map<uint16_t, int> migrating; ///< slot -> the node it migrates to
+	std::map<uint16_t, int> importing; ///< slot -> the node it comes from
+	std::map<uint16_t, int> moved_lie; ///< slot -> the node this one wrongly claims owns it
+	int tryagain = 0;                  ///< key commands still to answer TRYAGAIN
+	int pipelines = 0;
+	std::vector<std::vector<std::string>> received;
+
+	/// How many commands named `name` this node received.
+	int count(const std::string &name) const
+	{
+		int n = 0;
+		for (const auto &c : received)
+			n += upper(c[0]) == name;
+		return n;
+	}
+};
+
+/// Nodes that share one slot table (the truth after SETSLOT NODE on all), and
+/// answer as Redis Cluster does: MOVED from a node that does not own the
+/// slot, ASK from a migrating node that lacks the key, and the command itself
+/// on the importing node after ASKING. Commands: GET, SET, INCR, EVAL and
+/// EVALSHA (whose script, whatever its body, INCRs KEYS[1]), PING, ASKING,
+/// CLUSTER SLOTS.
+class FakeCluster {
+public:
+	explicit FakeCluster(int count)
+	{
+		for (int i = 0; i < count; i++)
+			nodes.push_back(FakeNode{Endpoint{"10.0.0." + std::to_string(i + 1), 7000}});
+		for (int slot = 0; slot < CLUSTER_SLOTS; slot++)
+			owner[slot] = slot * count / CLUSTER_SLOTS;
+	}
+
+	std::vector<FakeNode> nodes;
+	std::array<int, CLUSTER_SLOTS> owner;
+	int cluster_slots_calls = 0;
+	int connects = 0;
+
+	Connector connector();
+
+	int node_at(const Endpoint &ep) const
+	{
+		for (size_t i = 0; i < nodes.size(); i++)
+			if (nodes[i].endpoint == ep)
+				return static_cast<int>(i);
+		return -1;
+	}
+
+	/// A key whose slot node `node` owns: "{tN}name" for the first N that fits.
+	std::string key_on(int node, const std::string &name, int skip = 0) const
+	{
+		for (int n = 0;; n++) {
+			std::string key = "{t" + std::to_string(n) + "}" + name;
+			if (owner[key_slot(key)] == node && skip-- == 0)
+				return key;
+		}
+	}
+
+	void begin_migration(uint16_t slot, int to)
+	{
+		nodes[owner[slot]].migrating[slot] = to;
+		nodes[to].importing[slot] = owner[slot];
+	}
+	void move_key(const std::string &key, int to)
+	{
+		auto &from = nodes[owner[key_slot(key)]].data;
+		nodes[to].data[key] = from.at(key);
+		from.erase(key);
+	}
+	/// Moves the slot's remaining keys, and gives it to its new owner.
+	void finish_migration(uint16_t slot, int to)
+	{
+		auto &from = nodes[owner[slot]];
+		for (auto it = from.data.begin(); it != from.data.end();) {
+			if (key_slot(it->first) == slot) {
+				nodes[to].data.insert(*it);
+				it = from.data.erase(it);
+			} else {
+				++it;
+			}
+		}
+		from.migrating.erase(slot);
+		nodes[to].importing.erase(slot);
+		owner[slot] = to;
+	}
+	/// A failover in one step: `to` takes every slot of `from`, which stops answering.
+	void fail_over(int from, int to)
+	{
+		nodes[from].reachable = false;
+		for (auto &o : owner)
+			if (o == from)
+				o = to;
+		nodes[to].data.insert(nodes[from].data.begin(), nodes[from].data.end());
+	}
+
+	Reply run(int node, const std::vector<std::string> &args, bool &asking)
+	{
+		FakeNode &n = nodes[node];
+		n.received.push_back(args);
+		std::string name = upper(args.at(0));
+		bool was_asking = std::exchange(asking, false);
+		if (name == "ASKING") {
+			asking = true;
+			return status("OK");
+		}
+		if (name == "PING")
+			return status("PONG");
+		if (name == "CLUSTER" && upper(args.at(1)) == "SLOTS") {
+			cluster_slots_calls++;
+			return slots_reply();
+		}
+		std::string key;
+		if (name == "GET" || name == "SET" || name == "INCR")
+			key = args.at(1);
+		else if ((name == "EVAL" || name == "EVALSHA") && args.at(2) != "0")
+			key = args.at(3);
+		else if (name != "EVAL" && name != "EVALSHA")
+			return error("ERR unknown command '" + args[0] + "'");
+
+		if (!key.empty()) {
+			uint16_t slot = key_slot(key);
+			if (n.moved_lie.count(slot))
+				return redirect("MOVED", slot, n.moved_lie[slot]);
+			if (owner[slot] != node) {
+				if (!(was_asking && n.importing.count(slot)))
+					return redirect("MOVED", slot, owner[slot]);
+			} else if (n.migrating.count(slot) && !n.data.count(key)) {
+				return redirect("ASK", slot, n.migrating[slot]);
+			}
+			if (n.tryagain > 0) {
+				n.tryagain--;
+				return error("TRYAGAIN Multiple keys request during rehashing of slot");
+			}
+		}
+		if (name == "GET")
+			return n.data.count(key) ? bulk(n.data[key]) : nil();
+		if (name == "SET") {
+			n.data[key] = args.at(2);
+			return status("OK");
+		}
+		if (name == "EVALSHA" && !n.scripts.count(args.at(1)))
+			return error("NOSCRIPT No matching script. Please use EVAL.");
+		if (name == "EVAL")
+			n.scripts.insert(sha1_hex(args.at(1)));
+		if (key.empty())
+			return nil();
+		long long value = n.data.count(key) ? std::stoll(n.data[key]) : 0;
+		n.data[key] = std::to_string(++value);
+		return integer(value);
+	}
+
+private:
+	Reply redirect(const std::string &kind, uint16_t slot, int to) const
+	{
+		return error(kind + " " + std::to_string(slot) + " " + nodes[to].endpoint.str());
+	}
+
+	Reply slots_reply() const
+	{
+		Reply r{Reply::Type::array, 0, {}, {}};
+		for (int first = 0; first < CLUSTER_SLOTS;) {
+			int last = first;
+			while (last + 1 < CLUSTER_SLOTS && owner[last + 1] == owner[first])
+				last++;
+			const FakeNode &n = nodes[owner[first]];
+			Reply node{Reply::Type::array, 0, {}, {bulk(n.endpoint.host), integer(n.endpoint.port),
+							      bulk("id-" + n.endpoint.host)}};
+			r.elements.push_back(Reply{Reply::Type::array, 0, {}, {integer(first), integer(last), node}});
+			first = last + 1;
+		}
+		return r;
+	}
+};
+
+/// A connection to one fake node; it breaks if the node becomes unreachable.
+class FakeConnection : public Connection {
+public:
+	FakeConnection(FakeCluster &cluster, int node) : cluster_(cluster), node_(node) {}
+
+	std::vector<Reply> pipeline(const std::vector<std::vector<std::string>> &commands) override
+	{
+		FakeNode &n = cluster_.nodes[node_];
+		if (!n.reachable)
+			throw StoreUnavailable("redis " + n.endpoint.str() + ": the server closed the connection");
+		n.pipelines++;
+		std::vector<Reply> replies;
+		for (const auto &c : commands)
+			replies.push_back(cluster_.run(node_, c, asking_));
+		return replies;
+	}
+
+private:
+	FakeCluster &cluster_;
+	int node_;
+	bool asking_ = false; ///< per connection, as ASKING is
+};
+
+Connector FakeCluster::connector()
+{
+	return [this](const Endpoint &ep) -> std::unique_ptr<Connection> {
+		int node = node_at(ep);
+		if (node < 0 || !nodes[node].reachable)
+			throw StoreUnavailable("redis " + ep.str() + ": connection refused");
+		connects++;
+		return std::make_unique<FakeConnection>(*this, node);
+	};
+}
+
+Command cmd(std::vector<std::string> args, std::string route_key = {})
+{
+	return Command{std::move(args), std::move(route_key), nullptr};
+}
+Command set(const std::string &key, const std::string &value) { return cmd({"SET", key, value}, key); }
+Command get(const std::string &key) { return cmd({"GET", key}, key); }
+Command incr(const std::string &key) { return cmd({"INCR", key}, key); }
+
+StoreOptions seeds(const FakeCluster &c, std::initializer_list<int> nodes)
+{
+	StoreOptions o;
+	for (int n : nodes)
+		o.seeds.push_back(c.nodes[n].endpoint);
+	return o;
+}
+
+std::string unavailable_reason(Store &store, const std::vector<Command> &batch)
+{
+	try {
+		store.execute(batch);
+	} catch (const StoreUnavailable &e) {
+		return e.what();
+	}
+	return "(no StoreUnavailable)";
+}
+
+TEST(SingleStore, ConnectsOnFirstUseAndReconnectsAfterAFailure)
+{
+	FakeCluster server(1);
+	auto store = make_single_store(seeds(server, {0}), server.connector());
+	EXPECT_EQ(store->describe(), "redis 10.0.0.1:7000");
+	EXPECT_EQ(server.connects, 0) << "lazy";
+	auto r = store->execute({set("k", "v"), get("k"), incr("n"), incr("n")});
+	ASSERT_EQ(r.size(), 4u);
+	EXPECT_EQ(r[0].str, "OK");
+	EXPECT_EQ(r[1].str, "v");
+	EXPECT_EQ(r[3].integer, 2);
+	EXPECT_EQ(server.nodes[0].pipelines, 1) << "one round trip for the batch";
+
+	server.nodes[0].reachable = false;
+	EXPECT_EQ(unavailable_reason(*store, {get("k")}), "redis 10.0.0.1:7000: the server closed the connection");
+	EXPECT_EQ(unavailable_reason(*store, {get("k")}), "redis 10.0.0.1:7000: connection refused");
+	server.nodes[0].reachable = true;
+	EXPECT_EQ(store->execute({get("k")}).at(0).str, "v");
+	EXPECT_EQ(server.connects, 2);
+}
+
+TEST(SingleStore, SendsEvalWhenTheServerDoesNotKnowTheScript)
+{
+	FakeCluster server(1);
+	auto store = make_single_store(seeds(server, {0}), server.connector());
+	Script s = make_script("return redis.call('INCR', KEYS[1])");
+	auto r = store->execute({eval_command(s, {"a"}, {}), get("a"), eval_command(s, {"a"}, {})});
+	EXPECT_EQ(r[0].integer, 1);
+	EXPECT_EQ(r[1].type, Reply::Type::nil) << "a command sent again runs after the rest of the batch";
+	EXPECT_EQ(r[2].integer, 2);
+	EXPECT_EQ(server.nodes[0].count("EVAL"), 2);
+	r = store->execute({eval_command(s, {"a"}, {})});
+	EXPECT_EQ(r[0].integer, 3);
+	EXPECT_EQ(server.nodes[0].count("EVAL"), 2) << "the script is cached now";
+	// An EVALSHA written by hand (no body) cannot fall back: its NOSCRIPT is the reply.
+	r = store->execute({cmd({"EVALSHA", std::string(40, '0'), "1", "a"}, "a")});
+	EXPECT_EQ(r[0].str, "NOSCRIPT No matching script. Please use EVAL.");
 }
 
 } // namespace
