@@ -1,5 +1,6 @@
 // The shared store without a server: key slots, SHA-1, addresses, password
-// files, and the single store over a fake server.
+// files, and both stores over a fake cluster that answers MOVED and ASK as
+// real nodes do (the real servers' tests are tests/redis).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -470,6 +471,217 @@ TEST(SingleStore, SendsEvalWhenTheServerDoesNotKnowTheScript)
 	// An EVALSHA written by hand (no body) cannot fall back: its NOSCRIPT is the reply.
 	r = store->execute({cmd({"EVALSHA", std::string(40, '0'), "1", "a"}, "a")});
 	EXPECT_EQ(r[0].str, "NOSCRIPT No matching script. Please use EVAL.");
+}
+
+TEST(Router, RepliesComeBackInBatchOrderWithOnePipelinePerMaster)
+{
+	FakeCluster c(3);
+	auto store = make_cluster_store(seeds(c, {1}), c.connector());
+	std::vector<Command> batch;
+	std::vector<std::string> keys;
+	for (int i = 0; i < 30; i++) {
+		keys.push_back(c.key_on(i % 3, "k", i / 3));
+		batch.push_back(set(keys.back(), "v" + std::to_string(i)));
+		batch.push_back(get(keys.back()));
+	}
+	batch.push_back(cmd({"PING"}));
+	auto r = store->execute(batch);
+	ASSERT_EQ(r.size(), batch.size());
+	for (int i = 0; i < 30; i++) {
+		EXPECT_EQ(r[2 * i].str, "OK");
+		EXPECT_EQ(r[2 * i + 1].str, "v" + std::to_string(i)) << keys[i];
+	}
+	EXPECT_EQ(r.back().str, "PONG");
+	for (int n = 0; n < 3; n++) {
+		EXPECT_EQ(c.nodes[n].data.size(), 10u) << "node " << n;
+		EXPECT_EQ(c.nodes[n].count("GET"), 10) << "no command went to a wrong node";
+	}
+	EXPECT_EQ(c.nodes[0].pipelines, 1);
+	EXPECT_EQ(c.nodes[1].pipelines, 2) << "CLUSTER SLOTS, then the batch";
+	EXPECT_EQ(c.nodes[2].pipelines, 1);
+	EXPECT_EQ(c.cluster_slots_calls, 1);
+	EXPECT_EQ(store->describe(), "redis-cluster of 3 masters (10.0.0.1:7000, 10.0.0.2:7000, 10.0.0.3:7000)");
+}
+
+TEST(Router, FollowsMovedAndReloadsTheMapBeforeTheNextBatch)
+{
+	FakeCluster c(3);
+	auto store = make_cluster_store(seeds(c, {0}), c.connector());
+	std::string key = c.key_on(0, "moving"), other = c.key_on(0, "staying");
+	store->execute({set(key, "1"), set(other, "2")});
+	EXPECT_EQ(c.cluster_slots_calls, 1);
+
+	c.finish_migration(key_slot(key), 2);
+	auto r = store->execute({incr(key), get(other), incr(key)});
+	EXPECT_EQ(r[0].integer, 2);
+	EXPECT_EQ(r[1].str, "2");
+	EXPECT_EQ(r[2].integer, 3);
+	EXPECT_EQ(c.nodes[0].count("INCR"), 2) << "both were sent by the old map, and answered MOVED";
+	EXPECT_EQ(c.nodes[2].count("INCR"), 2);
+	EXPECT_EQ(c.cluster_slots_calls, 1) << "the batch is not held up by a reload";
+
+	r = store->execute({incr(key)});
+	EXPECT_EQ(r[0].integer, 4);
+	EXPECT_EQ(c.cluster_slots_calls, 2) << "the map is reloaded once, before the next batch";
+	EXPECT_EQ(c.nodes[0].count("INCR"), 2) << "and the command went straight to the new owner";
+	store->execute({incr(key)});
+	EXPECT_EQ(c.cluster_slots_calls, 2) << "and only once";
+}
+
+TEST(Router, FollowsAskWithoutChangingTheMap)
+{
+	FakeCluster c(3);
+	auto store = make_cluster_store(seeds(c, {0}), c.connector());
+	std::string moved = c.key_on(1, "a");
+	std::string tag = moved.substr(0, moved.find('}') + 1);
+	std::string kept = tag + "b", created = tag + "c";
+	uint16_t slot = key_slot(moved);
+	store->execute({set(moved, "10"), set(kept, "20")});
+
+	c.begin_migration(slot, 2);
+	c.move_key(moved, 2);
+	auto r = store->execute({incr(moved), incr(kept), set(created, "x"), get(moved)});
+	EXPECT_EQ(r[0].integer, 11);
+	EXPECT_EQ(r[1].integer, 21) << "a key not moved yet is served by the owner";
+	EXPECT_EQ(r[2].str, "OK");
+	EXPECT_EQ(r[3].str, "11");
+	EXPECT_EQ(c.nodes[2].data.at(moved), "11");
+	EXPECT_EQ(c.nodes[2].data.at(created), "x") << "a new key of a migrating slot is made on the importing node";
+	EXPECT_EQ(c.nodes[2].count("ASKING"), 3) << "ASKING before each command sent to the importing node";
+
+	r = store->execute({incr(moved)});
+	EXPECT_EQ(r[0].integer, 12);
+	EXPECT_EQ(c.cluster_slots_calls, 1) << "ASK is no reason to reload the map";
+	EXPECT_EQ(c.nodes[1].count("INCR"), 3) << "and the slot is still asked of its owner first";
+	EXPECT_EQ(c.nodes[2].count("ASKING"), 4);
+
+	c.finish_migration(slot, 2);
+	r = store->execute({incr(moved), get(kept), get(created)});
+	EXPECT_EQ(r[0].integer, 13);
+	EXPECT_EQ(r[1].str, "21");
+	EXPECT_EQ(r[2].str, "x");
+	EXPECT_EQ(c.nodes[2].count("ASKING"), 4) << "a finished migration answers MOVED, not ASK";
+}
+
+TEST(Router, BoundsARedirectionLoop)
+{
+	FakeCluster c(3);
+	auto store = make_cluster_store(seeds(c, {0}), c.connector());
+	std::string key = c.key_on(0, "loop");
+	uint16_t slot = key_slot(key);
+	c.nodes[0].moved_lie[slot] = 1;
+	c.nodes[1].moved_lie[slot] = 0;
+	std::string fine = c.key_on(2, "fine");
+	auto r = store->execute({get(key), set(fine, "ok")});
+	ASSERT_TRUE(r[0].is_error());
+	EXPECT_EQ(r[0].str.rfind("MOVED ", 0), 0u) << r[0].str;
+	EXPECT_EQ(c.nodes[0].count("GET") + c.nodes[1].count("GET"), 6) << "the first try and 5 redirections";
+	EXPECT_EQ(r[1].str, "OK") << "the rest of the batch is not held up";
+}
+
+TEST(Router, RetriesTryagainAFewTimes)
+{
+	FakeCluster c(3);
+	auto store = make_cluster_store(seeds(c, {0}), c.connector());
+	std::string key = c.key_on(1, "busy");
+	c.nodes[1].tryagain = 2;
+	EXPECT_EQ(store->execute({incr(key)}).at(0).integer, 1);
+	c.nodes[1].tryagain = 1000;
+	auto r = store->execute({incr(key)});
+	EXPECT_EQ(r[0].str, "TRYAGAIN Multiple keys request during rehashing of slot");
+	EXPECT_EQ(1000 - c.nodes[1].tryagain, 5) << "the first try and 4 retries";
+}
+
+TEST(Router, SendsEvalToEachNodeThatDoesNotKnowTheScript)
+{
+	FakeCluster c(3);
+	auto store = make_cluster_store(seeds(c, {0}), c.connector());
+	Script s = make_script("return redis.call('INCR', KEYS[1])");
+	c.nodes[1].scripts.insert(s.sha1);
+	std::vector<Command> batch;
+	for (int n = 0; n < 3; n++)
+		for (int i = 0; i < 2; i++)
+			batch.push_back(eval_command(s, {c.key_on(n, "e", i)}, {}));
+	auto r = store->execute(batch);
+	for (const auto &reply : r)
+		EXPECT_EQ(reply.integer, 1);
+	EXPECT_EQ(c.nodes[0].count("EVAL"), 2);
+	EXPECT_EQ(c.nodes[1].count("EVAL"), 0) << "node 1 knew it";
+	EXPECT_EQ(c.nodes[2].count("EVAL"), 2);
+	r = store->execute(batch);
+	for (const auto &reply : r)
+		EXPECT_EQ(reply.integer, 2);
+	EXPECT_EQ(c.nodes[0].count("EVAL") + c.nodes[2].count("EVAL"), 4) << "cached since";
+}
+
+TEST(Router, RoutesAroundANodeThatFailedOver)
+{
+	FakeCluster c(3);
+	auto store = make_cluster_store(seeds(c, {1, 0}), c.connector());
+	std::string key = c.key_on(1, "f");
+	store->execute({set(key, "1")});
+	c.fail_over(1, 2);
+	auto r = store->execute({incr(key), incr(c.key_on(0, "g"))});
+	EXPECT_EQ(r[0].integer, 2);
+	EXPECT_EQ(r[1].integer, 1);
+	EXPECT_EQ(c.cluster_slots_calls, 2) << "the map came from the other seed";
+	EXPECT_EQ(store->describe(), "redis-cluster of 2 masters (10.0.0.1:7000, 10.0.0.3:7000)");
+}
+
+TEST(Router, UnreachableNodeWithoutFailoverIsStoreUnavailable)
+{
+	FakeCluster c(3);
+	auto store = make_cluster_store(seeds(c, {0}), c.connector());
+	std::string key = c.key_on(2, "x");
+	store->execute({set(key, "1")});
+	c.nodes[2].reachable = false;
+	EXPECT_EQ(unavailable_reason(*store, {get(c.key_on(0, "y")), get(key)}),
+		  "redis 10.0.0.3:7000: the server closed the connection");
+	EXPECT_EQ(c.cluster_slots_calls, 2) << "it looked for a failover once";
+	EXPECT_EQ(unavailable_reason(*store, {get(key)}), "redis 10.0.0.3:7000: connection refused");
+	c.nodes[2].reachable = true;
+	EXPECT_EQ(store->execute({get(key)}).at(0).str, "1") << "and reconnects when the node is back";
+}
+
+TEST(Router, NoSeedAnsweringIsStoreUnavailableNamingThem)
+{
+	FakeCluster c(2);
+	c.nodes[0].reachable = c.nodes[1].reachable = false;
+	auto store = make_cluster_store(seeds(c, {0, 1}), c.connector());
+	EXPECT_EQ(store->describe(), "redis-cluster (not reached yet; seeds 10.0.0.1:7000, 10.0.0.2:7000)");
+	EXPECT_EQ(unavailable_reason(*store, {cmd({"PING"})}),
+		  "redis-cluster: no node gave the slot map (redis 10.0.0.1:7000: connection refused; "
+		  "redis 10.0.0.2:7000: connection refused)");
+	c.nodes[1].reachable = true;
+	EXPECT_EQ(store->execute({cmd({"PING"})}).at(0).str, "PONG");
+}
+
+TEST(Router, ANodeThatIsNoClusterIsStoreUnavailable)
+{
+	FakeCluster c(1);
+	StoreOptions o = seeds(c, {0});
+	Connector plain = [&](const Endpoint &) -> std::unique_ptr<Connection> {
+		class NotCluster : public Connection {
+			std::vector<Reply> pipeline(const std::vector<std::vector<std::string>> &cmds) override
+			{
+				return std::vector<Reply>(cmds.size(),
+							  error("ERR This instance has cluster support disabled"));
+			}
+		};
+		return std::make_unique<NotCluster>();
+	};
+	auto store = make_cluster_store(o, plain);
+	EXPECT_EQ(unavailable_reason(*store, {cmd({"PING"})}),
+		  "redis-cluster: no node gave the slot map (redis 10.0.0.1:7000: CLUSTER SLOTS: ERR This instance "
+		  "has cluster support disabled)");
+}
+
+TEST(Router, EmptyBatchSendsNothing)
+{
+	FakeCluster c(2);
+	auto store = make_cluster_store(seeds(c, {0}), c.connector());
+	EXPECT_TRUE(store->execute({}).empty());
+	EXPECT_EQ(c.connects, 0);
 }
 
 } // namespace
