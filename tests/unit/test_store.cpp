@@ -204,6 +204,7 @@ struct FakeNode {
 	std::map<uint16_t, int> importing; ///< slot -> the node it comes from
 	std::map<uint16_t, int> moved_lie; ///< slot -> the node this one wrongly claims owns it
 	int tryagain = 0;                  ///< key commands still to answer TRYAGAIN
+	int generation = 0;                ///< restarts: older connections are broken
 	int pipelines = 0;
 	std::vector<std::vector<std::string>> received;
 
@@ -284,6 +285,13 @@ public:
 		from.migrating.erase(slot);
 		nodes[to].importing.erase(slot);
 		owner[slot] = to;
+	}
+	/// A restart without persistence: data, scripts and connections are gone.
+	void restart(int node)
+	{
+		nodes[node].data.clear();
+		nodes[node].scripts.clear();
+		nodes[node].generation++;
 	}
 	/// A failover in one step: `to` takes every slot of `from`, which stops answering.
 	void fail_over(int from, int to)
@@ -377,12 +385,15 @@ private:
 /// A connection to one fake node; it breaks if the node becomes unreachable.
 class FakeConnection : public Connection {
 public:
-	FakeConnection(FakeCluster &cluster, int node) : cluster_(cluster), node_(node) {}
+	FakeConnection(FakeCluster &cluster, int node)
+		: cluster_(cluster), node_(node), generation_(cluster.nodes[node].generation)
+	{
+	}
 
 	std::vector<Reply> pipeline(const std::vector<std::vector<std::string>> &commands) override
 	{
 		FakeNode &n = cluster_.nodes[node_];
-		if (!n.reachable)
+		if (!n.reachable || n.generation != generation_)
 			throw StoreUnavailable("redis " + n.endpoint.str() + ": the server closed the connection");
 		n.pipelines++;
 		std::vector<Reply> replies;
@@ -394,6 +405,7 @@ public:
 private:
 	FakeCluster &cluster_;
 	int node_;
+	int generation_;
 	bool asking_ = false; ///< per connection, as ASKING is
 };
 
@@ -635,12 +647,28 @@ TEST(Router, UnreachableNodeWithoutFailoverIsStoreUnavailable)
 	std::string key = c.key_on(2, "x");
 	store->execute({set(key, "1")});
 	c.nodes[2].reachable = false;
-	EXPECT_EQ(unavailable_reason(*store, {get(c.key_on(0, "y")), get(key)}),
-		  "redis 10.0.0.3:7000: the server closed the connection");
+	EXPECT_EQ(unavailable_reason(*store, {get(c.key_on(0, "y")), get(key)}), "redis 10.0.0.3:7000: connection refused")
+		<< "the map from another node still names it, and a new connection is refused";
 	EXPECT_EQ(c.cluster_slots_calls, 2) << "it looked for a failover once";
 	EXPECT_EQ(unavailable_reason(*store, {get(key)}), "redis 10.0.0.3:7000: connection refused");
+	EXPECT_EQ(c.cluster_slots_calls, 3);
 	c.nodes[2].reachable = true;
 	EXPECT_EQ(store->execute({get(key)}).at(0).str, "1") << "and reconnects when the node is back";
+}
+
+TEST(Router, ReconnectsToANodeThatRestarted)
+{
+	FakeCluster c(3);
+	auto store = make_cluster_store(seeds(c, {0}), c.connector());
+	Script s = make_script("return redis.call('INCR', KEYS[1])");
+	std::string key = c.key_on(2, "x");
+	EXPECT_EQ(store->execute({eval_command(s, {key}, {})}).at(0).integer, 1);
+	c.restart(2);
+	auto r = store->execute({eval_command(s, {key}, {}), get(c.key_on(1, "y"))});
+	EXPECT_EQ(r[0].integer, 1) << "on a new connection, as EVAL: the node lost its data and scripts";
+	EXPECT_EQ(r[1].type, Reply::Type::nil);
+	EXPECT_EQ(c.cluster_slots_calls, 2) << "it looked for a failover first";
+	EXPECT_EQ(c.nodes[2].count("EVAL"), 2);
 }
 
 TEST(Router, NoSeedAnsweringIsStoreUnavailableNamingThem)

@@ -316,10 +316,11 @@ std::vector<Reply> ClusterStore::execute(const std::vector<Command> &batch)
 			}
 		}
 
-		// A node that cannot be reached may have failed over: ask the others
-		// for the map, and send its commands again if the map now names a
-		// node that answers. Once per batch; a command that was sent before
-		// the connection broke may run twice.
+		// A node that cannot be reached may have failed over (the map from
+		// another node names its successor) or restarted (a new connection
+		// reaches it): reload the map and send its commands again, once per
+		// batch. A command that was sent before the connection broke may run
+		// twice.
 		if (!stranded.empty()) {
 			if (rerouted)
 				throw *lost;
@@ -328,8 +329,6 @@ std::vector<Reply> ClusterStore::execute(const std::vector<Command> &batch)
 			for (auto &job : stranded) {
 				job.target = target_for(batch[job.index], down);
 				job.asking = false;
-				if (down.count(job.target.str()))
-					throw *lost;
 				next.push_back(std::move(job));
 			}
 		}
