@@ -17,6 +17,9 @@ packages=(
   groff-base mandoc                      # the man page's checks (packaging.man): groff -ww, mandoc -T lint
   prometheus-cpp-dev                     # the agent's metrics exporter (sluice agent)
   prometheus curl                        # a real Prometheus server that scrapes the agent (e2e.Agent*)
+  libhiredis-dev                         # the cluster sync's store client (user/cluster)
+  redis-server                           # the store's tests start their own servers and clusters (redis.*);
+                                         # the package's own service on :6379 is not used
 )
 
 if [ "$(id -u)" -ne 0 ]; then

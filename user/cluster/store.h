@@ -46,6 +46,10 @@ struct Reply {
 struct Command {
 	std::vector<std::string> args;
 	std::string route_key;
+	/// Set by eval_command: the script's body, which a store sends as EVAL in
+	/// place of an EVALSHA that met NOSCRIPT. Shared, so that copies of one
+	/// command (a batch built from a template) hold one copy of the body.
+	std::shared_ptr<const std::string> script_body;
 };
 
 /// A Lua script: its body and the SHA-1 that EVALSHA names it by.
@@ -54,6 +58,9 @@ struct Script {
 	std::string sha1; ///< lowercase hex, computed from body by make_script
 };
 Script make_script(std::string body);
+
+/// The SHA-1 of data in lowercase hex (what SCRIPT LOAD answers for a body).
+std::string sha1_hex(std::string_view data);
 
 /// EVALSHA of `script` with its keys and arguments, routed by its first key.
 /// A store that meets NOSCRIPT (a node that never saw the script, or lost it
@@ -89,6 +96,8 @@ public:
 	/// Sends the batch (pipelined, per node), and returns one reply per
 	/// command in the batch's order. Throws StoreUnavailable if a node
 	/// cannot be reached or answers too late; the next call reconnects.
+	/// A command sent again (redirected, or as EVAL after NOSCRIPT) runs
+	/// after the commands that followed it in the batch.
 	virtual std::vector<Reply> execute(const std::vector<Command> &batch) = 0;
 	/// "redis 127.0.0.1:6379" or "redis-cluster of 3 masters (127.0.0.1:7000, ...)".
 	virtual std::string describe() const = 0;
@@ -115,6 +124,9 @@ std::unique_ptr<Store> make_single_store(const StoreOptions &options, Connector 
 /// refresh follows), ASK sends ASKING and the command to the importing node,
 /// TRYAGAIN and CLUSTERDOWN are retried a few times; redirections are bounded.
 std::unique_ptr<Store> make_cluster_store(const StoreOptions &options, Connector connector);
+
+/// How many hash slots a Redis Cluster has.
+constexpr uint16_t CLUSTER_SLOTS = 16384;
 
 /// The cluster hash slot of a key (CRC16/XMODEM mod 16384), honouring a
 /// {hash tag}: the first non-empty "{...}" section alone is hashed.

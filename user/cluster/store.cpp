@@ -1,0 +1,282 @@
+#include "store.h"
+
+#include <array>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+
+#include "store_detail.h"
+
+namespace sluice::cluster {
+
+std::string Endpoint::str() const
+{
+	// A bare IPv6 literal's colons would run into the port's.
+	if (host.find(':') != std::string::npos)
+		return "[" + host + "]:" + std::to_string(port);
+	return host + ":" + std::to_string(port);
+}
+
+namespace {
+
+uint16_t parse_port(std::string_view port, std::string_view text)
+{
+	unsigned value = 0;
+	auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+	if (port.empty())
+		throw Error("redis address " + std::string(text) + " has no port (HOST:PORT)");
+	if (ec != std::errc() || end != port.data() + port.size() || value == 0 || value > 65535)
+		throw Error("redis address " + std::string(text) + ": port " + std::string(port) +
+			    " is not a number from 1 to 65535");
+	return static_cast<uint16_t>(value);
+}
+
+} // namespace
+
+Endpoint parse_endpoint(std::string_view text)
+{
+	if (text.empty())
+		throw Error("empty redis address (HOST:PORT)");
+	Endpoint ep;
+	std::string_view port;
+	if (text.front() == '[') {
+		size_t close = text.find(']');
+		if (close == std::string_view::npos)
+			throw Error("redis address " + std::string(text) + ": no ']' after the IPv6 address");
+		ep.host = text.substr(1, close - 1);
+		if (close + 1 >= text.size() || text[close + 1] != ':')
+			throw Error("redis address " + std::string(text) + " has no port ([V6]:PORT)");
+		port = text.substr(close + 2);
+	} else {
+		size_t colon = text.rfind(':');
+		if (colon == std::string_view::npos)
+			throw Error("redis address " + std::string(text) + " has no port (HOST:PORT)");
+		ep.host = text.substr(0, colon);
+		if (ep.host.find(':') != std::string::npos)
+			throw Error("redis address " + std::string(text) +
+				    ": write an IPv6 address in brackets, as [V6]:PORT");
+		port = text.substr(colon + 1);
+	}
+	if (ep.host.empty())
+		throw Error("redis address " + std::string(text) + " has no host");
+	for (char c : ep.host)
+		if (c == ' ' || c == ',' || c == '[' || c == ']' || static_cast<unsigned char>(c) < 0x20)
+			throw Error("redis address " + std::string(text) + ": '" + std::string(1, c) +
+				    "' in the host name");
+	ep.port = parse_port(port, text);
+	return ep;
+}
+
+std::vector<Endpoint> parse_endpoints(std::string_view text)
+{
+	std::vector<Endpoint> out;
+	size_t start = 0;
+	while (true) {
+		size_t comma = text.find(',', start);
+		std::string_view item = text.substr(start, comma == std::string_view::npos ? comma : comma - start);
+		if (item.empty())
+			throw Error(text.empty() ? std::string("no redis address (HOST:PORT,...)")
+						 : "an empty redis address in " + std::string(text));
+		out.push_back(parse_endpoint(item));
+		if (comma == std::string_view::npos)
+			break;
+		start = comma + 1;
+	}
+	return out;
+}
+
+std::string sha1_hex(std::string_view data)
+{
+	// FIPS 180-4 SHA-1. EVALSHA names a script by it; nothing here relies on
+	// it being collision resistant.
+	uint32_t h[5] = {0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476, 0xc3d2e1f0};
+	auto rotl = [](uint32_t x, int n) { return (x << n) | (x >> (32 - n)); };
+	auto compress = [&](const unsigned char *block) {
+		uint32_t w[80];
+		for (int i = 0; i < 16; i++)
+			w[i] = uint32_t(block[4 * i]) << 24 | uint32_t(block[4 * i + 1]) << 16 |
+			       uint32_t(block[4 * i + 2]) << 8 | uint32_t(block[4 * i + 3]);
+		for (int i = 16; i < 80; i++)
+			w[i] = rotl(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
+		uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
+		for (int i = 0; i < 80; i++) {
+			uint32_t f, k;
+			if (i < 20) {
+				f = (b & c) | (~b & d);
+				k = 0x5a827999;
+			} else if (i < 40) {
+				f = b ^ c ^ d;
+				k = 0x6ed9eba1;
+			} else if (i < 60) {
+				f = (b & c) | (b & d) | (c & d);
+				k = 0x8f1bbcdc;
+			} else {
+				f = b ^ c ^ d;
+				k = 0xca62c1d6;
+			}
+			uint32_t t = rotl(a, 5) + f + e + k + w[i];
+			e = d;
+			d = c;
+			c = rotl(b, 30);
+			b = a;
+			a = t;
+		}
+		h[0] += a;
+		h[1] += b;
+		h[2] += c;
+		h[3] += d;
+		h[4] += e;
+	};
+
+	const auto *bytes = reinterpret_cast<const unsigned char *>(data.data());
+	size_t full = data.size() / 64 * 64;
+	for (size_t off = 0; off < full; off += 64)
+		compress(bytes + off);
+	// The tail, a 0x80 byte, zeros, and the length in bits (big-endian) fill
+	// one or two last blocks.
+	unsigned char tail[128] = {};
+	size_t rest = data.size() - full;
+	std::memcpy(tail, bytes + full, rest);
+	tail[rest] = 0x80;
+	size_t tail_len = rest + 1 + 8 <= 64 ? 64 : 128;
+	uint64_t bits = uint64_t(data.size()) * 8;
+	for (int i = 0; i < 8; i++)
+		tail[tail_len - 1 - i] = static_cast<unsigned char>(bits >> (8 * i));
+	for (size_t off = 0; off < tail_len; off += 64)
+		compress(tail + off);
+
+	static const char hex[] = "0123456789abcdef";
+	std::string out;
+	for (uint32_t word : h)
+		for (int shift = 28; shift >= 0; shift -= 4)
+			out += hex[(word >> shift) & 15];
+	return out;
+}
+
+Script make_script(std::string body)
+{
+	Script s;
+	s.sha1 = sha1_hex(body);
+	s.body = std::move(body);
+	return s;
+}
+
+Command eval_command(const Script &script, const std::vector<std::string> &keys,
+		    const std::vector<std::string> &args)
+{
+	Command c;
+	c.args.reserve(3 + keys.size() + args.size());
+	c.args.push_back("EVALSHA");
+	c.args.push_back(script.sha1);
+	c.args.push_back(std::to_string(keys.size()));
+	c.args.insert(c.args.end(), keys.begin(), keys.end());
+	c.args.insert(c.args.end(), args.begin(), args.end());
+	if (!keys.empty())
+		c.route_key = keys.front();
+	c.script_body = std::make_shared<const std::string>(script.body);
+	return c;
+}
+
+std::string read_password_file(const std::string &path)
+{
+	std::ifstream in(path, std::ios::binary);
+	if (!in)
+		throw_errno("cannot read the redis password file " + path, errno);
+	std::string line;
+	std::getline(in, line);
+	if (in.bad())
+		throw_errno("cannot read the redis password file " + path, errno);
+	// A file written on Windows, or by `echo` in a CRLF editor, ends in \r\n.
+	if (!line.empty() && line.back() == '\r')
+		line.pop_back();
+	if (line.empty())
+		throw Error("the redis password file " + path + " has an empty first line");
+	return line;
+}
+
+namespace {
+
+/// CRC16/XMODEM (polynomial 0x1021, initial value 0, no reflection), which
+/// the Redis Cluster specification names for key hash slots.
+constexpr std::array<uint16_t, 256> crc16_table()
+{
+	std::array<uint16_t, 256> table{};
+	for (unsigned byte = 0; byte < 256; byte++) {
+		uint16_t crc = static_cast<uint16_t>(byte << 8);
+		for (int bit = 0; bit < 8; bit++)
+			crc = static_cast<uint16_t>(crc & 0x8000 ? (crc << 1) ^ 0x1021 : crc << 1);
+		table[byte] = crc;
+	}
+	return table;
+}
+
+constexpr auto CRC16_TABLE = crc16_table();
+
+uint16_t crc16(std::string_view data)
+{
+	uint16_t crc = 0;
+	for (unsigned char c : data)
+		crc = static_cast<uint16_t>((crc << 8) ^ CRC16_TABLE[((crc >> 8) ^ c) & 0xff]);
+	return crc;
+}
+
+} // namespace
+
+uint16_t key_slot(std::string_view key)
+{
+	// The tag is what lies between the first '{' and the first '}' after it,
+	// if that is not empty; "{}" or an unclosed '{' leave the whole key hashed.
+	size_t open = key.find('{');
+	if (open != std::string_view::npos) {
+		size_t close = key.find('}', open + 1);
+		if (close != std::string_view::npos && close > open + 1)
+			key = key.substr(open + 1, close - open - 1);
+	}
+	return crc16(key) & (CLUSTER_SLOTS - 1);
+}
+
+namespace detail {
+
+bool ascii_iequal(std::string_view a, std::string_view b)
+{
+	if (a.size() != b.size())
+		return false;
+	for (size_t i = 0; i < a.size(); i++) {
+		char x = a[i], y = b[i];
+		if (x >= 'a' && x <= 'z')
+			x = static_cast<char>(x - 'a' + 'A');
+		if (y >= 'a' && y <= 'z')
+			y = static_cast<char>(y - 'a' + 'A');
+		if (x != y)
+			return false;
+	}
+	return true;
+}
+
+bool error_is(const Reply &reply, std::string_view code)
+{
+	if (!reply.is_error() || reply.str.size() < code.size())
+		return false;
+	if (reply.str.compare(0, code.size(), code) != 0)
+		return false;
+	return reply.str.size() == code.size() || reply.str[code.size()] == ' ';
+}
+
+bool wants_eval_fallback(const Command &command, const Reply &reply)
+{
+	return error_is(reply, "NOSCRIPT") && command.script_body && command.args.size() >= 2 &&
+	       ascii_iequal(command.args[0], "EVALSHA");
+}
+
+std::vector<std::string> as_eval(const Command &command)
+{
+	std::vector<std::string> args = command.args;
+	args[0] = "EVAL";
+	args[1] = *command.script_body;
+	return args;
+}
+
+} // namespace detail
+
+} // namespace sluice::cluster
