@@ -171,6 +171,12 @@ TEST(StorePasswordFile, SaysWhyItCannotBeUsed)
 	}
 	EXPECT_THROW(read_password_file(TempFile("").path()), Error);
 	try {
+		read_password_file("/tmp");
+		FAIL() << "a directory was read";
+	} catch (const Error &e) {
+		EXPECT_EQ(std::string(e.what()), "cannot read the redis password file /tmp: Is a directory");
+	}
+	try {
 		read_password_file("/nonexistent/sluice-password");
 		FAIL() << "a missing file was read";
 	} catch (const Error &e) {

@@ -333,7 +333,7 @@ std::vector<Reply> ClusterStore::execute(const std::vector<Command> &batch)
 			}
 		}
 		if (pause)
-			std::this_thread::sleep_for(BUSY_PAUSE * ++busy_round);
+			std::this_thread::sleep_for(BUSY_PAUSE * std::min(++busy_round, MAX_BUSY_RETRIES));
 		jobs = std::move(next);
 	}
 	return replies;

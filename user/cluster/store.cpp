@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "store_detail.h"
@@ -183,6 +184,10 @@ std::string read_password_file(const std::string &path)
 	std::ifstream in(path, std::ios::binary);
 	if (!in)
 		throw_errno("cannot read the redis password file " + path, errno);
+	// A directory opens, and reads as empty.
+	std::error_code ec;
+	if (std::filesystem::is_directory(path, ec))
+		throw_errno("cannot read the redis password file " + path, EISDIR);
 	std::string line;
 	std::getline(in, line);
 	if (in.bad())
