@@ -27,6 +27,7 @@
 #include <thread>
 
 #include "fd.h"
+#include "child.h"
 #include "process.h"
 #include "sluice_abi.h"
 #include "sockaddr.h"
@@ -54,145 +55,6 @@ CommandResult cli_dst(std::vector<std::string> args)
 {
 	args.insert(args.begin(), {"nsenter", "--net=/run/netns/" + DST_NS, SLUICE_BIN});
 	return run_command(args);
-}
-
-/// A free TCP port on 127.0.0.1, as the kernel picks one.
-uint16_t free_port()
-{
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	sockaddr_in a{};
-	a.sin_family = AF_INET;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	socklen_t len = sizeof(a);
-	if (fd < 0 || bind(fd, reinterpret_cast<sockaddr *>(&a), len) ||
-	    getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len))
-		throw std::runtime_error("cannot find a free port");
-	close(fd);
-	return ntohs(a.sin_port);
-}
-
-/// A child process whose stderr the test reads; killed when it goes.
-class Child {
-public:
-	Child(const std::vector<std::string> &argv, const std::string &stdout_path = "/dev/null")
-	{
-		int err[2];
-		if (pipe(err))
-			throw std::runtime_error("pipe failed");
-		pid_ = fork();
-		if (pid_ == 0) {
-			FILE *out = std::fopen(stdout_path.c_str(), "w");
-			if (out)
-				dup2(fileno(out), 1);
-			dup2(err[1], 2);
-			close(err[0]);
-			std::vector<char *> args;
-			for (const auto &a : argv)
-				args.push_back(const_cast<char *>(a.c_str()));
-			args.push_back(nullptr);
-			execvp(args[0], args.data());
-			_exit(127);
-		}
-		close(err[1]);
-		err_ = err[0];
-	}
-	~Child()
-	{
-		if (pid_ > 0)
-			stop(SIGKILL);
-		close(err_);
-	}
-
-	/// Everything the child wrote to stderr until `pattern` matched a line,
-	/// or until it exited or `limit` passed; empty if no line matched.
-	std::string wait_for_line(const std::regex &pattern, std::chrono::seconds limit = std::chrono::seconds(10))
-	{
-		auto end = std::chrono::steady_clock::now() + limit;
-		while (std::chrono::steady_clock::now() < end) {
-			size_t nl;
-			while ((nl = pending_.find('\n')) != std::string::npos) {
-				std::string line = pending_.substr(0, nl);
-				pending_.erase(0, nl + 1);
-				seen_ += line + "\n";
-				if (std::regex_search(line, pattern))
-					return line;
-			}
-			pollfd p{err_, POLLIN, 0};
-			if (poll(&p, 1, 100) == 1) {
-				char buf[4096];
-				ssize_t n = read(err_, buf, sizeof(buf));
-				if (n <= 0)
-					return {};
-				pending_.append(buf, n);
-			}
-		}
-		return {};
-	}
-	const std::string &seen() const { return seen_; }
-
-	/// Sends sig and waits, up to 20 s before SIGKILL; the exit code, or
-	/// -signal if killed by one.
-	int stop(int sig)
-	{
-		if (pid_ <= 0)
-			return -1;
-		kill(pid_, sig);
-		int status = 0;
-		for (int i = 0; i < 200 && waitpid(pid_, &status, WNOHANG) == 0; i++)
-			std::this_thread::sleep_for(std::chrono::milliseconds(100));
-		if (kill(pid_, 0) == 0 && waitpid(pid_, &status, WNOHANG) == 0) {
-			kill(pid_, SIGKILL);
-			waitpid(pid_, &status, 0);
-		}
-		pid_ = -1;
-		return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-	}
-	bool running() const { return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
-
-private:
-	pid_t pid_ = -1;
-	int err_ = -1;
-	std::string pending_, seen_;
-};
-
-/// `sluice agent` on a port the kernel picks.
-class AgentProcess {
-public:
-	AgentProcess() : child_({SLUICE_BIN, "agent", "--metrics", "127.0.0.1:0", "--top-sources", "3"})
-	{
-		std::string line = child_.wait_for_line(std::regex("serving metrics on"));
-		std::smatch m;
-		if (!std::regex_search(line, m, std::regex("http://127\\.0\\.0\\.1:([0-9]+)/metrics")))
-			throw std::runtime_error("the agent did not start: " + child_.seen());
-		port_ = static_cast<uint16_t>(std::stoi(m[1]));
-	}
-	uint16_t port() const { return port_; }
-	Child &child() { return child_; }
-
-	/// The metrics as a scraper reads them.
-	std::string scrape() const
-	{
-		CommandResult r = run_command({"curl", "-sS", "--max-time", "10",
-					       "http://127.0.0.1:" + std::to_string(port_) + "/metrics"});
-		if (r.exit_code != 0)
-			throw std::runtime_error("cannot scrape the agent: " + r.err);
-		return r.out;
-	}
-
-private:
-	Child child_;
-	uint16_t port_ = 0;
-};
-
-/// The value of the sample `series` (name and labels, as exposed) in a
-/// scrape; NaN if absent.
-double sample(const std::string &scrape, const std::string &series)
-{
-	std::istringstream in(scrape);
-	for (std::string line; std::getline(in, line);)
-		if (line.rfind(series + " ", 0) == 0)
-			return std::stod(line.substr(series.size() + 1));
-	return NAN;
 }
 
 /// A Prometheus server of the test's own: its configuration and storage in a
@@ -313,7 +175,7 @@ TEST_F(AgentEndToEnd, PrometheusScrapesTheAgentAndPromqlGivesTheDropRateOfTheTra
 		       "udp", "--name", "flood"})
 			  .exit_code,
 		  0);
-	AgentProcess agent;
+	AgentProcess agent(SLUICE_BIN, {"--top-sources", "3"});
 	PrometheusServer prometheus(agent.port());
 	const std::string series = "sluice_rule_dropped_packets_total{rule=\"flood\"}";
 
@@ -360,11 +222,11 @@ TEST_F(AgentEndToEnd, PrometheusScrapesTheAgentAndPromqlGivesTheDropRateOfTheTra
 
 	// The source's own series (top sources by drops) and the global counter.
 	std::string scrape = agent.scrape();
-	EXPECT_EQ(sample(scrape, "sluice_top_source_dropped_packets_total{rule=\"flood\",source=\"" + SOURCE + "\"}"),
+	EXPECT_EQ(metric_sample(scrape, "sluice_top_source_dropped_packets_total{rule=\"flood\",source=\"" + SOURCE + "\"}"),
 		  sent - BURST)
 		<< scrape;
-	EXPECT_EQ(sample(scrape, "sluice_packets_total{verdict=\"drop\",reason=\"rate\"}"), sent - BURST);
-	EXPECT_EQ(sample(scrape, "sluice_sources_tracked{family=\"ipv4\",table=\"bucket\"}"), 1);
+	EXPECT_EQ(metric_sample(scrape, "sluice_packets_total{verdict=\"drop\",reason=\"rate\"}"), sent - BURST);
+	EXPECT_EQ(metric_sample(scrape, "sluice_sources_tracked{family=\"ipv4\",table=\"bucket\"}"), 1);
 
 	// Killing the agent changes nothing in the data plane: the next flood is
 	// dropped beyond the (spent) burst as before.
@@ -376,18 +238,18 @@ TEST_F(AgentEndToEnd, PrometheusScrapesTheAgentAndPromqlGivesTheDropRateOfTheTra
 
 TEST_F(AgentEndToEnd, KeepsServingWithNoStateAcrossUpgradesAndStateOfAnotherLayout)
 {
-	AgentProcess agent;
+	AgentProcess agent(SLUICE_BIN, {"--top-sources", "3"});
 	// Nothing loaded: the agent serves, and says so.
 	std::string scrape = agent.scrape();
-	EXPECT_EQ(sample(scrape, "sluice_up"), 0) << scrape;
-	EXPECT_EQ(sample(scrape, "sluice_program_loaded"), 0);
+	EXPECT_EQ(metric_sample(scrape, "sluice_up"), 0) << scrape;
+	EXPECT_EQ(metric_sample(scrape, "sluice_program_loaded"), 0);
 	EXPECT_NE(agent.child().wait_for_line(std::regex("sluice is not loaded")), "");
 
 	// A rule loads the program; the next scrape reads it.
 	ASSERT_EQ(cli({"rule", "add", "10.202.0.0/16", "--rate", "10/s", "--name", "first"}).exit_code, 0);
 	scrape = agent.scrape();
-	EXPECT_EQ(sample(scrape, "sluice_up"), 1) << scrape;
-	EXPECT_EQ(sample(scrape, "sluice_rules"), 1);
+	EXPECT_EQ(metric_sample(scrape, "sluice_up"), 1) << scrape;
+	EXPECT_EQ(metric_sample(scrape, "sluice_rules"), 1);
 	std::smatch m;
 	ASSERT_TRUE(std::regex_search(scrape, m, std::regex("sluice_program_info\\{prog_id=\"([0-9]+)\"")));
 	std::string before_upgrade = m[1];
@@ -397,11 +259,11 @@ TEST_F(AgentEndToEnd, KeepsServingWithNoStateAcrossUpgradesAndStateOfAnotherLayo
 	ASSERT_EQ(cli({"upgrade"}).exit_code, 0);
 	ASSERT_EQ(cli({"rule", "add", "10.203.0.0/16", "--rate", "10/s", "--name", "second"}).exit_code, 0);
 	scrape = agent.scrape();
-	EXPECT_EQ(sample(scrape, "sluice_up"), 1);
-	EXPECT_EQ(sample(scrape, "sluice_rules"), 2);
+	EXPECT_EQ(metric_sample(scrape, "sluice_up"), 1);
+	EXPECT_EQ(metric_sample(scrape, "sluice_rules"), 2);
 	ASSERT_TRUE(std::regex_search(scrape, m, std::regex("sluice_program_info\\{prog_id=\"([0-9]+)\"")));
 	EXPECT_NE(m[1], before_upgrade) << "the agent still reads the replaced program";
-	EXPECT_FALSE(std::isnan(sample(scrape, "sluice_rule_passed_packets_total{rule=\"second\",rule_id=\"2\"}")));
+	EXPECT_FALSE(std::isnan(metric_sample(scrape, "sluice_rule_passed_packets_total{rule=\"second\",rule_id=\"2\"}")));
 
 	// State of another layout (as an older or newer sluice leaves it): the
 	// agent says why, serves sluice_up 0, and reads it again once it is back.
@@ -415,14 +277,14 @@ TEST_F(AgentEndToEnd, KeepsServingWithNoStateAcrossUpgradesAndStateOfAnotherLayo
 	changed.layout_hash ^= 1;
 	ASSERT_EQ(bpf_map_update_elem(meta, &zero, &changed, BPF_ANY), 0);
 	scrape = agent.scrape();
-	EXPECT_EQ(sample(scrape, "sluice_up"), 0) << scrape;
-	EXPECT_EQ(sample(scrape, "sluice_program_loaded"), 1);
+	EXPECT_EQ(metric_sample(scrape, "sluice_up"), 0) << scrape;
+	EXPECT_EQ(metric_sample(scrape, "sluice_program_loaded"), 1);
 	EXPECT_NE(agent.child().wait_for_line(std::regex("has another layout than this sluice")), "");
 	EXPECT_TRUE(agent.child().running());
 	ASSERT_EQ(bpf_map_update_elem(meta, &zero, &record, BPF_ANY), 0);
 	close(meta);
 	scrape = agent.scrape();
-	EXPECT_EQ(sample(scrape, "sluice_up"), 1) << scrape;
+	EXPECT_EQ(metric_sample(scrape, "sluice_up"), 1) << scrape;
 
 	// SIGTERM ends it cleanly, and leaves the state as it was.
 	EXPECT_EQ(agent.child().stop(SIGTERM), 0) << agent.child().seen();
@@ -449,8 +311,8 @@ TEST(AgentArguments, BadInputIsOneLineAndAFailure)
 TEST(AgentSignals, SigintEndsItAsCleanlyAsSigterm)
 {
 	setenv("SLUICE_PIN_DIR", (PIN_DIR + "-none").c_str(), 1);
-	AgentProcess agent;
-	EXPECT_EQ(sample(agent.scrape(), "sluice_up"), 0);
+	AgentProcess agent(SLUICE_BIN, {"--top-sources", "3"});
+	EXPECT_EQ(metric_sample(agent.scrape(), "sluice_up"), 0);
 	EXPECT_EQ(agent.child().stop(SIGINT), 0) << agent.child().seen();
 	EXPECT_NE(agent.child().wait_for_line(std::regex("stopped by Interrupt")), "") << agent.child().seen();
 }
@@ -458,9 +320,9 @@ TEST(AgentSignals, SigintEndsItAsCleanlyAsSigterm)
 TEST_F(AgentEndToEnd, AScrapeDuringAReadingIsAnsweredWithTheLastFigures)
 {
 	ASSERT_EQ(cli({"rule", "add", "10.204.0.0/16", "--rate", "10/s", "--name", "only"}).exit_code, 0);
-	AgentProcess agent;
+	AgentProcess agent(SLUICE_BIN, {"--top-sources", "3"});
 	std::string last = agent.scrape();
-	ASSERT_EQ(sample(last, "sluice_up"), 1) << last;
+	ASSERT_EQ(metric_sample(last, "sluice_up"), 1) << last;
 
 	// A mutating command holds the pin directory's lock: a reading waits for
 	// it. Of two scrapes sent now, one reads (and waits); the other must be
@@ -494,10 +356,10 @@ TEST_F(AgentEndToEnd, AScrapeDuringAReadingIsAnsweredWithTheLastFigures)
 	EXPECT_EQ(waitpid(scrapes[waiting], &status, WNOHANG), 0) << "the reading did not wait for the lock";
 	std::ifstream in(outputs[answered]);
 	std::string cached((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-	EXPECT_EQ(sample(cached, "sluice_up"), 1) << cached;
-	EXPECT_EQ(sample(cached, "sluice_rules"), 1);
-	EXPECT_EQ(sample(cached, "sluice_agent_collect_duration_seconds"),
-		  sample(last, "sluice_agent_collect_duration_seconds"))
+	EXPECT_EQ(metric_sample(cached, "sluice_up"), 1) << cached;
+	EXPECT_EQ(metric_sample(cached, "sluice_rules"), 1);
+	EXPECT_EQ(metric_sample(cached, "sluice_agent_collect_duration_seconds"),
+		  metric_sample(last, "sluice_agent_collect_duration_seconds"))
 		<< "the figures of the last reading, not a new one";
 
 	// The lock released, the waiting scrape gets a fresh reading.
@@ -506,7 +368,7 @@ TEST_F(AgentEndToEnd, AScrapeDuringAReadingIsAnsweredWithTheLastFigures)
 	EXPECT_EQ(WEXITSTATUS(status), 0);
 	std::ifstream fresh_in(outputs[waiting]);
 	std::string fresh((std::istreambuf_iterator<char>(fresh_in)), std::istreambuf_iterator<char>());
-	EXPECT_EQ(sample(fresh, "sluice_up"), 1) << fresh;
+	EXPECT_EQ(metric_sample(fresh, "sluice_up"), 1) << fresh;
 	for (const auto &out : outputs)
 		unlink(out.c_str());
 }
