@@ -68,6 +68,13 @@ struct ClusterRule {
 	uint32_t hosts = 1;
 };
 
+/// A bucket's counters at one time, in its rule's units.
+struct Reading {
+	uint64_t offered = 0, passed = 0;
+	Clock::time_point at{};
+	bool exists = false; ///< the table held the bucket
+};
+
 /// A bucket being synced.
 struct Tracked {
 	const ClusterRule *rule = nullptr; ///< valid during a round only
@@ -76,10 +83,12 @@ struct Tracked {
 	int family = 4;
 	std::array<uint8_t, 16> addr{};
 	std::string key;
-	// Readings (sync thread).
+	// Readings (sync thread): at each round and half-way between rounds.
+	// Demand is measured over the last half interval, so that traffic
+	// that stopped is reported as gone a round sooner.
 	bool have_reading = false;
-	uint64_t last_offered = 0, last_passed = 0;
-	Clock::time_point last_read{}, last_busy{};
+	Reading last, half;
+	Clock::time_point last_busy{};
 	double demand = 0, used = 0;
 	bool reported = false; ///< this round's report went out
 	// The grant (both threads, under the state's mutex).
@@ -350,274 +359,317 @@ std::vector<prometheus::MetricFamily> sync_metric_families(const SyncFigures &f)
 void ClusterSync::sync_loop()
 {
 	State &st = *state_;
-	const milliseconds lease = options_.effective_lease();
+	auto wait_until = [this](Clock::time_point t) {
+		std::unique_lock wait(wake_mutex_);
+		wake_.wait_until(wait, t, [this] { return stopping_.load(); });
+	};
 	while (!stopping_) {
 		Clock::time_point began = Clock::now();
 		if (began >= st.next_attempt) {
-			std::string problem;
 			try {
-				// 1. The loaded program and its cluster rules.
-				Instance inst(options_.pin_dir);
-				std::shared_ptr<Tables> tables;
-				{
-					std::lock_guard hold(st.mutex);
-					tables = st.tables;
-				}
-				if (!inst.loaded()) {
-					tables.reset();
-					st.rules.clear();
-				} else {
-					auto lock = inst.lock(false);
-					MapSet maps = inst.maps();
-					if (!tables || map_info(maps.src4.get()).id != tables->id)
-						tables = std::make_shared<Tables>(std::move(maps));
-					st.rules = cluster_rules(tables->maps);
-				}
-				// 2. Rules whose default fallback divides by a host count
-				// that changed: their local share follows it.
-				if (tables && st.hosts) {
-					std::vector<std::string> stale;
-					for (const auto &[id, r] : st.rules)
-						if (r.default_fallback && r.hosts != st.hosts)
-							stale.push_back(r.name);
-					if (!stale.empty()) {
-						auto lock = inst.lock(true);
-						RuleTable table(tables->maps);
-						for (const auto &name : stale) {
-							RuleEdit e;
-							e.cluster_hosts = st.hosts;
-							table.edit(name, e);
-						}
-						st.rules = cluster_rules(tables->maps);
-						agent::log_line("cluster: " + std::to_string(st.hosts) +
-								" hosts; local shares of " + std::to_string(stale.size()) +
-								" rules follow");
-					}
-				}
-				// 3. The buckets that matter: throttled ones of cluster
-				// rules, the rules of one bucket, and those synced already.
-				std::vector<std::tuple<uint32_t, int, std::array<uint8_t, 16>>> found;
-				if (tables) {
-					for_each_entry<struct sluice_throttle_key, struct sluice_throttle>(
-						tables->maps.throttled.get(),
-						[&](const struct sluice_throttle_key &k, const struct sluice_throttle &) {
-							if (!st.rules.count(k.bucket_id))
-								return;
-							std::array<uint8_t, 16> a{};
-							int fam = k.family == SLUICE_TABLE_V6 ? 6 : 4;
-							std::memcpy(a.data(), k.addr, fam == 4 ? 4 : 16);
-							found.emplace_back(k.bucket_id, fam, a);
-						});
-					for (const auto &[id, r] : st.rules)
-						if (r.one_bucket)
-							found.emplace_back(id, r.cidr.family, masked(r.cidr, r.per));
-				}
-				std::vector<struct sluice_pending_drops> pending;
-				if (tables)
-					pending = lookup_percpu<struct sluice_pending_drops>(tables->maps.pending.get(), 0);
-
-				// 4. Readings, outside the lock: the apply thread keeps
-				// running. New buckets are added under it.
-				{
-					std::lock_guard hold(st.mutex);
-					st.tables = tables;
-					for (auto &[id, b] : st.buckets)
-						b.rule = nullptr;
-					for (auto &[bid, fam, a] : found) {
-						std::string id = tracked_id(bid, fam, a.data());
-						if (st.buckets.count(id) || st.buckets.size() >= options_.max_buckets)
-							continue;
-						const ClusterRule &r = st.rules.at(bid);
-						Tracked t;
-						t.rule_name = r.name;
-						t.bucket_id = bid;
-						t.family = fam;
-						t.addr = a;
-						Cidr c;
-						c.family = fam;
-						c.addr = a;
-						c.prefix_len = r.per;
-						t.key = bucket_key(options_.prefix, r.name, format_cidr(c));
-						t.last_busy = began;
-						st.buckets.emplace(std::move(id), std::move(t));
-					}
-					for (auto it = st.buckets.begin(); it != st.buckets.end();) {
-						auto r = st.rules.find(it->second.bucket_id);
-						if (r == st.rules.end() || r->second.name != it->second.rule_name)
-							it = st.buckets.erase(it); // its rule is gone, or restarted its buckets
-						else
-							(it++)->second.rule = &r->second;
-					}
-				}
-				Clock::time_point now = Clock::now();
-				std::map<std::string, std::vector<Tracked *>> by_rule;
-				for (auto &[id, b] : st.buckets) {
-					b.reported = false;
-					std::optional<struct sluice_source_state> bucket;
-					if (b.family == 4)
-						bucket = tables->v4.find(b.bucket_id, b.addr.data(), tables->seed, pending);
-					else
-						bucket = tables->v6.find(b.bucket_id, b.addr.data(), tables->seed, pending);
-					uint64_t passed = 0, offered = 0;
-					if (bucket) {
-						const auto &c = bucket->cnt;
-						passed = sluice_cnt_value(b.rule->bytes ? c.passed_bytes : c.passed_packets);
-						offered = passed +
-							  sluice_cnt_value(b.rule->bytes ? c.dropped_bytes : c.dropped_packets);
-					}
-					if (b.have_reading && offered >= b.last_offered && passed >= b.last_passed) {
-						double dt = seconds(now - b.last_read);
-						if (dt <= 0)
-							continue;
-						b.demand = double(offered - b.last_offered) / dt;
-						b.used = double(passed - b.last_passed) / dt;
-						b.reported = true;
-						by_rule[b.rule_name].push_back(&b);
-					}
-					// A bucket evicted and made again counts from 0.
-					b.have_reading = true;
-					b.last_offered = offered;
-					b.last_passed = passed;
-					b.last_read = now;
-					if (b.demand > 0)
-						b.last_busy = now;
-				}
-
-				// 5. One round trip: the registry, then each rule's buckets.
-				std::vector<Command> batch;
-				batch.push_back(hosts_command(options_.prefix, options_.node_id, lease));
-				struct Call {
-					std::vector<Tracked *> buckets;
-				};
-				std::vector<Call> calls;
-				for (auto &[name, list] : by_rule) {
-					const ClusterRule &r = *list.front()->rule;
-					for (size_t i = 0; i < list.size(); i += BUCKETS_PER_CALL) {
-						Call c;
-						c.buckets.assign(list.begin() + long(i),
-								 list.begin() + long(std::min(list.size(), i + BUCKETS_PER_CALL)));
-						std::vector<BucketReport> reports;
-						reports.reserve(c.buckets.size());
-						for (Tracked *b : c.buckets)
-							reports.push_back({b->key, b->demand, b->used});
-						batch.push_back(share_command(options_.node_id, r.rate, lease, reports));
-						calls.push_back(std::move(c));
-					}
-				}
-				Clock::time_point sent = Clock::now();
-				std::vector<Reply> replies = st.store->execute(batch);
-				Clock::time_point answered = Clock::now();
-				unsigned hosts = parse_hosts_reply(replies.at(0));
-
-				// 6. The grants, with leases counted from when the
-				// question left: the store's lease ends no sooner.
-				std::string call_error;
-				{
-					std::lock_guard hold(st.mutex);
-					for (size_t i = 0; i < calls.size(); i++) {
-						std::vector<BucketGrant> grants;
-						try {
-							grants = parse_share_reply(replies.at(i + 1), calls[i].buckets.size());
-						} catch (const Error &e) {
-							call_error = e.what();
-							continue;
-						}
-						for (size_t j = 0; j < grants.size(); j++) {
-							Tracked &b = *calls[i].buckets[j];
-							if (b.lease_until <= answered)
-								b.last_apply = answered; // no shift accrued while ungranted
-							b.share = grants[j].share;
-							b.local = b.rule->local;
-							b.cluster_used = grants[j].cluster_used;
-							b.hosts = grants[j].hosts;
-							b.lease_until = sent + lease;
-						}
-					}
-					// Buckets idle for a lease, their grant released: done.
-					for (auto it = st.buckets.begin(); it != st.buckets.end();) {
-						const Tracked &b = it->second;
-						bool idle = b.reported && b.demand <= 0 && b.share <= 0 && answered - b.last_busy > lease;
-						it = idle ? st.buckets.erase(it) : std::next(it);
-					}
-					SyncFigures &f = st.figures;
-					f.hosts = hosts;
-					f.commands += batch.size();
-					f.rounds_ok++;
-					f.last_round_seconds = seconds(Clock::now() - began);
-					if (f.degraded)
-						agent::log_line("cluster: synced with " + st.store->describe() + ", " +
-								std::to_string(hosts) + " hosts");
-					f.degraded = !call_error.empty();
-					f.problem = call_error;
-				}
-				if (!call_error.empty())
-					throw Error(call_error);
-				st.hosts = hosts;
+				round(began);
 				st.failures = 0;
 				st.next_attempt = began + options_.interval;
-			} catch (const std::exception &e) {
-				problem = e.what();
-			}
-			if (!problem.empty()) {
-				// Backoff: a quarter interval, doubling up to one interval,
-				// with jitter; a store that returns is back in use within
-				// an interval, its shares within two.
-				st.failures = std::min(st.failures + 1, 8);
-				auto wait = std::min<Clock::duration>(options_.interval / 4 * (1 << (st.failures - 1)),
-								      options_.interval);
-				std::uniform_real_distribution<double> spread(0.8, 1.2);
-				st.next_attempt = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-									 wait * spread(st.jitter));
-				std::lock_guard hold(st.mutex);
-				SyncFigures &f = st.figures;
-				f.rounds_failed++;
-				f.last_round_seconds = seconds(Clock::now() - began);
-				if (!f.degraded || f.degraded_total == 0) {
-					f.degraded_total++;
-					st.degraded_since = Clock::now();
-				}
-				f.degraded = true;
-				f.problem = problem;
-				if (problem != st.last_logged)
-					agent::log_line("cluster: degraded: " + problem +
-							"; shares held until their lease ends, then each rule's fallback");
-				st.last_logged = problem;
-			} else {
 				st.last_logged.clear();
+			} catch (const std::exception &e) {
+				round_failed(began, e.what());
 			}
-			{
-				std::lock_guard hold(st.mutex);
-				SyncFigures &f = st.figures;
-				f.synced_buckets = st.buckets.size();
-				f.granted_buckets = 0;
-				std::map<std::string, SyncFigures::Rule> per_rule;
-				for (const auto &[id, r] : st.rules)
-					per_rule[r.name] = {r.name, r.rate, r.local, 0, 0, 0, 0};
-				Clock::time_point now = Clock::now();
-				for (const auto &[id, b] : st.buckets) {
-					auto it = per_rule.find(b.rule_name);
-					if (it == per_rule.end())
-						continue;
-					it->second.buckets++;
-					if (b.lease_until > now) {
-						f.granted_buckets++;
-						it->second.granted++;
-						it->second.share += b.share;
-						it->second.cluster_used += b.cluster_used;
-					}
-				}
-				f.rules.clear();
-				for (auto &[name, r] : per_rule)
-					f.rules.push_back(r);
-				if (!options_.status_path.empty())
-					write_status_file(options_.status_path, f,
-							  f.degraded ? Clock::now() - st.degraded_since : Clock::duration{});
-			}
+			publish_figures();
 		}
-		std::unique_lock wait(wake_mutex_);
-		wake_.wait_until(wait, std::min(st.next_attempt, began + options_.interval),
-				 [this] { return stopping_.load(); });
+		wait_until(began + options_.interval / 2);
+		if (!stopping_ && st.tables)
+			read_counters(*st.tables, true);
+		wait_until(std::min(st.next_attempt, began + options_.interval));
 	}
+}
+
+void ClusterSync::round(Clock::time_point began)
+{
+	State &st = *state_;
+	const milliseconds lease = options_.effective_lease();
+	std::shared_ptr<Tables> tables = load_rules();
+	follow_host_count(tables);
+	track_buckets(tables, began);
+	if (tables)
+		read_counters(*tables, false);
+
+	// One round trip: the registry, then each rule's buckets, a call per
+	// BUCKETS_PER_CALL of them.
+	std::map<std::string, std::vector<Tracked *>> by_rule;
+	for (auto &[id, b] : st.buckets)
+		if (b.reported)
+			by_rule[b.rule_name].push_back(&b);
+	std::vector<Command> batch;
+	batch.push_back(hosts_command(options_.prefix, options_.node_id, lease));
+	std::vector<std::vector<Tracked *>> calls;
+	for (auto &[name, list] : by_rule) {
+		for (size_t i = 0; i < list.size(); i += BUCKETS_PER_CALL) {
+			std::vector<Tracked *> part(list.begin() + long(i),
+						    list.begin() + long(std::min(list.size(), i + BUCKETS_PER_CALL)));
+			std::vector<BucketReport> reports;
+			reports.reserve(part.size());
+			for (Tracked *b : part)
+				reports.push_back({b->key, b->demand, b->used});
+			batch.push_back(share_command(options_.node_id, list.front()->rule->rate, lease, reports));
+			calls.push_back(std::move(part));
+		}
+	}
+	Clock::time_point sent = Clock::now();
+	std::vector<Reply> replies = st.store->execute(batch);
+	Clock::time_point answered = Clock::now();
+	unsigned hosts = parse_hosts_reply(replies.at(0));
+
+	// The grants, their leases counted from when the question left: the
+	// store's lease for them ends no sooner.
+	std::string call_error;
+	std::lock_guard hold(st.mutex);
+	for (size_t i = 0; i < calls.size(); i++) {
+		std::vector<BucketGrant> grants;
+		try {
+			grants = parse_share_reply(replies.at(i + 1), calls[i].size());
+		} catch (const Error &e) {
+			call_error = e.what();
+			continue;
+		}
+		for (size_t j = 0; j < grants.size(); j++) {
+			Tracked &b = *calls[i][j];
+			if (b.lease_until <= answered)
+				b.last_apply = answered; // nothing accrues while ungranted
+			b.share = grants[j].share;
+			b.local = b.rule->local;
+			b.cluster_used = grants[j].cluster_used;
+			b.hosts = grants[j].hosts;
+			b.lease_until = sent + lease;
+		}
+	}
+	// Buckets idle for a lease, their grant given back: done with.
+	for (auto it = st.buckets.begin(); it != st.buckets.end();) {
+		const Tracked &b = it->second;
+		bool idle = b.reported && b.demand <= 0 && b.share <= 0 && answered - b.last_busy > lease;
+		it = idle ? st.buckets.erase(it) : std::next(it);
+	}
+	if (!call_error.empty())
+		throw Error(call_error);
+	SyncFigures &f = st.figures;
+	if (f.degraded)
+		agent::log_line("cluster: synced with " + st.store->describe() + ", " + std::to_string(hosts) + " hosts");
+	f.hosts = hosts;
+	f.commands += batch.size();
+	f.rounds_ok++;
+	f.last_round_seconds = seconds(Clock::now() - began);
+	f.degraded = false;
+	f.problem.clear();
+	st.hosts = hosts;
+}
+
+std::shared_ptr<Tables> ClusterSync::load_rules()
+{
+	State &st = *state_;
+	Instance inst(options_.pin_dir);
+	std::shared_ptr<Tables> tables = st.tables;
+	if (!inst.loaded()) {
+		tables.reset();
+		st.rules.clear();
+	} else {
+		auto lock = inst.lock(false);
+		MapSet maps = inst.maps();
+		if (!tables || map_info(maps.src4.get()).id != tables->id)
+			tables = std::make_shared<Tables>(std::move(maps)); // loaded anew, or upgraded
+		st.rules = cluster_rules(tables->maps);
+	}
+	return tables;
+}
+
+void ClusterSync::follow_host_count(const std::shared_ptr<Tables> &tables)
+{
+	// Rules whose default fallback divides the rate by the host count:
+	// their local share follows the count the store last gave.
+	State &st = *state_;
+	if (!tables || !st.hosts)
+		return;
+	std::vector<std::string> stale;
+	for (const auto &[id, r] : st.rules)
+		if (r.default_fallback && r.hosts != st.hosts)
+			stale.push_back(r.name);
+	if (stale.empty())
+		return;
+	Instance inst(options_.pin_dir);
+	auto lock = inst.lock(true);
+	RuleTable table(tables->maps);
+	for (const auto &name : stale) {
+		RuleEdit e;
+		e.cluster_hosts = st.hosts;
+		table.edit(name, e);
+	}
+	st.rules = cluster_rules(tables->maps);
+	agent::log_line("cluster: " + std::to_string(st.hosts) + " hosts; the local shares of " +
+			std::to_string(stale.size()) + " rules follow");
+}
+
+void ClusterSync::track_buckets(const std::shared_ptr<Tables> &tables, Clock::time_point now)
+{
+	// The buckets that matter: those of cluster rules this host drops
+	// packets of (over their local share), every rule's one bucket where
+	// it has one, and those synced already.
+	State &st = *state_;
+	std::vector<std::tuple<uint32_t, int, std::array<uint8_t, 16>>> found;
+	if (tables) {
+		// Dropping now: a drop noted within the last round (each CPU notes a
+		// bucket's drops once per SLUICE_NOTE_EVERY_NS). A throttled entry
+		// outlives its drops by up to a second.
+		struct timespec ts = {};
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		uint64_t mono = uint64_t(ts.tv_sec) * 1000000000ULL + uint64_t(ts.tv_nsec);
+		uint64_t recent = uint64_t(std::chrono::nanoseconds(options_.interval).count()) + SLUICE_NOTE_EVERY_NS;
+		for_each_entry<struct sluice_throttle_key, struct sluice_throttle>(
+			tables->maps.throttled.get(), [&](const struct sluice_throttle_key &k, const struct sluice_throttle &v) {
+				if (!st.rules.count(k.bucket_id) || mono - v.last_drop_ns > recent)
+					return;
+				std::array<uint8_t, 16> a{};
+				int family = k.family == SLUICE_TABLE_V6 ? 6 : 4;
+				std::memcpy(a.data(), k.addr, family == 4 ? 4 : 16);
+				found.emplace_back(k.bucket_id, family, a);
+			});
+		for (const auto &[id, r] : st.rules)
+			if (r.one_bucket)
+				found.emplace_back(id, r.cidr.family, masked(r.cidr, r.per));
+	}
+	std::lock_guard hold(st.mutex);
+	st.tables = tables;
+	for (auto &[bid, family, a] : found) {
+		std::string id = tracked_id(bid, family, a.data());
+		if (st.buckets.count(id) || st.buckets.size() >= options_.max_buckets)
+			continue;
+		const ClusterRule &r = st.rules.at(bid);
+		Tracked t;
+		t.rule_name = r.name;
+		t.bucket_id = bid;
+		t.family = family;
+		t.addr = a;
+		Cidr c;
+		c.family = family;
+		c.addr = a;
+		c.prefix_len = r.per;
+		t.key = bucket_key(options_.prefix, r.name, format_cidr(c));
+		t.last_busy = now;
+		st.buckets.emplace(std::move(id), std::move(t));
+	}
+	for (auto it = st.buckets.begin(); it != st.buckets.end();) {
+		auto r = st.rules.find(it->second.bucket_id);
+		if (r == st.rules.end() || r->second.name != it->second.rule_name)
+			it = st.buckets.erase(it); // its rule is gone, or restarted its buckets
+		else
+			(it++)->second.rule = &r->second;
+	}
+}
+
+void ClusterSync::read_counters(Tables &tables, bool half_way)
+{
+	State &st = *state_;
+	std::vector<struct sluice_pending_drops> pending =
+		lookup_percpu<struct sluice_pending_drops>(tables.maps.pending.get(), 0);
+	Clock::time_point now = Clock::now();
+	// Only this thread changes the map or the readings; the apply thread
+	// reads other fields, so no lock is taken here.
+	for (auto &[id, b] : st.buckets) {
+		if (!b.rule)
+			continue;
+		Reading r;
+		r.at = now;
+		std::optional<struct sluice_source_state> bucket =
+			b.family == 4 ? tables.v4.find(b.bucket_id, b.addr.data(), tables.seed, pending)
+				      : tables.v6.find(b.bucket_id, b.addr.data(), tables.seed, pending);
+		if (bucket) {
+			const auto &c = bucket->cnt;
+			r.exists = true;
+			r.passed = sluice_cnt_value(b.rule->bytes ? c.passed_bytes : c.passed_packets);
+			r.offered = r.passed + sluice_cnt_value(b.rule->bytes ? c.dropped_bytes : c.dropped_packets);
+		}
+		if (half_way) {
+			b.half = r;
+			continue;
+		}
+		b.reported = false;
+		// Over the last half interval if that reading is of the same
+		// bucket (counts only grow), else since the last round.
+		const Reading &from = b.half.at > b.last.at && b.half.offered <= r.offered && b.half.passed <= r.passed &&
+					      b.half.exists == r.exists
+				      ? b.half
+				      : b.last;
+		if (b.have_reading && r.offered >= from.offered && r.passed >= from.passed && r.at > from.at) {
+			double dt = seconds(r.at - from.at);
+			b.demand = double(r.offered - from.offered) / dt;
+			b.used = double(r.passed - from.passed) / dt;
+			b.reported = true;
+		} else if (!b.have_reading && r.offered > r.passed) {
+			// Just found dropping: no interval measured yet, but its demand
+			// is above the local share. Reporting twice that now, not a round
+			// later, starts its grant a round sooner; the next round measures.
+			b.demand = 2 * b.rule->local;
+			b.used = b.rule->local;
+			b.reported = true;
+		}
+		// A bucket evicted and made again counts from 0: the next round measures.
+		b.have_reading = true;
+		b.last = r;
+		if (b.demand > 0)
+			b.last_busy = now;
+	}
+}
+
+void ClusterSync::round_failed(Clock::time_point began, const std::string &problem)
+{
+	// Backoff: a quarter interval, doubling up to one interval, with jitter:
+	// a store that returns is used again within an interval.
+	State &st = *state_;
+	st.failures = std::min(st.failures + 1, 8);
+	auto wait = std::min<Clock::duration>(options_.interval / 4 * (1 << (st.failures - 1)), options_.interval);
+	std::uniform_real_distribution<double> spread(0.8, 1.2);
+	st.next_attempt = Clock::now() + std::chrono::duration_cast<Clock::duration>(wait * spread(st.jitter));
+	std::lock_guard hold(st.mutex);
+	SyncFigures &f = st.figures;
+	f.rounds_failed++;
+	f.last_round_seconds = seconds(Clock::now() - began);
+	if (!f.degraded || f.degraded_total == 0) {
+		f.degraded_total++;
+		st.degraded_since = Clock::now();
+	}
+	f.degraded = true;
+	f.problem = problem;
+	if (problem != st.last_logged)
+		agent::log_line("cluster: degraded: " + problem +
+				"; shares held until their lease ends, then each rule's fallback");
+	st.last_logged = problem;
+}
+
+void ClusterSync::publish_figures()
+{
+	State &st = *state_;
+	std::lock_guard hold(st.mutex);
+	SyncFigures &f = st.figures;
+	f.synced_buckets = st.buckets.size();
+	f.granted_buckets = 0;
+	std::map<std::string, SyncFigures::Rule> per_rule;
+	for (const auto &[id, r] : st.rules)
+		per_rule[r.name] = {r.name, r.rate, r.local, 0, 0, 0, 0};
+	Clock::time_point now = Clock::now();
+	for (const auto &[id, b] : st.buckets) {
+		auto it = per_rule.find(b.rule_name);
+		if (it == per_rule.end())
+			continue;
+		it->second.buckets++;
+		if (b.lease_until > now) {
+			f.granted_buckets++;
+			it->second.granted++;
+			it->second.share += b.share;
+			it->second.cluster_used += b.cluster_used;
+		}
+	}
+	f.rules.clear();
+	for (auto &[name, r] : per_rule)
+		f.rules.push_back(r);
+	if (!options_.status_path.empty())
+		write_status_file(options_.status_path, f, f.degraded ? now - st.degraded_since : Clock::duration{});
 }
 
 void ClusterSync::apply_loop()

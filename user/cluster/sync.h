@@ -100,6 +100,17 @@ public:
 private:
 	struct State;
 	void sync_loop();
+	/// One round: rules, buckets, readings, the store's grants. Throws if
+	/// the store cannot be reached or a call fails.
+	void round(std::chrono::steady_clock::time_point began);
+	std::shared_ptr<struct Tables> load_rules();
+	void follow_host_count(const std::shared_ptr<struct Tables> &tables);
+	void track_buckets(const std::shared_ptr<struct Tables> &tables, std::chrono::steady_clock::time_point now);
+	/// Reads the tracked buckets' counters: half-way between rounds, or
+	/// for the round's report (demand and use over the last half interval).
+	void read_counters(struct Tables &tables, bool half_way);
+	void round_failed(std::chrono::steady_clock::time_point began, const std::string &problem);
+	void publish_figures();
 	void apply_loop();
 
 	SyncOptions options_;
