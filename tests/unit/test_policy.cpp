@@ -733,3 +733,43 @@ TEST(PolicyParsers, ErrorsAreYamlCppsWhicheverParserReadTheFile)
 		EXPECT_EQ(parse_error(text), general) << text;
 	}
 }
+
+// `scope: cluster` and `fallback:` read as `--scope cluster` and `--fallback`
+// do, write back, and are checked as rule add checks them.
+TEST(PolicyRoundTrip, ClusterScopeAndFallback)
+{
+	Policy p = parse(R"(rules:
+  - name: api
+    cidr: 10.0.0.0/8
+    rate: 900/s
+    scope: cluster
+    fallback: 300/s
+  - name: web
+    cidr: 10.1.0.0/16
+    rate: 100/s
+    scope: local
+)");
+	ASSERT_EQ(p.rules.size(), 2u);
+	EXPECT_EQ(p.rules[0].scope, Scope::cluster);
+	EXPECT_EQ(p.rules[0].fallback, parse_rate("300/s"));
+	EXPECT_EQ(p.rules[1].scope, Scope::local);
+	EXPECT_EQ(write_policy(p), R"(rules:
+  - name: api
+    cidr: 10.0.0.0/8
+    rate: 900/s
+    scope: cluster
+    fallback: 300/s
+  - name: web
+    cidr: 10.1.0.0/16
+    rate: 100/s
+)");
+	EXPECT_NE(parse_error("rules:\n  - {name: a, cidr: 10.0.0.0/8, rate: 9/s, scope: global}\n")
+			  .find("unknown scope 'global': use local or cluster"),
+		  std::string::npos);
+	EXPECT_NE(parse_error("rules:\n  - {name: a, cidr: 10.0.0.0/8, rate: 9/s, scope: cluster, fallback: 10/s}\n")
+			  .find("is above the rule's --rate"),
+		  std::string::npos);
+	EXPECT_NE(parse_error("rules:\n  - {name: a, cidr: 10.0.0.0/8, rate: 9/s, fallback: 1/s}\n")
+			  .find("--fallback applies to --scope cluster rules"),
+		  std::string::npos);
+}

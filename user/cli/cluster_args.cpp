@@ -43,7 +43,12 @@ cluster::SyncOptions to_sync_options(const ClusterArgs &a, const std::string &pi
 	if (!a.password_file.empty())
 		o.store.password = cluster::read_password_file(a.password_file);
 	auto ms = [](const std::string &text, const char *what) {
-		uint64_t ns = parse_duration_ns(text, what);
+		uint64_t ns = 0;
+		try {
+			ns = parse_duration_ns(text, what);
+		} catch (const Error &e) {
+			throw Error(std::string(what) + ": " + e.what());
+		}
 		if (ns < 1000000ULL)
 			throw Error(std::string(what) + " must be at least 1ms, not " + text);
 		return std::chrono::milliseconds(ns / 1000000ULL);
