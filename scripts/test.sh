@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 
 # Every layer must be present: a build that lost the kernel tests must not pass.
 listed=$(ctest --test-dir build -N)
-for layer in unit bpf e2e; do
+for layer in unit bpf e2e redis; do
   n=$(grep -c "Test *#[0-9]*: ${layer}\." <<<"$listed" || true)
   if [ "$n" -eq 0 ]; then
     echo "scripts/test.sh: no ${layer} tests were found; refusing to pass" >&2
