@@ -44,12 +44,16 @@ passed() { # cluster-wide passed packets of rule `shared`, from each host's coun
   done
   echo "$total"
 }
-send() { # SECS seconds of RATE/s to each of the three hosts from one source
-  local pids=()
-  for i in 1 2 3; do
-    ip netns exec "$SRC" "$TRAFFIC" 10.240.0.1 10.241.$i.1 --count $((RATE * SECS)) --pps $RATE >/dev/null & pids+=($!)
+send() { # SECS seconds from one source: RATE/s to each of the three hosts, or 3 x RATE/s to h1 alone
+  local pids=() hosts=${1:-"1 2 3"} pps=${2:-$RATE}
+  for i in $hosts; do
+    ip netns exec "$SRC" "$TRAFFIC" 10.240.0.1 10.241.$i.1 --count $((pps * SECS)) --pps "$pps" >/dev/null & pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p"; done
+}
+passed_on() { # passed packets of rule `shared` on host $1
+  SLUICE_PIN_DIR=/sys/fs/bpf/slcl_h$1 "$SLUICE" stats --json | python3 -c \
+    'import json,sys; print(sum(r["passed_packets"] for r in json.load(sys.stdin)["rules"] if r["name"]=="shared"))'
 }
 
 echo "== redis-server on 127.0.0.1:$PORT (no persistence)"
@@ -87,13 +91,18 @@ echo
 echo "== the agents: sluice agent --redis 127.0.0.1:$PORT --node-id hN (sync every 100 ms)"
 for i in 1 2 3; do
   SLUICE_PIN_DIR=/sys/fs/bpf/slcl_h$i SLUICE_RUN_DIR=$WORK/run-h$i \
-    "$SLUICE" agent --metrics 127.0.0.1:0 --redis 127.0.0.1:$PORT --node-id h$i 2>"$WORK/agent-h$i.log" &
+    "$SLUICE" agent --metrics 127.0.0.1:0 --redis 127.0.0.1:$PORT --node-id h$i \
+    >"$WORK/events-h$i.log" 2>"$WORK/agent-h$i.log" &
   AGENTS+=($!)
 done
 for _ in $(seq 100); do
   [ "$(redis-cli -p "$PORT" zcard '{sluice}:hosts')" = 3 ] && break; sleep 0.1
 done
-sleep 0.5 # the agents set each host's local share to a third of the rate
+for i in 1 2 3; do # each agent makes its host's local share a third of the rate
+  for _ in $(seq 100); do
+    SLUICE_PIN_DIR=/sys/fs/bpf/slcl_h$i "$SLUICE" rule list --json | grep -q '"hosts": *3' && break; sleep 0.1
+  done
+done
 echo "\$ sluice status   (on h1)"
 SLUICE_RUN_DIR=$WORK/run-h1 host 1 "$SLUICE" status | tail -2
 before=$(passed)
@@ -103,13 +112,19 @@ synced=$((after - before))
 echo "   passed cluster-wide: $synced in ${SECS}s = $((synced / SECS))/s (the rule says $RATE/s)"
 
 echo
-echo "== redis-server stopped: the hosts keep their shares for the lease (1 s), then fall back to"
-echo "   a third of the rate each, which still adds up to the rate"
+echo "== all the traffic on h1 (3 x $RATE/s): h1's local share is a third, but the store grants it the whole rate"
+before=$(passed_on 1)
+send 1 $((3 * RATE))
+after=$(passed_on 1)
+echo "   h1 passed: $((after - before)) in ${SECS}s = $(((after - before) / SECS))/s"
+
+echo
+echo "== redis-server stopped: each host keeps its share for the lease (1 s), then falls back to its"
+echo "   local share, a third of the rate: h1 alone now passes a third"
 kill "$(cat "$WORK/redis.pid")"
 sleep 1.5
 SLUICE_RUN_DIR=$WORK/run-h1 host 1 "$SLUICE" status | tail -1
-before=$(passed)
-send
-after=$(passed)
-down=$((after - before))
-echo "   passed cluster-wide: $down in ${SECS}s = $((down / SECS))/s"
+before=$(passed_on 1)
+send 1 $((3 * RATE))
+after=$(passed_on 1)
+echo "   h1 passed: $((after - before)) in ${SECS}s = $(((after - before) / SECS))/s"

@@ -91,3 +91,55 @@ TEST_F(ClusterRule, CreditNeverFillsABucketBeyondItsBurst)
 	ASSERT_TRUE(shift(r, "10.1.1.3", 3600 * int64_t(SEC_TICKS))); // an hour of credit
 	EXPECT_EQ(passes("10.1.1.3", 4), 2) << "full is the burst of 2, however much credit";
 }
+
+// IPv6 sources: the bucket of a /64 moves the same way.
+TEST_F(ClusterRule, AnIpv6BucketIsGrantedToo)
+{
+	RuleSpec s;
+	s.name = "shared6";
+	s.cidr = parse_cidr("2001:db8::/32");
+	s.rate = parse_rate("1/min");
+	s.burst = 2;
+	s.scope = Scope::cluster;
+	InstalledRule r = table_->add(s);
+	EXPECT_EQ(passes("2001:db8:0:1::7", 3), 2);
+	uint32_t zero = 0;
+	struct sluice_config cfg = {};
+	ASSERT_EQ(bpf_map_lookup_elem(maps_.config.get(), &zero, &cfg), 0);
+	SourceTable6 table(maps_.src6.get());
+	in6_addr a{};
+	inet_pton(AF_INET6, "2001:db8:0:1::", &a); // the bucket: the source's /64
+	struct timespec ts = {};
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	uint64_t now = sluice_ns_to_ticks(uint64_t(ts.tv_sec) * 1000000000ULL + uint64_t(ts.tv_nsec));
+	ASSERT_TRUE(table.shift_arrival(r.id, reinterpret_cast<uint8_t *>(&a), cfg.hash_seed, 60 * int64_t(SEC_TICKS), now));
+	EXPECT_EQ(passes("2001:db8:0:1::8", 2), 1) << "one packet of credit, to the whole /64";
+}
+
+// `rule set` makes a rule cluster-wide, or gives it a fallback, in place: the
+// same buckets, the data plane at the new local share.
+TEST_F(ClusterRule, RuleSetChangesScopeAndFallbackKeepingTheBuckets)
+{
+	RuleSpec s;
+	s.name = "shared";
+	s.cidr = parse_cidr("10.0.0.0/8");
+	s.rate = parse_rate("3/min");
+	s.burst = 6;
+	table_->add(s);
+	EXPECT_EQ(passes("10.1.1.5", 2), 2);
+	RuleEdit e;
+	e.scope = Scope::cluster;
+	e.cluster_hosts = 3;
+	InstalledRule r = table_->edit("shared", e);
+	EXPECT_EQ(r.spec.scope, Scope::cluster);
+	EXPECT_EQ(local_rate(r), (Rate{3, 180000000000ULL, RateUnit::packets}));
+	// Its 40 s of debt are kept as time: 60 s a packet in a 120 s bucket
+	// lets one more through, where a fresh bucket passes two.
+	EXPECT_EQ(passes("10.1.1.5", 2), 1) << "the bucket was not kept";
+	EXPECT_EQ(passes("10.1.1.6", 3), 2) << "a third of the burst of 6";
+	RuleEdit f;
+	f.fallback = parse_rate("3/min");
+	r = table_->edit("shared", f);
+	EXPECT_EQ(local_rate(r), parse_rate("3/min"));
+	EXPECT_EQ(passes("10.1.1.7", 7), 6) << "a fallback of the whole rate: the whole burst";
+}

@@ -159,10 +159,14 @@ Stats collect_stats(const MapSet &maps, const StatsQuery &query)
 uint64_t rule_set_digest(const std::vector<RuleStats> &rules)
 {
 	// FNV-1a over each rule's JSON form, which names every field of its spec
-	// but `continue`, added here.
+	// but `continue`, added here. A cluster rule's host count and the local
+	// share it gives are state the agent keeps, not policy: left out.
 	uint64_t h = 0xcbf29ce484222325ULL;
 	for (const auto &rs : rules) {
-		for (char c : rule_json(rs.rule).dump() + (rs.rule.spec.layered ? " continue\n" : "\n")) {
+		nlohmann::ordered_json j = rule_json(rs.rule);
+		j.erase("hosts");
+		j.erase("local_rate");
+		for (char c : j.dump() + (rs.rule.spec.layered ? " continue\n" : "\n")) {
 			h ^= static_cast<uint8_t>(c);
 			h *= 0x100000001b3ULL;
 		}
