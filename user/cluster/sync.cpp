@@ -15,6 +15,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "datapath.h"
@@ -143,6 +144,7 @@ struct ClusterSync::State {
 	Clock::time_point next_attempt{};
 	Clock::time_point degraded_since = Clock::now();
 	std::string last_logged;
+	std::set<std::string> refused; ///< "RULE/HOSTS": host-count edits refused, not tried again
 	std::mt19937 jitter{std::random_device{}()};
 };
 
@@ -489,21 +491,32 @@ void ClusterSync::follow_host_count(const std::shared_ptr<Tables> &tables)
 		return;
 	std::vector<std::string> stale;
 	for (const auto &[id, r] : st.rules)
-		if (r.default_fallback && r.hosts != st.hosts)
+		if (r.default_fallback && r.hosts != st.hosts && !st.refused.count(r.name + "/" + std::to_string(st.hosts)))
 			stale.push_back(r.name);
 	if (stale.empty())
 		return;
 	Instance inst(options_.pin_dir);
 	auto lock = inst.lock(true);
 	RuleTable table(tables->maps);
+	size_t moved = 0;
 	for (const auto &name : stale) {
 		RuleEdit e;
 		e.cluster_hosts = st.hosts;
-		table.edit(name, e);
+		try {
+			table.edit(name, e);
+			moved++;
+		} catch (const Error &err) {
+			// A share too small to compile, say: the rule keeps the one it
+			// has, and the sync goes on. Said once per rule and count.
+			st.refused.insert(name + "/" + std::to_string(st.hosts));
+			agent::log_line("cluster: rule '" + name + "' keeps its local share for " +
+					std::to_string(st.hosts) + " hosts: " + err.what());
+		}
 	}
 	st.rules = cluster_rules(tables->maps);
-	agent::log_line("cluster: " + std::to_string(st.hosts) + " hosts; the local shares of " +
-			std::to_string(stale.size()) + " rules follow");
+	if (moved)
+		agent::log_line("cluster: " + std::to_string(st.hosts) + " hosts; the local shares of " +
+				std::to_string(moved) + " rules follow");
 }
 
 void ClusterSync::track_buckets(const std::shared_ptr<Tables> &tables, Clock::time_point now)
