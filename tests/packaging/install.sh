@@ -51,7 +51,7 @@ $got"
   fi
 
   f=$dest$unit/sluice-agent.service
-  for line in "ExecStart=$sbin/sluice agent" "Restart=on-failure"; do
+  for line in "ExecStart=$sbin/sluice agent \$SLUICE_AGENT_ARGS" "EnvironmentFile=-/etc/default/sluice-agent" "Restart=on-failure"; do
     grep -qxF "$line" "$f" || fail "$unit/sluice-agent.service lacks the line: $line"
   done
   # Stopping the agent must never detach: no command of its runs but the agent.
