@@ -551,6 +551,43 @@ TEST_F(Lifecycle, UpgradeFromThePreviousReleaseKeepsLimitsCountersAndTheLinkWith
 		    flooded.load(), arrived);
 }
 
+// A deployment made by the last binary of ABI 3 (rule info without a scope)
+// upgraded in place: rules, buckets and counters come along, the set tables
+// as they are, and the rules can then be made cluster-wide.
+TEST_F(Lifecycle, UpgradeFromAbi3KeepsRulesBucketsAndCountersAndGainsScope)
+{
+	const std::string abi3 = SLUICE_ABI3_BIN;
+	ASSERT_EQ(access(abi3.c_str(), X_OK), 0)
+		<< abi3 << " is missing: scripts/build-previous.sh builds it (scripts/test.sh runs it)";
+	auto old_cli = [&](std::vector<std::string> args) {
+		args.insert(args.begin(), {"nsenter", "--net=/run/netns/" + DST_NS, abi3});
+		return run_command(args);
+	};
+	ASSERT_EQ(old_cli({"attach", DST_IF}).exit_code, 0);
+	ASSERT_EQ(old_cli({"rule", "add", PROBES[0], "--rate", "1/min", "--burst", "5", "--name", "lim"}).exit_code, 0);
+	ASSERT_EQ(old_cli({"rule", "add", PROBES[1], "--deny", "--name", "deny"}).exit_code, 0);
+	EXPECT_EQ(send_udp_in(SRC_NS, PROBES[0], DST, PORT, 20, 32), 20);
+
+	CommandResult refused = cli_dst({"status"});
+	EXPECT_NE(refused.exit_code, 0);
+	EXPECT_NE(refused.err.find("run `sluice upgrade`"), std::string::npos) << refused.err;
+	CommandResult up = cli_dst({"upgrade"});
+	ASSERT_EQ(up.exit_code, 0) << up.err;
+	EXPECT_EQ(rule_names(), (std::vector<std::string>{"lim", "deny"}));
+	auto d = send_and_count({PROBES[0]}, 10);
+	EXPECT_EQ(d["pass_limit"], 0u) << "the limited source's bucket was not carried";
+	EXPECT_EQ(d["drop_rate"], 10u);
+	json lim = rule_stats("lim");
+	EXPECT_EQ(lim["passed_packets"], 5u);
+	EXPECT_EQ(lim["dropped_packets"], 25u);
+	EXPECT_EQ(cli_json({"rule", "list", "--json"})[0]["scope"], "local");
+
+	CommandResult set = cli({"rule", "set", "lim", "--scope", "cluster"});
+	ASSERT_EQ(set.exit_code, 0) << set.err;
+	EXPECT_NE(set.out.find("1/min (cluster)"), std::string::npos) << set.out;
+	EXPECT_EQ(send_and_count({PROBES[0]}, 3)["drop_rate"], 3u) << "made cluster-wide, the bucket stays limited";
+}
+
 TEST_F(Lifecycle, ABadPolicyIsOneLineForCheckDiffAndApplyAndChangesNothing)
 {
 	std::string small = write_file("small.yaml", policy_text(false, "1000/s"));
