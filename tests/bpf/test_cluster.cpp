@@ -38,19 +38,22 @@ protected:
 			passed += run({.src = src}) == XDP_PASS;
 		return passed;
 	}
-	bool shift(const InstalledRule &r, const char *src, int64_t ticks)
+	/// Moves the arrival time of `rule`'s bucket for `bucket` (an address,
+	/// masked as the rule masks it) `ticks` earlier, as the cluster sync does.
+	bool shift(const InstalledRule &r, const char *bucket, int64_t ticks)
 	{
 		uint32_t zero = 0;
 		struct sluice_config cfg = {};
 		EXPECT_EQ(bpf_map_lookup_elem(maps_.config.get(), &zero, &cfg), 0);
-		SourceTable4 table(maps_.src4.get());
-		in_addr a{};
-		inet_pton(AF_INET, src, &a);
 		struct timespec ts = {};
 		clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
 		uint64_t now = sluice_ns_to_ticks(uint64_t(ts.tv_sec) * 1000000000ULL + uint64_t(ts.tv_nsec));
-		return table.shift_arrival(r.bucket_id ? r.bucket_id : r.id, reinterpret_cast<uint8_t *>(&a), cfg.hash_seed,
-					   ticks, now);
+		uint32_t id = r.bucket_id ? r.bucket_id : r.id;
+		uint8_t addr[16] = {};
+		if (inet_pton(AF_INET, bucket, addr) == 1)
+			return SourceTable4(maps_.src4.get()).shift_arrival(id, addr, cfg.hash_seed, ticks, now);
+		EXPECT_EQ(inet_pton(AF_INET6, bucket, addr), 1) << bucket;
+		return SourceTable6(maps_.src6.get()).shift_arrival(id, addr, cfg.hash_seed, ticks, now);
 	}
 };
 
@@ -103,16 +106,7 @@ TEST_F(ClusterRule, AnIpv6BucketIsGrantedToo)
 	s.scope = Scope::cluster;
 	InstalledRule r = table_->add(s);
 	EXPECT_EQ(passes("2001:db8:0:1::7", 3), 2);
-	uint32_t zero = 0;
-	struct sluice_config cfg = {};
-	ASSERT_EQ(bpf_map_lookup_elem(maps_.config.get(), &zero, &cfg), 0);
-	SourceTable6 table(maps_.src6.get());
-	in6_addr a{};
-	inet_pton(AF_INET6, "2001:db8:0:1::", &a); // the bucket: the source's /64
-	struct timespec ts = {};
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	uint64_t now = sluice_ns_to_ticks(uint64_t(ts.tv_sec) * 1000000000ULL + uint64_t(ts.tv_nsec));
-	ASSERT_TRUE(table.shift_arrival(r.id, reinterpret_cast<uint8_t *>(&a), cfg.hash_seed, 60 * int64_t(SEC_TICKS), now));
+	ASSERT_TRUE(shift(r, "2001:db8:0:1::", 60 * int64_t(SEC_TICKS))); // the bucket: the source's /64
 	EXPECT_EQ(passes("2001:db8:0:1::8", 2), 1) << "one packet of credit, to the whole /64";
 }
 

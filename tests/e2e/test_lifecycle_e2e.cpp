@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -193,6 +194,18 @@ protected:
 				return r;
 		ADD_FAILURE() << "no rule " << name << " in stats";
 		return json::object();
+	}
+
+	/// An earlier binary run in the receiving namespace; fails the test if
+	/// it was not built.
+	std::function<CommandResult(std::vector<std::string>)> older_cli(const std::string &binary)
+	{
+		EXPECT_EQ(access(binary.c_str(), X_OK), 0)
+			<< binary << " is missing: scripts/build-previous.sh builds it (scripts/test.sh runs it)";
+		return [binary](std::vector<std::string> args) {
+			args.insert(args.begin(), {"nsenter", "--net=/run/netns/" + DST_NS, binary});
+			return run_command(args);
+		};
 	}
 
 	std::vector<std::string> rule_names()
@@ -483,13 +496,7 @@ TEST_F(Lifecycle, ApplyResizesTheTablesKeepingRulesAndCountersAndExportRoundTrip
 // through while the program is replaced, the link and the counters stay.
 TEST_F(Lifecycle, UpgradeFromThePreviousReleaseKeepsLimitsCountersAndTheLinkWithNoGap)
 {
-	const std::string previous = SLUICE_PREVIOUS_BIN;
-	ASSERT_EQ(access(previous.c_str(), X_OK), 0)
-		<< previous << " is missing: scripts/build-previous.sh builds it (scripts/test.sh runs it)";
-	auto old_cli = [&](std::vector<std::string> args) {
-		args.insert(args.begin(), {"nsenter", "--net=/run/netns/" + DST_NS, previous});
-		return run_command(args);
-	};
+	auto old_cli = older_cli(SLUICE_PREVIOUS_BIN);
 	ASSERT_EQ(old_cli({"attach", DST_IF}).exit_code, 0);
 	ASSERT_EQ(old_cli({"rule", "add", PROBES[0], "--rate", "1/min", "--burst", "5", "--name", "lim"}).exit_code, 0);
 	ASSERT_EQ(old_cli({"rule", "add", PROBES[1], "--deny", "--name", "deny"}).exit_code, 0);
@@ -556,13 +563,7 @@ TEST_F(Lifecycle, UpgradeFromThePreviousReleaseKeepsLimitsCountersAndTheLinkWith
 // as they are, and the rules can then be made cluster-wide.
 TEST_F(Lifecycle, UpgradeFromAbi3KeepsRulesBucketsAndCountersAndGainsScope)
 {
-	const std::string abi3 = SLUICE_ABI3_BIN;
-	ASSERT_EQ(access(abi3.c_str(), X_OK), 0)
-		<< abi3 << " is missing: scripts/build-previous.sh builds it (scripts/test.sh runs it)";
-	auto old_cli = [&](std::vector<std::string> args) {
-		args.insert(args.begin(), {"nsenter", "--net=/run/netns/" + DST_NS, abi3});
-		return run_command(args);
-	};
+	auto old_cli = older_cli(SLUICE_ABI3_BIN);
 	ASSERT_EQ(old_cli({"attach", DST_IF}).exit_code, 0);
 	ASSERT_EQ(old_cli({"rule", "add", PROBES[0], "--rate", "1/min", "--burst", "5", "--name", "lim"}).exit_code, 0);
 	ASSERT_EQ(old_cli({"rule", "add", PROBES[1], "--deny", "--name", "deny"}).exit_code, 0);

@@ -89,41 +89,6 @@ using prometheus::MetricFamily;
 using prometheus::MetricType;
 using Labels = std::vector<ClientMetric::Label>;
 
-/// Builds metric families in the order they are first named. A deque, so
-/// that a family's reference stays valid while later ones are added.
-class FamilyList {
-public:
-	MetricFamily &add(std::string name, std::string help, MetricType type)
-	{
-		families_.push_back({std::move(name), std::move(help), type, {}});
-		return families_.back();
-	}
-
-	static void sample(MetricFamily &f, Labels labels, double value)
-	{
-		ClientMetric m;
-		m.label = std::move(labels);
-		if (f.type == MetricType::Counter)
-			m.counter.value = value;
-		else
-			m.gauge.value = value;
-		f.metric.push_back(std::move(m));
-	}
-
-	void single(std::string name, std::string help, MetricType type, double value, Labels labels = {})
-	{
-		sample(add(std::move(name), std::move(help), type), std::move(labels), value);
-	}
-
-	std::vector<MetricFamily> take()
-	{
-		return {std::make_move_iterator(families_.begin()), std::make_move_iterator(families_.end())};
-	}
-
-private:
-	std::deque<MetricFamily> families_;
-};
-
 std::string family_name(int family) { return family == 6 ? "ipv6" : "ipv4"; }
 
 void global_counters(FamilyList &out, const Stats &s)

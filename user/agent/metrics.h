@@ -8,6 +8,7 @@
 #include <prometheus/metric_family.h>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -21,6 +22,43 @@
 class CivetServer;
 
 namespace sluice::agent {
+
+using MetricLabels = std::vector<prometheus::ClientMetric::Label>;
+
+/// Builds metric families in the order they are first named. A deque, so
+/// that a family's reference stays valid while later ones are added.
+class FamilyList {
+public:
+	prometheus::MetricFamily &add(std::string name, std::string help, prometheus::MetricType type)
+	{
+		families_.push_back({std::move(name), std::move(help), type, {}});
+		return families_.back();
+	}
+
+	static void sample(prometheus::MetricFamily &f, MetricLabels labels, double value)
+	{
+		prometheus::ClientMetric m;
+		m.label = std::move(labels);
+		if (f.type == prometheus::MetricType::Counter)
+			m.counter.value = value;
+		else
+			m.gauge.value = value;
+		f.metric.push_back(std::move(m));
+	}
+
+	void single(std::string name, std::string help, prometheus::MetricType type, double value, MetricLabels labels = {})
+	{
+		sample(add(std::move(name), std::move(help), type), std::move(labels), value);
+	}
+
+	std::vector<prometheus::MetricFamily> take()
+	{
+		return {std::make_move_iterator(families_.begin()), std::make_move_iterator(families_.end())};
+	}
+
+private:
+	std::deque<prometheus::MetricFamily> families_;
+};
 
 /// Where the exporter listens: a numeric IPv4 or IPv6 address and a port.
 struct ListenAddress {

@@ -23,6 +23,7 @@
 #include "net.h"
 #include "rule_table.h"
 #include "sluice_algos.h"
+#include "metrics.h"
 #include "sources.h"
 
 namespace sluice::cluster {
@@ -303,59 +304,43 @@ std::string read_status_line(const std::string &path)
 
 std::vector<prometheus::MetricFamily> sync_metric_families(const SyncFigures &f)
 {
-	using prometheus::ClientMetric;
-	using prometheus::MetricFamily;
 	using prometheus::MetricType;
-	std::vector<MetricFamily> out;
-	auto add = [&out](std::string name, std::string help, MetricType type) -> MetricFamily & {
-		out.push_back({std::move(name), std::move(help), type, {}});
-		return out.back();
-	};
-	auto sample = [](MetricFamily &fam, std::vector<ClientMetric::Label> labels, double v) {
-		ClientMetric m;
-		m.label = std::move(labels);
-		if (fam.type == MetricType::Counter)
-			m.counter.value = v;
-		else
-			m.gauge.value = v;
-		fam.metric.push_back(std::move(m));
-	};
-	sample(add("sluice_cluster_degraded",
+	agent::FamilyList out;
+	out.single("sluice_cluster_degraded",
 		   "1 while the store is out of reach or failing: shares held until their lease ends, then fallbacks",
-		   MetricType::Gauge),
-	       {{"store", f.store}, {"node", f.node}}, f.degraded ? 1 : 0);
-	sample(add("sluice_cluster_degraded_total", "Times the sync went degraded", MetricType::Counter), {},
-	       double(f.degraded_total));
-	auto &rounds = add("sluice_cluster_rounds_total", "Sync rounds by result", MetricType::Counter);
-	sample(rounds, {{"result", "ok"}}, double(f.rounds_ok));
-	sample(rounds, {{"result", "failed"}}, double(f.rounds_failed));
-	sample(add("sluice_cluster_store_commands_total", "Commands sent to the store (script calls)",
-		   MetricType::Counter),
-	       {}, double(f.commands));
-	sample(add("sluice_cluster_round_seconds", "Wall time of the last sync round", MetricType::Gauge), {},
-	       f.last_round_seconds);
-	sample(add("sluice_cluster_hosts", "Live hosts the store knows of", MetricType::Gauge), {}, double(f.hosts));
-	sample(add("sluice_cluster_synced_buckets", "Buckets being synced", MetricType::Gauge), {},
-	       double(f.synced_buckets));
-	auto &rate = add("sluice_cluster_rule_rate", "A cluster rule's shared rate, units per second", MetricType::Gauge);
-	auto &local = add("sluice_cluster_rule_local_rate",
-			  "A cluster rule's local share without the store (its fallback), units per second",
-			  MetricType::Gauge);
-	auto &share = add("sluice_cluster_rule_share",
-			  "This host's granted shares of the rule's synced buckets, summed, units per second",
-			  MetricType::Gauge);
-	auto &used = add("sluice_cluster_rule_cluster_used",
-			 "Every host's use of the rule's buckets synced here, units per second", MetricType::Gauge);
-	auto &buckets = add("sluice_cluster_rule_synced_buckets", "Buckets of the rule being synced",
-			    MetricType::Gauge);
+		   MetricType::Gauge, f.degraded ? 1 : 0, {{"store", f.store}, {"node", f.node}});
+	out.single("sluice_cluster_degraded_total", "Times the sync went degraded", MetricType::Counter,
+		   double(f.degraded_total));
+	auto &rounds = out.add("sluice_cluster_rounds_total", "Sync rounds by result", MetricType::Counter);
+	agent::FamilyList::sample(rounds, {{"result", "ok"}}, double(f.rounds_ok));
+	agent::FamilyList::sample(rounds, {{"result", "failed"}}, double(f.rounds_failed));
+	out.single("sluice_cluster_store_commands_total", "Commands sent to the store (script calls)",
+		   MetricType::Counter, double(f.commands));
+	out.single("sluice_cluster_round_seconds", "Wall time of the last sync round", MetricType::Gauge,
+		   f.last_round_seconds);
+	out.single("sluice_cluster_hosts", "Live hosts the store knows of", MetricType::Gauge, double(f.hosts));
+	out.single("sluice_cluster_synced_buckets", "Buckets being synced", MetricType::Gauge, double(f.synced_buckets));
+	auto &rate = out.add("sluice_cluster_rule_rate", "A cluster rule's shared rate, units per second",
+			     MetricType::Gauge);
+	auto &local = out.add("sluice_cluster_rule_local_rate",
+			      "A cluster rule's local share without the store (its fallback), units per second",
+			      MetricType::Gauge);
+	auto &share = out.add("sluice_cluster_rule_share",
+			      "This host's granted shares of the rule's synced buckets, summed, units per second",
+			      MetricType::Gauge);
+	auto &used = out.add("sluice_cluster_rule_cluster_used",
+			     "Every host's use of the rule's buckets synced here, units per second", MetricType::Gauge);
+	auto &buckets = out.add("sluice_cluster_rule_synced_buckets", "Buckets of the rule being synced",
+				MetricType::Gauge);
 	for (const auto &r : f.rules) {
-		sample(rate, {{"rule", r.name}}, r.rate);
-		sample(local, {{"rule", r.name}}, r.local_rate);
-		sample(share, {{"rule", r.name}}, r.share);
-		sample(used, {{"rule", r.name}}, r.cluster_used);
-		sample(buckets, {{"rule", r.name}}, double(r.buckets));
+		agent::MetricLabels rule = {{"rule", r.name}};
+		agent::FamilyList::sample(rate, rule, r.rate);
+		agent::FamilyList::sample(local, rule, r.local_rate);
+		agent::FamilyList::sample(share, rule, r.share);
+		agent::FamilyList::sample(used, rule, r.cluster_used);
+		agent::FamilyList::sample(buckets, rule, double(r.buckets));
 	}
-	return out;
+	return out.take();
 }
 
 void ClusterSync::sync_loop()
