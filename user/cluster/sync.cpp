@@ -617,13 +617,14 @@ void ClusterSync::read_counters(Tables &tables, bool half_way)
 
 void ClusterSync::round_failed(Clock::time_point began, const std::string &problem)
 {
-	// Backoff: a quarter interval, doubling up to one interval, with jitter:
-	// a store that returns is used again within an interval.
+	// Backoff: a quarter interval, doubling, with jitter, never more than
+	// an interval: a store that returns is used again within an interval.
 	State &st = *state_;
 	st.failures = std::min(st.failures + 1, 8);
-	auto wait = std::min<Clock::duration>(options_.interval / 4 * (1 << (st.failures - 1)), options_.interval);
 	std::uniform_real_distribution<double> spread(0.8, 1.2);
-	st.next_attempt = Clock::now() + std::chrono::duration_cast<Clock::duration>(wait * spread(st.jitter));
+	auto wait = std::chrono::duration_cast<Clock::duration>(options_.interval / 4 * (1 << (st.failures - 1)) *
+								spread(st.jitter));
+	st.next_attempt = Clock::now() + std::min<Clock::duration>(wait, options_.interval);
 	std::lock_guard hold(st.mutex);
 	SyncFigures &f = st.figures;
 	f.rounds_failed++;
