@@ -91,7 +91,7 @@ struct {
 	__uint(max_entries, 2 * SLUICE_DEFAULT_MAX_RULES);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct sluice_lpm_v6);
-	__type(value, __u32); /* the prefix's first list in SLUICE_MAP_LISTS */
+	__type(value, struct sluice_match_list); /* the prefix's first list itself */
 } SLUICE_MAP_MATCH_V6 SEC(".maps");
 
 /* The source tables: arrays of 4-way sets (see sluice_abi.h), every bucket's
@@ -357,15 +357,13 @@ static __always_inline __u32 lookup_v4(const __u8 *saddr, __u32 set)
 	return e;
 }
 
-/* The first match list's index for an IPv6 source: one trie lookup. */
-static __always_inline __u32 lookup_v6(const __u8 *saddr, __u32 set)
+/* The first match list of an IPv6 source, held in the trie: one lookup. */
+static __always_inline const struct sluice_match_list *lookup_v6(const __u8 *saddr, __u32 set)
 {
 	struct sluice_lpm_v6 key = { .prefixlen = SLUICE_LPM_SET_BITS + 128, .set = set };
-	const __u32 *first;
 
 	__builtin_memcpy(key.addr, saddr, 16);
-	first = bpf_map_lookup_elem(&SLUICE_MAP_MATCH_V6, &key);
-	return first ? *first : 0;
+	return bpf_map_lookup_elem(&SLUICE_MAP_MATCH_V6, &key);
 }
 
 /* Masks an address in place to its first `bits` bits. */
@@ -1813,11 +1811,13 @@ __noinline __u32 apply_rule(struct xdp_md *ctx, const struct packet_info *pkt,
 #define WALK_FOUND    0x2 /* best_slot holds the terminal candidate that decides */
 #define WALK_LAYERED  0x4 /* a layered rule passed the packet: `verdict` is its verdict */
 #define WALK_VANISHED 0x8 /* a listed slot was empty: a rule set changed under the packet */
+#define WALK_V6_HEAD  0x10 /* in an IPv6 prefix's first list, which the trie holds */
+#define WALK_NO_COVER 0x20 /* no rule covers the source */
 struct walk {
 	__u64 best_strictness;
 	__u32 best_slot;
 	__u32 slot;  /* STEP_LAYERED: the layered rule to apply */
-	__u32 list;  /* the list the walk is in (absolute index in SLUICE_MAP_LISTS) */
+	__u32 list;  /* the list the walk is in (absolute index in SLUICE_MAP_LISTS), unless WALK_V6_HEAD */
 	__u8  set;
 	__u8  flags;
 	__u8  verdict;
@@ -1903,13 +1903,26 @@ __noinline int walk_rules(const struct packet_info *pkt, struct walk *w)
 	if (!pkt || !w) /* the verifier needs it */
 		return STEP_END;
 	for (i = 0; i < SLUICE_MAX_LIST_WALK; i++) {
-		index = w->list;
-		list = bpf_map_lookup_elem(&SLUICE_MAP_LISTS, &index);
-		if (!list) {
-			w->flags |= WALK_VANISHED;
-			return STEP_END;
+		if (w->flags & WALK_V6_HEAD) {
+			list = lookup_v6(pkt->saddr, w->set);
+			if (!list) {
+				/* Before the walk's first step: no rule covers the
+				 * source. Back after a layered rule: the set changed. */
+				w->flags &= ~WALK_V6_HEAD;
+				w->flags |= w->pos ? WALK_VANISHED : WALK_NO_COVER;
+				return STEP_END;
+			}
+		} else {
+			index = w->list;
+			list = bpf_map_lookup_elem(&SLUICE_MAP_LISTS, &index);
+			if (!list) {
+				w->flags |= WALK_VANISHED;
+				return STEP_END;
+			}
 		}
 		step = walk_list(pkt, list, w);
+		if (step != STEP_LAYERED)
+			w->flags &= ~WALK_V6_HEAD; /* on in SLUICE_MAP_LISTS, or done */
 		if (step != STEP_NEXT)
 			return step;
 	}
@@ -1917,7 +1930,9 @@ __noinline int walk_rules(const struct packet_info *pkt, struct walk *w)
 }
 
 /* Starts a packet's decision: fragment and header bookkeeping, then the
- * first match list (w->list). 0 if no rule covers the source. A global
+ * first match list: for IPv4, its index (w->list), 0 if no rule covers the
+ * source; for IPv6, the walk's first step reads it from the trie
+ * (WALK_V6_HEAD), and finds whether a rule covers the source. A global
  * function, so the verifier checks it once rather than once per parsing path. */
 __noinline int start_decision(struct packet_info *pkt, struct walk *w)
 {
@@ -1934,11 +1949,12 @@ __noinline int start_decision(struct packet_info *pkt, struct walk *w)
 		count_global(SLUICE_CNT_INFO_L4_UNKNOWN, pkt->l3_len);
 
 	w->set = active_set();
-	w->list = pkt->family == 4 ? lookup_v4(pkt->saddr, w->set) : lookup_v6(pkt->saddr, w->set);
-	if (!w->list)
-		return 0;
-	pkt->flags |= PKT_COVERED;
-	return 1;
+	if (pkt->family == 6) {
+		w->flags |= WALK_V6_HEAD;
+		return 1;
+	}
+	w->list = lookup_v4(pkt->saddr, w->set);
+	return w->list != 0;
 }
 
 /* Applies a rule of the live set by slot; FAILOPEN_RULE if it vanished. */
@@ -1967,7 +1983,12 @@ static __always_inline __u32 decide_packet(struct xdp_md *ctx, struct packet_inf
 	if (!start_decision(pkt, &w))
 		return SLUICE_CNT_PASS_NO_MATCH;
 	for (i = 0; i <= SLUICE_MAX_LAYERED; i++) {
-		if (walk_rules(pkt, &w) != STEP_LAYERED)
+		int step = walk_rules(pkt, &w);
+
+		if (w.flags & WALK_NO_COVER)
+			return SLUICE_CNT_PASS_NO_MATCH;
+		pkt->flags |= PKT_COVERED;
+		if (step != STEP_LAYERED)
 			break;
 		v = apply_slot(ctx, pkt, &w, w.slot);
 		if ((SLUICE_DROP_VERDICTS >> v) & 1)

@@ -295,7 +295,9 @@ SLUICE_ASSERT_SIZE(struct sluice_dir_block, 1024);
 /*
  * IPv6 LPM trie key (prefixlen first, as the kernel requires). The set is the
  * key's first byte, so both sets share one trie: prefixlen = 8 + the prefix
- * length.
+ * length. The value is the prefix's first match list itself (struct
+ * sluice_match_list, whose `next` goes on in SLUICE_MAP_LISTS), so that an
+ * IPv6 packet reads its first list with the lookup.
  */
 struct sluice_lpm_v6 {
 	__u32 prefixlen;
@@ -312,8 +314,8 @@ SLUICE_ASSERT_SIZE(struct sluice_lpm_v6, 24);
  * chained by `next`), then, through `next`, the list of the nearest covering
  * prefix that holds rules. The data plane walks the chain in order: layered
  * rules apply as they are met, and the first terminal rule that matches
- * decides. Lists live in SLUICE_MAP_LISTS; an IPv4 table entry or an IPv6
- * trie value is the index of its prefix's first list.
+ * decides. Lists live in SLUICE_MAP_LISTS; an IPv4 table entry is the index
+ * of its prefix's first list, an IPv6 trie value a copy of that list.
  */
 struct sluice_match_list {
 	__u32 count;

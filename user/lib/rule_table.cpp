@@ -59,34 +59,40 @@ LpmV6Bytes key_bytes(const struct sluice_lpm_v6 &k)
 	return b;
 }
 
+bool same_list(const struct sluice_match_list &a, const struct sluice_match_list &b)
+{
+	return std::memcmp(&a, &b, sizeof(a)) == 0;
+}
+
 /// Writes one set's IPv6 prefixes: the trie ends up holding exactly each
-/// prefix's first list under that set, whatever it held there before.
+/// prefix's first list (the list itself, so that a packet reads it with the
+/// lookup) under that set, whatever it held there before.
 void write_v6(int fd, uint32_t set, const MatchLists &lists)
 {
 	// What the set should hold, by key.
-	std::map<LpmV6Bytes, uint32_t> wanted;
+	std::map<LpmV6Bytes, struct sluice_match_list> wanted;
 	for (const auto &[prefix, first] : lists.first)
 		if (prefix.family == 6)
-			wanted.emplace(key_bytes(lpm_key<struct sluice_lpm_v6>(prefix, set)), first);
+			wanted.emplace(key_bytes(lpm_key<struct sluice_lpm_v6>(prefix, set)), lists.at(first));
 	// What the set held before (a change two transactions old, or a killed
 	// one's leftovers): whatever is not wanted goes, and what it holds as
 	// wanted is not written again.
 	std::vector<struct sluice_lpm_v6> stale;
 	std::set<LpmV6Bytes> held;
-	auto check = [&](const struct sluice_lpm_v6 &k, const uint32_t *value) {
+	auto check = [&](const struct sluice_lpm_v6 &k, const struct sluice_match_list *value) {
 		if (k.set != set)
 			return;
 		auto it = wanted.find(key_bytes(k));
 		if (it == wanted.end())
 			stale.push_back(k);
-		else if (value && *value == it->second)
+		else if (value && same_list(*value, it->second))
 			held.insert(it->first);
 	};
 	// The keys in batches of a syscall each where the kernel reads a trie
 	// in batches, else one syscall a key.
 	constexpr uint32_t BATCH = 4096;
 	std::vector<struct sluice_lpm_v6> batch(BATCH);
-	std::vector<uint32_t> batch_values(BATCH);
+	std::vector<struct sluice_match_list> batch_values(BATCH);
 	struct sluice_lpm_v6 cursor = {};
 	bool batched = true;
 	for (bool first = true;; first = false) {
@@ -117,14 +123,14 @@ void write_v6(int fd, uint32_t set, const MatchLists &lists)
 		if (bpf_map_delete_elem(fd, &k) && errno != ENOENT)
 			throw_errno("cannot remove an IPv6 match list", errno);
 	std::vector<struct sluice_lpm_v6> keys;
-	std::vector<uint32_t> values;
-	for (const auto &[bytes, first] : wanted) {
+	std::vector<struct sluice_match_list> values;
+	for (const auto &[bytes, list] : wanted) {
 		if (held.count(bytes))
 			continue;
 		struct sluice_lpm_v6 k;
 		std::memcpy(&k, bytes.data(), sizeof(k));
 		keys.push_back(k);
-		values.push_back(first);
+		values.push_back(list);
 	}
 	__u32 n = static_cast<__u32>(keys.size());
 	LIBBPF_OPTS(bpf_map_batch_opts, opts);
