@@ -332,6 +332,10 @@ std::vector<prometheus::MetricFamily> sync_metric_families(const SyncFigures &f)
 	       {}, double(f.commands));
 	sample(add("sluice_cluster_round_seconds", "Wall time of the last sync round", MetricType::Gauge), {},
 	       f.last_round_seconds);
+	sample(add("sluice_cluster_round_seconds_total",
+		   "Wall time of every sync round, summed: over sluice_cluster_rounds_total, the mean round",
+		   MetricType::Counter),
+	       {}, f.round_seconds_total);
 	sample(add("sluice_cluster_hosts", "Live hosts the store knows of", MetricType::Gauge), {}, double(f.hosts));
 	sample(add("sluice_cluster_synced_buckets", "Buckets being synced", MetricType::Gauge), {},
 	       double(f.synced_buckets));
@@ -457,6 +461,7 @@ void ClusterSync::round(Clock::time_point began)
 	f.commands += batch.size();
 	f.rounds_ok++;
 	f.last_round_seconds = seconds(Clock::now() - began);
+	f.round_seconds_total += f.last_round_seconds;
 	f.degraded = false;
 	f.problem.clear();
 	st.hosts = hosts;
@@ -630,6 +635,7 @@ void ClusterSync::round_failed(Clock::time_point began, const std::string &probl
 	SyncFigures &f = st.figures;
 	f.rounds_failed++;
 	f.last_round_seconds = seconds(Clock::now() - began);
+	f.round_seconds_total += f.last_round_seconds;
 	if (!f.degraded || f.degraded_total == 0) {
 		f.degraded_total++;
 		st.degraded_since = Clock::now();
