@@ -3,8 +3,11 @@
 # baselines, Sluice against nftables and iptables hashlimit on the same frames,
 # kernel memory per tracked source, and control-plane times (sluice-bench), then
 # the control plane at 100,000 rules: apply, export, rule set
-# (sluice-bench-control), and the cost of one agent scrape at 1,000,000 sources
-# and 10,000 rules (sluice-agent-bench). Prints Markdown.
+# (sluice-bench-control), the cost of one agent scrape at 1,000,000 sources
+# and 10,000 rules (sluice-agent-bench), and what cluster rules cost: the sync
+# at 1,000 rules and 10,000 buckets per host with the real agent and Redis,
+# and a cluster rule's per-packet cost against a local one's
+# (sluice-cluster-bench). Prints Markdown.
 # Run as root; installs and builds what is missing. --quick for a smoke run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,9 +21,12 @@ if [ -n "${missing:-}" ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
 ./build/tests/sluice-bench "$@"
-# The control plane at 100,000 rules (apply, export, rule set): its own program.
-control=()
-for a in "$@"; do [ "$a" = --quick ] && control+=(--quick); done
-./build/tests/sluice-bench-control "${control[@]}"
+# The control plane at 100,000 rules (apply, export, rule set) and the cluster
+# bench: programs of their own, which take --quick alone of the options.
+quick=()
+for a in "$@"; do [ "$a" = --quick ] && quick+=(--quick); done
+./build/tests/sluice-bench-control "${quick[@]}"
 echo
-exec ./build/tests/sluice-agent-bench
+./build/tests/sluice-agent-bench
+echo
+exec ./build/tests/sluice-cluster-bench "${quick[@]}"

@@ -17,7 +17,6 @@
 #include <net/if.h>
 #include <linux/bpf.h>
 #include <pthread.h>
-#include <sched.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -37,6 +36,7 @@
 #include <thread>
 
 #include "baselines_bpf.skel.h"
+#include "bench_timing.h"
 #include "datapath.h"
 #include "packet.h"
 #include "process.h"
@@ -68,31 +68,6 @@ std::string fixed(double v, int digits)
 	char buf[64];
 	std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
 	return buf;
-}
-
-double median(std::vector<double> v)
-{
-	std::sort(v.begin(), v.end());
-	return v.empty() ? 0 : v[v.size() / 2];
-}
-
-void pin_to(int cpu)
-{
-	cpu_set_t set;
-	CPU_ZERO(&set);
-	CPU_SET(cpu, &set);
-	if (sched_setaffinity(0, sizeof(set), &set))
-		throw Error("cannot pin to CPU " + std::to_string(cpu));
-}
-
-/// Average ns per run of `repeat` runs of `frame`, as the kernel times it.
-double test_run_ns(int prog_fd, const std::vector<uint8_t> &frame, uint32_t repeat)
-{
-	LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = frame.data(),
-		    .data_size_in = static_cast<__u32>(frame.size()), .repeat = static_cast<int>(repeat));
-	if (bpf_prog_test_run_opts(prog_fd, &opts))
-		throw_errno("BPF_PROG_TEST_RUN", errno);
-	return opts.duration;
 }
 
 /// Points an object's source generator at `count` sources (0: leave frames alone).
@@ -248,7 +223,7 @@ void section_per_packet(const Options &o, struct baselines_bpf *base)
 			  << st.global[SLUICE_CNT_DROP_RATE].packets << " dropped, "
 			  << st.global[SLUICE_CNT_PASS_CONTENTION].packets << " forced passes) | | | | |\n";
 	}
-	pin_to(BENCH_CPU);
+	pin_to_cpu(BENCH_CPU);
 
 	// Many sources: a table of 1M with all present, and one 4x oversubscribed.
 	struct Many {
@@ -834,7 +809,7 @@ int main(int argc, char **argv)
 		uname(&u);
 		std::cout << "# Sluice benchmark\n\nMachine: " << cpu_model() << ", " << sysconf(_SC_NPROCESSORS_ONLN)
 			  << " CPUs, kernel " << u.release << ". Every figure below was measured in this run.\n";
-		pin_to(BENCH_CPU);
+		pin_to_cpu(BENCH_CPU);
 		struct baselines_bpf *base = baselines_bpf__open_and_load();
 		if (!base)
 			throw_errno("cannot load the baseline programs", errno);

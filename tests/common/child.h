@@ -32,6 +32,9 @@ public:
 	/// -signal if killed by one.
 	int stop(int sig);
 	bool running() const;
+	/// Its process id, -1 once stopped. A command run through `env` is
+	/// env's pid, and env execs the command: the same process.
+	pid_t pid() const { return pid_; }
 
 private:
 	pid_t pid_ = -1;

@@ -1,11 +1,13 @@
-// The agent's pure parts: --metrics parsing, and the metrics a reading gives,
-// rendered in the text format as a scraper receives them.
+// The agent's pure parts: --metrics parsing, and the metrics a reading and the
+// cluster sync's figures give, rendered in the text format as a scraper
+// receives them.
 #include <gtest/gtest.h>
 
 #include <sstream>
 
 #include "error.h"
 #include "metrics.h"
+#include "sync.h"
 
 using namespace sluice;
 using namespace sluice::agent;
@@ -180,4 +182,20 @@ TEST(Metrics, ThePolicyDigestFollowsTheRules)
 	b.rules = a.rules;
 	b.rules[0].rule.spec.layered = true;
 	EXPECT_NE(rule_set_digest(a.rules), rule_set_digest(b.rules));
+}
+
+// The mean round over any stretch of time is the change of the summed wall
+// time over the change of the rounds: what a dashboard and the benchmark plot.
+TEST(Metrics, TheClusterSyncSumsItsRoundsWallTime)
+{
+	cluster::SyncFigures f;
+	f.rounds_ok = 3;
+	f.rounds_failed = 1;
+	f.last_round_seconds = 0.25;
+	f.round_seconds_total = 0.75;
+	auto lines = samples(render_text(cluster::sync_metric_families(f)));
+	EXPECT_TRUE(has(lines, "sluice_cluster_rounds_total{result=\"ok\"} 3"));
+	EXPECT_TRUE(has(lines, "sluice_cluster_rounds_total{result=\"failed\"} 1"));
+	EXPECT_TRUE(has(lines, "sluice_cluster_round_seconds 0.25"));
+	EXPECT_TRUE(has(lines, "sluice_cluster_round_seconds_total 0.75"));
 }

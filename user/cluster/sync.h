@@ -70,6 +70,7 @@ struct SyncFigures {
 	uint64_t rounds_ok = 0, rounds_failed = 0;
 	uint64_t commands = 0;        ///< sent to the store
 	double last_round_seconds = 0;
+	double round_seconds_total = 0; ///< every round's wall time, summed
 	unsigned hosts = 0;           ///< live hosts the store knows of
 	size_t synced_buckets = 0;
 	size_t granted_buckets = 0;   ///< with a grant whose lease runs
