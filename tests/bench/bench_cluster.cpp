@@ -42,6 +42,7 @@
 #include "maps.h"
 #include "packet.h"
 #include "redis_server.h"
+#include "rate.h"
 #include "rule_table.h"
 #include "sluice_algos.h"
 #include "sources.h"
@@ -591,10 +592,18 @@ void part_sync(const Options &o)
 		return fixed(r.evalsha_usec * r.commands_per_round / 1000, 1);
 	});
 	row("Redis CPU, % of one CPU", [](auto &r) { return fixed(100 * r.redis_cpu, 1); });
+	// What Redis would be busy for if every agent made its round every interval.
+	double interval_s = double(parse_duration_ns(o.interval, "--sync-interval")) / 1e9;
+	row("Redis busy if every agent rounds every interval, % of one CPU", [&](auto &r) {
+		return fixed(100 * r.evalsha_usec / 1e6 * r.commands_per_round * r.hosts / interval_s, 0);
+	});
 	row("degraded at the end", [](auto &r) { return std::string(r.degraded > 0 ? "yes" : "no"); });
 	row("(this program feeding the buckets, % of one CPU)", [](auto &r) { return fixed(100 * r.feeder_cpu, 1); });
 	std::cout << "\nAn agent sends one EVALSHA per rule per round (up to 500 buckets each) and one for the "
-		     "host registry. Between rounds it moves every granted bucket's arrival time every 5 ms.\n";
+		     "host registry, and between rounds moves every granted bucket's arrival time every 5 ms "
+		     "(cluster-apply). A round that takes longer than the interval delays the next: below one "
+		     "round per interval, the agent or Redis is the bottleneck (the last two Redis rows tell "
+		     "which).\n";
 }
 
 // ---- Part 2: the data plane.
@@ -819,6 +828,7 @@ int main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, nullptr);
 
 	try {
+		parse_duration_ns(o.interval, "--sync-interval"); // refused before anything is set up
 		if (geteuid() != 0)
 			throw Error("run as root: the benchmark loads and pins the XDP program");
 		set_libbpf_verbose(false);
