@@ -601,8 +601,10 @@ void ClusterSync::read_counters(Tables &tables, bool half_way)
 		}
 		b.reported = false;
 		// Over the last half interval if that reading is of the same
-		// bucket (counts only grow), else since the last round.
-		const Reading &from = b.half.at > b.last.at && b.half.offered <= r.offered && b.half.passed <= r.passed &&
+		// bucket (counts only grow) and a quarter interval old at least (a
+		// round that ran long took it just now), else since the last round.
+		const Reading &from = b.half.at > b.last.at && r.at - b.half.at >= options_.interval / 4 &&
+					      b.half.offered <= r.offered && b.half.passed <= r.passed &&
 					      b.half.exists == r.exists
 				      ? b.half
 				      : b.last;
@@ -706,6 +708,8 @@ void ClusterSync::apply_loop()
 			}
 			double dt = std::min(seconds(now - b.last_apply), 1.0);
 			b.last_apply = now;
+			if (b.share == b.local)
+				continue; // granted its local share: nothing to move
 			// At the local rate the bucket refills dt of time in dt; at
 			// the share, share/local times that: the difference, in ticks.
 			double shift = (b.share / b.local - 1.0) * dt * 1e9 * double(1 << SLUICE_TICK_SHIFT) + b.carry;
