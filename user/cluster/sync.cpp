@@ -71,13 +71,6 @@ struct ClusterRule {
 	uint32_t hosts = 1;
 };
 
-/// A bucket's counters at one time, in its rule's units.
-struct Reading {
-	uint64_t offered = 0, passed = 0;
-	Clock::time_point at{};
-	bool exists = false; ///< the table held the bucket
-};
-
 /// A bucket being synced.
 struct Tracked {
 	const ClusterRule *rule = nullptr; ///< valid during a round only
@@ -285,6 +278,18 @@ void write_status_file(const std::string &path, const SyncFigures &f, Clock::dur
 }
 
 } // namespace
+
+const Reading &measure_from(const Reading &last, const Reading &half, const Reading &now,
+			    std::chrono::milliseconds interval)
+{
+	// The half-way reading if it is newer than the last round's, of the same
+	// bucket (counts only grow) and a quarter interval old at least (a round
+	// that ran long took it just now: a window of a few milliseconds would
+	// read as no demand).
+	bool fresh = half.at > last.at && now.at - half.at >= interval / 4 && half.offered <= now.offered &&
+		     half.passed <= now.passed && half.exists == now.exists;
+	return fresh ? half : last;
+}
 
 std::string read_status_line(const std::string &path)
 {
@@ -600,14 +605,7 @@ void ClusterSync::read_counters(Tables &tables, bool half_way)
 			continue;
 		}
 		b.reported = false;
-		// Over the last half interval if that reading is of the same
-		// bucket (counts only grow) and a quarter interval old at least (a
-		// round that ran long took it just now), else since the last round.
-		const Reading &from = b.half.at > b.last.at && r.at - b.half.at >= options_.interval / 4 &&
-					      b.half.offered <= r.offered && b.half.passed <= r.passed &&
-					      b.half.exists == r.exists
-				      ? b.half
-				      : b.last;
+		const Reading &from = measure_from(b.last, b.half, r, options_.interval);
 		if (b.have_reading && r.offered >= from.offered && r.passed >= from.passed && r.at > from.at) {
 			double dt = seconds(r.at - from.at);
 			b.demand = double(r.offered - from.offered) / dt;

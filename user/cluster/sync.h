@@ -50,6 +50,19 @@ struct SyncOptions {
 	std::chrono::milliseconds effective_lease() const;
 };
 
+/// A bucket's counters at one time, in its rule's units.
+struct Reading {
+	uint64_t offered = 0, passed = 0; ///< passed and dropped, and passed
+	std::chrono::steady_clock::time_point at{};
+	bool exists = false; ///< the table held the bucket
+};
+
+/// Which earlier reading a round measures a bucket's demand from, up to
+/// `now`: the one half-way between rounds (so that traffic that stopped reads
+/// as gone sooner) when it is usable, else the last round's.
+const Reading &measure_from(const Reading &last, const Reading &half, const Reading &now,
+			    std::chrono::milliseconds interval);
+
 /// The default node id: the host name.
 std::string default_node_id();
 /// Where the agent reports the sync's health for `sluice status`: in the run
