@@ -11,6 +11,7 @@
 
 #include "redis_server.h"
 #include "store.h"
+#include "temp_file.h"
 
 using namespace sluice;
 using namespace sluice::cluster;
@@ -95,25 +96,7 @@ std::string unavailable_reason(Store &store, const std::vector<Command> &batch)
 	return "(no StoreUnavailable)";
 }
 
-/// A file removed at the end of the test.
-class TempFile {
-public:
-	explicit TempFile(const std::string &content)
-	{
-		char name[] = "/tmp/sluice-redis-password-XXXXXX";
-		int fd = mkstemp(name);
-		if (fd < 0)
-			throw std::runtime_error("mkstemp failed");
-		close(fd);
-		path_ = name;
-		std::ofstream(path_) << content;
-	}
-	~TempFile() { std::remove(path_.c_str()); }
-	const std::string &path() const { return path_; }
-
-private:
-	std::string path_;
-};
+using sluice::test::TempFile;
 
 TEST(RedisSingle, RepliesInBatchOrderBinarySafe)
 {

@@ -9,6 +9,7 @@
 
 #include "cluster_args.h"
 #include "error.h"
+#include "temp_file.h"
 
 using namespace sluice;
 
@@ -82,14 +83,9 @@ TEST(ClusterArgs, MistakesAreOneLine)
 
 TEST(ClusterArgs, ThePasswordComesFromItsFile)
 {
-	char path[] = "/tmp/sluice-pw-XXXXXX";
-	int fd = mkstemp(path);
-	ASSERT_GE(fd, 0);
-	close(fd);
-	std::ofstream(path) << "s3cret\nignored\n";
+	sluice::test::TempFile file("s3cret\nignored\n");
 	ClusterArgs a;
 	a.redis = "127.0.0.1:6379";
-	a.password_file = path;
+	a.password_file = file.path();
 	EXPECT_EQ(to_sync_options(a, "/x").store.password, "s3cret");
-	unlink(path);
 }

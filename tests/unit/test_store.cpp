@@ -11,6 +11,7 @@
 #include <set>
 
 #include "store.h"
+#include "temp_file.h"
 
 using namespace sluice;
 using namespace sluice::cluster;
@@ -132,25 +133,7 @@ TEST(StoreEndpoint, RejectsMalformedAddressesWithAReason)
 		<< "one line, even for a newline typed in";
 }
 
-/// A file in the test's temp directory, removed at the end.
-class TempFile {
-public:
-	explicit TempFile(const std::string &content)
-	{
-		char name[] = "/tmp/sluice-store-test-XXXXXX";
-		int fd = mkstemp(name);
-		if (fd < 0)
-			throw std::runtime_error("mkstemp failed");
-		close(fd);
-		path_ = name;
-		std::ofstream(path_, std::ios::binary) << content;
-	}
-	~TempFile() { std::remove(path_.c_str()); }
-	const std::string &path() const { return path_; }
-
-private:
-	std::string path_;
-};
+using sluice::test::TempFile;
 
 TEST(StorePasswordFile, ReadsTheFirstLine)
 {
