@@ -17,9 +17,9 @@
 #include <sstream>
 
 #include "agent.h"
-#include "cluster_args.h"
 #include "apply.h"
 #include "chain.h"
+#include "cluster_args.h"
 #include "datapath.h"
 #include "events.h"
 #include "rate.h"
