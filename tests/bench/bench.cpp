@@ -771,15 +771,6 @@ void section_spoofed(const Options &o)
 	}
 }
 
-std::string cpu_model()
-{
-	std::ifstream in("/proc/cpuinfo");
-	for (std::string line; std::getline(in, line);)
-		if (line.rfind("model name", 0) == 0)
-			return line.substr(line.find(':') + 2);
-	return "unknown";
-}
-
 } // namespace
 
 int main(int argc, char **argv)

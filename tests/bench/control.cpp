@@ -34,11 +34,13 @@
 #include <string>
 #include <vector>
 
+#include "bench_timing.h"
 #include "error.h"
 #include "policy.h"
 #include "policy_doc.h"
 
 using namespace sluice;
+using sluice::test::cpu_model;
 
 namespace {
 
@@ -255,15 +257,6 @@ std::string read_file(const std::string &path)
 		text.append(buf, static_cast<size_t>(got));
 	close(fd);
 	return text;
-}
-
-std::string cpu_model()
-{
-	std::ifstream in("/proc/cpuinfo");
-	for (std::string line; std::getline(in, line);)
-		if (line.rfind("model name", 0) == 0)
-			return line.substr(line.find(':') + 2);
-	return "unknown";
 }
 
 std::string load_average()

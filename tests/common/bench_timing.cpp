@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <fstream>
 #include <string>
 
 #include "error.h"
@@ -33,6 +34,15 @@ double median(std::vector<double> v)
 {
 	std::sort(v.begin(), v.end());
 	return v.empty() ? 0 : v[v.size() / 2];
+}
+
+std::string cpu_model()
+{
+	std::ifstream in("/proc/cpuinfo");
+	for (std::string line; std::getline(in, line);)
+		if (line.rfind("model name", 0) == 0)
+			return line.substr(line.find(':') + 2);
+	return "unknown";
 }
 
 } // namespace sluice::test

@@ -1,9 +1,10 @@
 // How the benchmarks time the program: BPF_PROG_TEST_RUN's own clock over
 // many repeats of one frame, on one pinned CPU, runs interleaved and their
-// median kept.
+// median kept; and the machine they name in their reports.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace sluice::test {
@@ -17,5 +18,8 @@ void pin_to_cpu(int cpu);
 
 /// The median of `v` (the upper middle of an even count); 0 if empty.
 double median(std::vector<double> v);
+
+/// The CPU's model name from /proc/cpuinfo; "unknown" if none is there.
+std::string cpu_model();
 
 } // namespace sluice::test

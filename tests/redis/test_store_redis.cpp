@@ -11,6 +11,7 @@
 
 #include "redis_server.h"
 #include "store.h"
+#include "store_testing.h"
 #include "temp_file.h"
 
 using namespace sluice;
@@ -86,15 +87,7 @@ Command set(const std::string &key, const std::string &value) { return cmd({"SET
 Command get(const std::string &key) { return cmd({"GET", key}, key); }
 Command incr(const std::string &key) { return cmd({"INCR", key}, key); }
 
-std::string unavailable_reason(Store &store, const std::vector<Command> &batch)
-{
-	try {
-		store.execute(batch);
-	} catch (const StoreUnavailable &e) {
-		return e.what();
-	}
-	return "(no StoreUnavailable)";
-}
+using sluice::test::unavailable_reason;
 
 using sluice::test::TempFile;
 

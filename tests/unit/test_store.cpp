@@ -11,6 +11,7 @@
 #include <set>
 
 #include "store.h"
+#include "store_testing.h"
 #include "temp_file.h"
 
 using namespace sluice;
@@ -425,15 +426,7 @@ StoreOptions seeds(const FakeCluster &c, std::initializer_list<int> nodes)
 	return o;
 }
 
-std::string unavailable_reason(Store &store, const std::vector<Command> &batch)
-{
-	try {
-		store.execute(batch);
-	} catch (const StoreUnavailable &e) {
-		return e.what();
-	}
-	return "(no StoreUnavailable)";
-}
+using sluice::test::unavailable_reason;
 
 TEST(SingleStore, ConnectsOnFirstUseAndReconnectsAfterAFailure)
 {

@@ -47,12 +47,11 @@ double per_second(const Rate &r)
 	return amount * 1e9 / double(r.period_ns);
 }
 
-/// The coarse clock: it never reads later than the precise one, so credit
-/// up to it fills a bucket on either clock a rule may read.
-uint64_t coarse_monotonic_ns()
+/// A clock's reading in ns: CLOCK_MONOTONIC is the program's clock.
+uint64_t clock_ns(clockid_t clock)
 {
 	struct timespec ts = {};
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	clock_gettime(clock, &ts);
 	return uint64_t(ts.tv_sec) * 1000000000ULL + uint64_t(ts.tv_nsec);
 }
 
@@ -532,9 +531,7 @@ void ClusterSync::track_buckets(const std::shared_ptr<Tables> &tables, Clock::ti
 		// Dropping now: a drop noted within the last round (each CPU notes a
 		// bucket's drops once per SLUICE_NOTE_EVERY_NS). A throttled entry
 		// outlives its drops by up to a second.
-		struct timespec ts = {};
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		uint64_t mono = uint64_t(ts.tv_sec) * 1000000000ULL + uint64_t(ts.tv_nsec);
+		uint64_t mono = clock_ns(CLOCK_MONOTONIC);
 		uint64_t recent = uint64_t(std::chrono::nanoseconds(options_.interval).count()) + SLUICE_NOTE_EVERY_NS;
 		for_each_entry<struct sluice_throttle_key, struct sluice_throttle>(
 			tables->maps.throttled.get(), [&](const struct sluice_throttle_key &k, const struct sluice_throttle &v) {
@@ -697,7 +694,9 @@ void ClusterSync::apply_loop()
 			continue;
 		Tables &t = *st.tables;
 		Clock::time_point now = Clock::now();
-		uint64_t now_ticks = sluice_ns_to_ticks(coarse_monotonic_ns());
+		// The coarse clock never reads later than the precise one, so credit
+		// up to it fills a bucket on either clock a rule may read.
+		uint64_t now_ticks = sluice_ns_to_ticks(clock_ns(CLOCK_MONOTONIC_COARSE));
 		for (auto &[id, b] : st.buckets) {
 			if (b.lease_until <= now || b.local <= 0) {
 				b.last_apply = now; // the lease ran out: the local share holds
