@@ -1841,12 +1841,11 @@ enum walk_step {
  * list's walk once; the best candidate is kept as a slot, not a pointer, so
  * that its states converge.
  */
-__noinline int walk_list(const struct packet_info *pkt, const struct sluice_match_list *list, struct walk *w)
+static __always_inline int walk_list(const struct packet_info *pkt, const struct sluice_match_list *list,
+				     struct walk *w)
 {
 	__u32 i, n, slot, idx;
 
-	if (!pkt || !list || !w) /* the verifier needs it */
-		return STEP_END;
 	n = list->count;
 	for (i = 0; i < SLUICE_LIST_SLOTS; i++) {
 		const struct sluice_rule *r;
@@ -1892,41 +1891,39 @@ __noinline int walk_list(const struct packet_info *pkt, const struct sluice_matc
 	return w->list ? STEP_NEXT : STEP_END;
 }
 
-/* Walks the chain of lists from w->list, w->pos up to the next layered rule
- * to apply (STEP_LAYERED) or the end of the walk (STEP_END). */
-__noinline int walk_rules(const struct packet_info *pkt, struct walk *w)
+/* One step of the walk: the list w->list (or, with WALK_V6_HEAD, the
+ * source's first IPv6 list) from w->pos, up to the next layered rule to
+ * apply (STEP_LAYERED), the next list (STEP_NEXT) or the end of the walk
+ * (STEP_END). A global function: the verifier checks a list's walk once. */
+__noinline int walk_step(const struct packet_info *pkt, struct walk *w)
 {
 	const struct sluice_match_list *list;
-	__u32 i, index;
+	__u32 index;
 	int step;
 
 	if (!pkt || !w) /* the verifier needs it */
 		return STEP_END;
-	for (i = 0; i < SLUICE_MAX_LIST_WALK; i++) {
-		if (w->flags & WALK_V6_HEAD) {
-			list = lookup_v6(pkt->saddr, w->set);
-			if (!list) {
-				/* Before the walk's first step: no rule covers the
-				 * source. Back after a layered rule: the set changed. */
-				w->flags &= ~WALK_V6_HEAD;
-				w->flags |= w->pos ? WALK_VANISHED : WALK_NO_COVER;
-				return STEP_END;
-			}
-		} else {
-			index = w->list;
-			list = bpf_map_lookup_elem(&SLUICE_MAP_LISTS, &index);
-			if (!list) {
-				w->flags |= WALK_VANISHED;
-				return STEP_END;
-			}
+	if (w->flags & WALK_V6_HEAD) {
+		list = lookup_v6(pkt->saddr, w->set);
+		if (!list) {
+			/* Before the walk's first step: no rule covers the
+			 * source. Back after a layered rule: the set changed. */
+			w->flags &= ~WALK_V6_HEAD;
+			w->flags |= w->pos ? WALK_VANISHED : WALK_NO_COVER;
+			return STEP_END;
 		}
-		step = walk_list(pkt, list, w);
-		if (step != STEP_LAYERED)
-			w->flags &= ~WALK_V6_HEAD; /* on in SLUICE_MAP_LISTS, or done */
-		if (step != STEP_NEXT)
-			return step;
+	} else {
+		index = w->list;
+		list = bpf_map_lookup_elem(&SLUICE_MAP_LISTS, &index);
+		if (!list) {
+			w->flags |= WALK_VANISHED;
+			return STEP_END;
+		}
 	}
-	return STEP_END;
+	step = walk_list(pkt, list, w);
+	if (step != STEP_LAYERED)
+		w->flags &= ~WALK_V6_HEAD; /* on in SLUICE_MAP_LISTS, or done */
+	return step;
 }
 
 /* Starts a packet's decision: fragment and header bookkeeping, then the
@@ -1934,10 +1931,8 @@ __noinline int walk_rules(const struct packet_info *pkt, struct walk *w)
  * source; for IPv6, the walk's first step reads it from the trie
  * (WALK_V6_HEAD), and finds whether a rule covers the source. A global
  * function, so the verifier checks it once rather than once per parsing path. */
-__noinline int start_decision(struct packet_info *pkt, struct walk *w)
+static __always_inline int start_decision(struct packet_info *pkt, struct walk *w)
 {
-	if (!pkt || !w) /* the verifier needs it: a global function's pointers may be NULL */
-		return 0;
 	if (pkt->flags & PKT_LATER_FRAG) {
 		count_global(SLUICE_CNT_INFO_FRAGMENT, pkt->l3_len);
 		recall_first_fragment(pkt);
@@ -1982,12 +1977,14 @@ static __always_inline __u32 decide_packet(struct xdp_md *ctx, struct packet_inf
 
 	if (!start_decision(pkt, &w))
 		return SLUICE_CNT_PASS_NO_MATCH;
-	for (i = 0; i <= SLUICE_MAX_LAYERED; i++) {
-		int step = walk_rules(pkt, &w);
+	for (i = 0; i < SLUICE_MAX_LIST_WALK + SLUICE_MAX_LAYERED + 1; i++) {
+		int step = walk_step(pkt, &w);
 
 		if (w.flags & WALK_NO_COVER)
 			return SLUICE_CNT_PASS_NO_MATCH;
 		pkt->flags |= PKT_COVERED;
+		if (step == STEP_NEXT)
+			continue;
 		if (step != STEP_LAYERED)
 			break;
 		v = apply_slot(ctx, pkt, &w, w.slot);
