@@ -1779,18 +1779,14 @@ static __always_inline void count_rule(__u32 slot, enum bucket_result res, const
 }
 
 /* Applies one rule to a packet: charges its bucket if it is a limit, counts
- * it in the rule's counters, and returns the verdict counter. A global
- * function: the walk calls it for layered rules and decide_packet for the
- * rule that decides, and the verifier checks it once. */
-__noinline __u32 apply_rule(struct xdp_md *ctx, const struct packet_info *pkt,
-			    const struct sluice_rule *rule, __u32 slot)
+ * it in the rule's counters, and returns the verdict counter. */
+static __always_inline __u32 apply_rule(struct xdp_md *ctx, const struct packet_info *pkt,
+					       const struct sluice_rule *rule, __u32 slot)
 {
 	enum bucket_result res;
 	struct charge ch;
 	__u32 verdict;
 
-	if (!ctx || !pkt || !rule) /* the verifier needs it: a global function's pointers may be NULL */
-		return SLUICE_CNT_FAILOPEN_RULE;
 	wire_charge(ctx, pkt, &ch);
 	if (rule->action == SLUICE_ACTION_ALLOW) {
 		res = BUCKET_PASS;
@@ -1813,6 +1809,7 @@ __noinline __u32 apply_rule(struct xdp_md *ctx, const struct packet_info *pkt,
 #define WALK_VANISHED 0x8 /* a listed slot was empty: a rule set changed under the packet */
 #define WALK_V6_HEAD  0x10 /* in an IPv6 prefix's first list, which the trie holds */
 #define WALK_NO_COVER 0x20 /* no rule covers the source */
+#define WALK_LAST     0x40 /* the walk's last step: it ends here */
 struct walk {
 	__u64 best_strictness;
 	__u32 best_slot;
@@ -1892,16 +1889,21 @@ static __always_inline int walk_list(const struct packet_info *pkt, const struct
 }
 
 /* One step of the walk: the list w->list (or, with WALK_V6_HEAD, the
- * source's first IPv6 list) from w->pos, up to the next layered rule to
- * apply (STEP_LAYERED), the next list (STEP_NEXT) or the end of the walk
- * (STEP_END). A global function: the verifier checks a list's walk once. */
-__noinline int walk_step(const struct packet_info *pkt, struct walk *w)
+ * source's first IPv6 list) from w->pos, up to the next layered rule
+ * (STEP_LAYERED), the next list (STEP_NEXT) or the end of the walk
+ * (STEP_END). A layered rule met is applied here: a drop ends the walk (in
+ * w->verdict, WALK_DONE), a pass is kept (WALK_LAYERED) and the walk goes on
+ * at the next step. At the end, the terminal rule found decides, applied
+ * here too. A global function: the verifier checks a list's walk and the
+ * bucket code once, and a packet decided by one terminal rule makes one call. */
+__noinline int walk_step(struct xdp_md *ctx, const struct packet_info *pkt, struct walk *w)
 {
 	const struct sluice_match_list *list;
-	__u32 index;
-	int step;
+	const struct sluice_rule *rule;
+	__u32 index, slot, v;
+	int step = STEP_END;
 
-	if (!pkt || !w) /* the verifier needs it */
+	if (!ctx || !pkt || !w) /* the verifier needs it */
 		return STEP_END;
 	if (w->flags & WALK_V6_HEAD) {
 		list = lookup_v6(pkt->saddr, w->set);
@@ -1910,20 +1912,42 @@ __noinline int walk_step(const struct packet_info *pkt, struct walk *w)
 			 * source. Back after a layered rule: the set changed. */
 			w->flags &= ~WALK_V6_HEAD;
 			w->flags |= w->pos ? WALK_VANISHED : WALK_NO_COVER;
-			return STEP_END;
 		}
 	} else {
 		index = w->list;
 		list = bpf_map_lookup_elem(&SLUICE_MAP_LISTS, &index);
-		if (!list) {
+		if (!list)
 			w->flags |= WALK_VANISHED;
-			return STEP_END;
-		}
 	}
-	step = walk_list(pkt, list, w);
-	if (step != STEP_LAYERED)
-		w->flags &= ~WALK_V6_HEAD; /* on in SLUICE_MAP_LISTS, or done */
-	return step;
+	if (list) {
+		step = walk_list(pkt, list, w);
+		if (step != STEP_LAYERED)
+			w->flags &= ~WALK_V6_HEAD; /* on in SLUICE_MAP_LISTS, or done */
+	}
+	if (step == STEP_NEXT && (w->flags & WALK_LAST))
+		step = STEP_END;
+	if (step == STEP_LAYERED)
+		slot = w->slot;
+	else if (step == STEP_END && (w->flags & (WALK_DONE | WALK_FOUND)) == WALK_FOUND)
+		slot = w->best_slot;
+	else
+		return step;
+
+	index = sluice_rule_index(slot, w->set);
+	rule = bpf_map_lookup_elem(&SLUICE_MAP_RULES, &index);
+	if (rule && rule->id) {
+		v = apply_rule(ctx, pkt, rule, slot);
+	} else {
+		w->flags |= WALK_VANISHED;
+		v = SLUICE_CNT_FAILOPEN_RULE;
+	}
+	w->verdict = v;
+	if (step == STEP_LAYERED && !((SLUICE_DROP_VERDICTS >> v) & 1)) {
+		w->flags |= WALK_LAYERED;
+		return STEP_LAYERED;
+	}
+	w->flags |= WALK_DONE;
+	return STEP_END;
 }
 
 /* Starts a packet's decision: fragment and header bookkeeping, then the
@@ -1952,52 +1976,33 @@ static __always_inline int start_decision(struct packet_info *pkt, struct walk *
 	return w->list != 0;
 }
 
-/* Applies a rule of the live set by slot; FAILOPEN_RULE if it vanished. */
-static __always_inline __u32 apply_slot(struct xdp_md *ctx, const struct packet_info *pkt,
-					struct walk *w, __u32 slot)
-{
-	__u32 idx = sluice_rule_index(slot, w->set);
-	const struct sluice_rule *rule = bpf_map_lookup_elem(&SLUICE_MAP_RULES, &idx);
-
-	if (!rule || !rule->id) {
-		w->flags |= WALK_VANISHED;
-		return SLUICE_CNT_FAILOPEN_RULE;
-	}
-	return apply_rule(ctx, pkt, rule, slot);
-}
-
 /* Decides an IP packet: the verdict counter it lands in. Layered rules
  * apply as the walk meets them, and a drop ends it; then the terminal rule
  * the walk found decides. Inlined into the program, each step a global
- * function: the call chain to the bucket code stays within the 512-byte stack. */
+ * function (walk_step): the call chain to the bucket code stays within the
+ * 512-byte stack. The controller keeps every walk within
+ * SLUICE_MAX_LIST_WALK lists and SLUICE_MAX_LAYERED layered rules, so the
+ * loop's last step is never needed; it ends the walk all the same. */
 static __always_inline __u32 decide_packet(struct xdp_md *ctx, struct packet_info *pkt)
 {
 	struct walk w = {};
-	__u32 i, v;
+	__u32 i;
 
 	if (!start_decision(pkt, &w))
 		return SLUICE_CNT_PASS_NO_MATCH;
 	for (i = 0; i < SLUICE_MAX_LIST_WALK + SLUICE_MAX_LAYERED + 1; i++) {
-		int step = walk_step(pkt, &w);
+		int step;
 
+		if (i == SLUICE_MAX_LIST_WALK + SLUICE_MAX_LAYERED)
+			w.flags |= WALK_LAST;
+		step = walk_step(ctx, pkt, &w);
 		if (w.flags & WALK_NO_COVER)
 			return SLUICE_CNT_PASS_NO_MATCH;
 		pkt->flags |= PKT_COVERED;
-		if (step == STEP_NEXT)
-			continue;
-		if (step != STEP_LAYERED)
+		if (step == STEP_END)
 			break;
-		v = apply_slot(ctx, pkt, &w, w.slot);
-		if ((SLUICE_DROP_VERDICTS >> v) & 1)
-			return v;
-		w.verdict = v;
-		w.flags |= WALK_LAYERED;
 	}
-	if (w.flags & WALK_DONE)
-		return w.verdict;
-	if (w.flags & WALK_FOUND)
-		return apply_slot(ctx, pkt, &w, w.best_slot);
-	if (w.flags & WALK_LAYERED)
+	if (w.flags & (WALK_DONE | WALK_LAYERED))
 		return w.verdict;
 	return (w.flags & WALK_VANISHED) ? SLUICE_CNT_FAILOPEN_RULE : SLUICE_CNT_PASS_NO_MATCH;
 }
