@@ -1781,7 +1781,7 @@ static __always_inline void count_rule(__u32 slot, enum bucket_result res, const
 /* Applies one rule to a packet: charges its bucket if it is a limit, counts
  * it in the rule's counters, and returns the verdict counter. */
 static __always_inline __u32 apply_rule(struct xdp_md *ctx, const struct packet_info *pkt,
-					       const struct sluice_rule *rule, __u32 slot)
+					const struct sluice_rule *rule, __u32 slot)
 {
 	enum bucket_result res;
 	struct charge ch;
@@ -1824,7 +1824,7 @@ struct walk {
 enum walk_step {
 	STEP_END,     /* the walk is over */
 	STEP_NEXT,    /* go on with list w->list */
-	STEP_LAYERED, /* apply layered rule w->slot, then go on from w->list, w->pos */
+	STEP_LAYERED, /* a layered rule (w->slot) passed: go on from w->list, w->pos */
 };
 
 /*
@@ -1834,9 +1834,9 @@ enum walk_step {
  * that surely matches: an allow never matches on an unknown selector, and of
  * the others the strictest decides (the earlier on a tie), so hiding a header
  * never moves a packet to a laxer rule. A layered rule that may match stops
- * the walk to be applied. A global function, so that the verifier checks a
- * list's walk once; the best candidate is kept as a slot, not a pointer, so
- * that its states converge.
+ * the walk to be applied. Inlined into walk_step, which the verifier checks
+ * once; the best candidate is kept as a slot, not a pointer, so that its
+ * states converge.
  */
 static __always_inline int walk_list(const struct packet_info *pkt, const struct sluice_match_list *list,
 				     struct walk *w)

@@ -7,7 +7,8 @@
 # and 10,000 rules (sluice-agent-bench), and what cluster rules cost: the sync
 # at 1,000 rules and 10,000 buckets per host with the real agent and Redis,
 # and a cluster rule's per-packet cost against a local one's
-# (sluice-cluster-bench). Prints Markdown.
+# (sluice-cluster-bench), and one hot source against b971b4a's program
+# (scripts/bench-hot.sh). Prints Markdown.
 # Run as root; installs and builds what is missing. --quick for a smoke run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,5 +29,8 @@ for a in "$@"; do [ "$a" = --quick ] && quick+=(--quick); done
 ./build/tests/sluice-bench-control "${quick[@]}"
 echo
 ./build/tests/sluice-agent-bench
+echo
+# One hot source against the program as issue 8 was filed, taking turns in one run.
+./scripts/bench-hot.sh
 echo
 exec ./build/tests/sluice-cluster-bench "${quick[@]}"
