@@ -316,14 +316,16 @@ static __always_inline enum rule_match rule_matches(const struct sluice_rule *r,
 	return m;
 }
 
-/* The live rule set (struct sluice_active): read once per packet. */
-static __always_inline __u32 active_set(void)
+/* The live sets (struct sluice_active): read once per packet, kept whole;
+ * sluice_rule_index takes the rule set from it, sluice_lookup_set the
+ * lookups'. */
+static __always_inline __u32 active_sets(void)
 {
 	const struct sluice_active *a;
 	__u32 zero = 0;
 
 	a = bpf_map_lookup_elem(&SLUICE_MAP_ACTIVE, &zero);
-	return a ? a->set & 1 : 0;
+	return a ? a->set & 3 : 0;
 }
 
 /* The first match list's index for an IPv4 source: at most three array
@@ -1815,7 +1817,7 @@ struct walk {
 	__u32 best_slot;
 	__u32 slot;  /* STEP_LAYERED: the layered rule to apply */
 	__u32 list;  /* the list the walk is in (absolute index in SLUICE_MAP_LISTS), unless WALK_V6_HEAD */
-	__u8  set;
+	__u8  set;   /* struct sluice_active.set: the live rule and lookup sets */
 	__u8  flags;
 	__u8  verdict;
 	__u8  pos;   /* where in that list the walk goes on */
@@ -1906,7 +1908,7 @@ __noinline int walk_step(struct xdp_md *ctx, const struct packet_info *pkt, stru
 	if (!ctx || !pkt || !w) /* the verifier needs it */
 		return STEP_END;
 	if (w->flags & WALK_V6_HEAD) {
-		list = lookup_v6(pkt->saddr, w->set);
+		list = lookup_v6(pkt->saddr, sluice_lookup_set(w->set));
 		if (!list) {
 			/* Before the walk's first step: no rule covers the
 			 * source. Back after a layered rule: the set changed. */
@@ -1967,12 +1969,12 @@ static __always_inline int start_decision(struct packet_info *pkt, struct walk *
 				  pkt->proto == SLUICE_PROTO_UDP))
 		count_global(SLUICE_CNT_INFO_L4_UNKNOWN, pkt->l3_len);
 
-	w->set = active_set();
+	w->set = active_sets();
 	if (pkt->family == 6) {
 		w->flags |= WALK_V6_HEAD;
 		return 1;
 	}
-	w->list = lookup_v4(pkt->saddr, w->set);
+	w->list = lookup_v4(pkt->saddr, sluice_lookup_set(w->set));
 	return w->list != 0;
 }
 

@@ -167,27 +167,50 @@ SLUICE_ASSERT_SIZE(struct sluice_rule_counters, 48);
 
 /*
  * The rule set exists twice: set 0 and set 1 of every rule array, match list
- * and lookup table. One word, struct sluice_active, names the live set. The
- * controller builds a change in the other set in full and then flips that
+ * and lookup table. One word, struct sluice_active, names the live sets. The
+ * controller builds a change in the other sets in full and then flips that
  * word, so a packet, a reader and a killed writer see the old rule set or the
  * new one, never a mixture (see user/lib/rule_table.cpp).
+ *
+ * The rule entries (SLUICE_MAP_RULES, SLUICE_MAP_RULE_INFO) and the lookups
+ * (match lists, IPv4 table, IPv6 prefixes) flip apart (ABI 5): a change that
+ * keeps every selector writes the idle rule entries and flips them alone, on
+ * the live lookups. `set` holds the live rule entries' set in bit 0, and in
+ * bit 1 whether the lookups' set is the other one (so a word of ABI 4, which
+ * named one set for both, reads the same).
  */
 struct sluice_active {
-	__u32 set;      /* 0 or 1: the only field the data plane reads */
-	__u32 sync;     /* what the controller knows of the idle set (SLUICE_SYNC_*); 0: nothing */
-	__u32 slots[2]; /* each set's highest used slot + 1: how far the controller reads */
+	__u32 set;      /* sluice_rules_set, sluice_lookup_set: the only field the data plane reads */
+	__u32 sync;     /* what the controller knows of the idle sets (SLUICE_SYNC_*); 0: nothing */
+	__u32 slots[2]; /* each rule set's highest used slot + 1: how far the controller reads */
 };
 SLUICE_ASSERT_SIZE(struct sluice_active, 16);
 
+static inline __u32 sluice_rules_set(__u32 set)
+{
+	return set & 1;
+}
+
+static inline __u32 sluice_lookup_set(__u32 set)
+{
+	return (set ^ (set >> 1)) & 1;
+}
+
+/* The word naming rule set `rules` and lookup set `lookups` live. */
+static inline __u32 sluice_sets(__u32 rules, __u32 lookups)
+{
+	return (rules & 1) | (((rules ^ lookups) & 1) << 1);
+}
+
 /*
  * sync lets a small change write only what it changes (ABI 3). The controller
- * clears it before it writes the idle set and sets it with the switch, from
- * what it knows then: the set it leaves is the rule set it replaced, whole.
- * SLUICE_SYNC_LOOKUPS: the idle set's match lists, IPv4 table and IPv6
- * prefixes hold what the live set's hold, at the idle set's own indices.
- * SLUICE_SYNC_RULES: below both sets' high-water marks, the idle set's rule
- * entries (struct sluice_rule and sluice_rule_info) equal the live set's
- * (an empty slot, id 0, equals an empty slot), except at slot
+ * clears it before it writes an idle set and sets it with the switch, from
+ * what it knows then.
+ * SLUICE_SYNC_LOOKUPS: the idle lookup set's match lists, IPv4 table and IPv6
+ * prefixes hold what the live one's hold, at the idle set's own indices.
+ * SLUICE_SYNC_RULES: below both rule sets' high-water marks, the idle rule
+ * set's entries (struct sluice_rule and sluice_rule_info) equal the live
+ * set's (an empty slot, id 0, equals an empty slot), except at slot
  * (sync & SLUICE_SYNC_SLOT) - 1 when that field is not 0.
  */
 #define SLUICE_SYNC_LOOKUPS 0x80000000u
@@ -675,9 +698,10 @@ SLUICE_ASSERT_SIZE(struct sluice_log_set_v6, 2368);
  * recorded here when the program loads: abi_version stays the first field of
  * every future layout, so any binary can read which layout it meets.
  */
-#define SLUICE_ABI_VERSION 4 /* 1: sluice 0.2, which recorded no layout; 2: IPv6 and
+#define SLUICE_ABI_VERSION 5 /* 1: sluice 0.2, which recorded no layout; 2: IPv6 and
                               * sliding-log buckets in LRU hashes, no sync word in sluice_active;
-                              * 3: rule info of 80 bytes, no scope (every rule local) */
+                              * 3: rule info of 80 bytes, no scope (every rule local);
+                              * 4: rules and lookups flip together (sluice_active.set 0 or 1) */
 struct sluice_meta {
 	__u32 abi_version;  /* SLUICE_ABI_VERSION of the binary that loaded the program */
 	__u32 next_rule_id; /* ids are never reused, so no stale bucket meets a new rule */

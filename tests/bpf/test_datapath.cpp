@@ -476,14 +476,15 @@ TEST_F(Datapath, TwoCpusUnderTheLimitDropNothingForContention)
 
 namespace {
 
-/// The slots a packet from `addr` meets in one set of the maps, as the
-/// data plane walks them: the IPv4 table or the IPv6 trie, then the lists.
+/// The slots a packet from `addr` meets in one lookup set of the maps, as
+/// the data plane walks them: the IPv4 table or the IPv6 trie, then the lists.
 std::vector<uint32_t> walk_set(const MapSet &maps, uint32_t set, const Cidr &addr)
 {
 	auto read = [](int fd, uint32_t index, auto &value) {
 		EXPECT_EQ(bpf_map_lookup_elem(fd, &index, &value), 0);
 	};
 	uint32_t list = 0;
+	std::vector<uint32_t> slots;
 	if (addr.family == 4) {
 		uint32_t a = uint32_t(addr.addr[0]) << 24 | uint32_t(addr.addr[1]) << 16 | uint32_t(addr.addr[2]) << 8 |
 			     addr.addr[3];
@@ -500,10 +501,12 @@ std::vector<uint32_t> walk_set(const MapSet &maps, uint32_t set, const Cidr &add
 		key.prefixlen = SLUICE_LPM_SET_BITS + 128;
 		key.set = static_cast<__u8>(set);
 		std::memcpy(key.addr, addr.addr.data(), 16);
-		if (bpf_map_lookup_elem(maps.match6.get(), &key, &list))
-			list = 0;
+		struct sluice_match_list head = {}; // the trie holds the prefix's first list itself
+		if (bpf_map_lookup_elem(maps.match6.get(), &key, &head) == 0) {
+			slots.insert(slots.end(), head.slots, head.slots + head.count);
+			list = head.next;
+		}
 	}
-	std::vector<uint32_t> slots;
 	for (int steps = 0; list && steps < SLUICE_MAX_LIST_WALK; steps++) {
 		struct sluice_match_list l = {};
 		read(maps.lists.get(), list, l);
@@ -531,14 +534,20 @@ TEST_F(Datapath, AnEditInPlaceKeepsBothRuleSetsInStep)
 		EXPECT_EQ(bpf_map_lookup_elem(maps_.active.get(), &zero, &a), 0);
 		return a;
 	};
-	// What the sync word claims, checked: the sets' lookups agree on every
-	// probe, and their rule entries everywhere but the slot it names.
-	auto check_in_step = [&](const char *when) {
+	// What the sync word claims, checked: the rule sets' entries agree
+	// everywhere but the slot it names, and, if it says so, the lookup sets
+	// agree on every probe.
+	auto check_in_step = [&](const char *when, bool lookups) {
 		struct sluice_active a = active();
-		ASSERT_EQ(a.sync & (SLUICE_SYNC_LOOKUPS | SLUICE_SYNC_RULES), SLUICE_SYNC_LOOKUPS | SLUICE_SYNC_RULES)
-			<< when;
-		for (const Cidr &p : probes)
-			EXPECT_EQ(walk_set(maps_, a.set, p), walk_set(maps_, a.set ^ 1, p)) << when << ": " << format_cidr(p);
+		ASSERT_TRUE(a.sync & SLUICE_SYNC_RULES) << when;
+		ASSERT_EQ(!!(a.sync & SLUICE_SYNC_LOOKUPS), lookups) << when;
+		uint32_t live = sluice_lookup_set(a.set);
+		for (const Cidr &p : probes) {
+			if (lookups) {
+				EXPECT_EQ(walk_set(maps_, live, p), walk_set(maps_, live ^ 1, p))
+					<< when << ": " << format_cidr(p);
+			}
+		}
 		uint32_t differs = (a.sync & SLUICE_SYNC_SLOT), bound = std::max(a.slots[0], a.slots[1]);
 		for (uint32_t slot = 0; slot < bound; slot++) {
 			struct sluice_rule x = {}, y = {};
@@ -555,25 +564,27 @@ TEST_F(Datapath, AnEditInPlaceKeepsBothRuleSetsInStep)
 	};
 
 	EXPECT_EQ(active().sync & SLUICE_SYNC_LOOKUPS, 0u) << "an add changes the lookups";
+	EXPECT_EQ(active().sync & SLUICE_SYNC_SLOT, table_->find("deny").slot + 1)
+		<< "and the rule entries in the added rule's slot alone";
 	RuleEdit e;
 	e.burst = 3;
-	EXPECT_FALSE(table_->edit_in_place("host", e)) << "the idle set has a rule less";
-	InstalledRule host = table_->edit("host", e); // the long way
-	check_in_step("after the first edit");
+	ASSERT_TRUE(table_->edit_in_place("host", e)) << "the added rule's entry is copied over";
+	InstalledRule host = table_->find("host");
+	check_in_step("after the first edit", false);
 	EXPECT_EQ(active().sync & SLUICE_SYNC_SLOT, host.slot + 1);
 	for (uint64_t burst : {4, 5, 6}) {
 		e.burst = burst;
 		EXPECT_TRUE(table_->edit_in_place("host", e));
-		check_in_step("after an edit in place");
+		check_in_step("after an edit in place", false);
 	}
 	RuleEdit rate;
 	rate.rate = parse_rate("2/h");
 	EXPECT_TRUE(table_->edit_in_place("v6", rate)) << "another rule: the previous one's slot is copied over";
-	check_in_step("after an edit of another rule");
+	check_in_step("after an edit of another rule", false);
 	RuleEdit name;
 	name.name = "host2";
 	EXPECT_TRUE(table_->edit_in_place(std::to_string(host.id), name)) << "by id, renamed";
-	check_in_step("after a rename");
+	check_in_step("after a rename", false);
 	EXPECT_EQ(table_->find("host2").id, host.id);
 	EXPECT_THROW(table_->find("host"), Error);
 	name.name = "wide";
@@ -582,7 +593,7 @@ TEST_F(Datapath, AnEditInPlaceKeepsBothRuleSetsInStep)
 	RuleEdit shadow;
 	shadow.shadow = true;
 	EXPECT_TRUE(table_->edit_in_place("deny", shadow));
-	check_in_step("after shadowing a deny");
+	check_in_step("after shadowing a deny", false);
 
 	// The packets see every edit: host2's burst is 6 now, the deny passes.
 	for (int i = 0; i < 6; i++)
@@ -591,20 +602,77 @@ TEST_F(Datapath, AnEditInPlaceKeepsBothRuleSetsInStep)
 	EXPECT_EQ(run({.src = "192.0.2.1"}), XDP_PASS) << "a shadow deny passes";
 	EXPECT_EQ(rule_counters("deny").dropped_packets, 1u) << "and counts the would-be drop";
 
-	// A change of the lookups ends the claim; the next edit makes it again.
+	// A change of the lookups: the rule entries differ in the removed rule's
+	// slot alone, and the next edit goes in place.
+	uint32_t net = table_->find("net").slot;
 	table_->remove("net");
 	EXPECT_EQ(active().sync & SLUICE_SYNC_LOOKUPS, 0u);
+	EXPECT_EQ(active().sync & SLUICE_SYNC_SLOT, net + 1);
 	e.burst = 7;
-	EXPECT_FALSE(table_->edit_in_place("host2", e));
-	table_->edit("host2", e);
-	check_in_step("after an edit following a delete");
-	e.burst = 8;
 	EXPECT_TRUE(table_->edit_in_place("host2", e));
-	check_in_step("after an edit in place following a delete");
-	// An edit that turns a rule layered is checked as a whole, and keeps step.
+	check_in_step("after an edit in place following a delete", false);
+	// An edit that turns a rule layered is checked as a whole, and keeps step:
+	// the long way writes both sets, and leaves the lookups in step too.
 	RuleEdit layered;
 	layered.layered = true;
 	EXPECT_FALSE(table_->edit_in_place("wide", layered));
 	table_->edit("wide", layered);
-	check_in_step("after making a rule layered");
+	check_in_step("after making a rule layered", true);
+	e.burst = 8;
+	EXPECT_TRUE(table_->edit_in_place("host2", e));
+	check_in_step("after an edit in place following the long way", true);
+
+	// A change of several rules leaves the rule sets apart in as many slots,
+	// until it brings the retired entries up to date once no packet can
+	// read them any more.
+	std::vector<RuleSpec> more;
+	for (const char *cidr : {"10.2.0.0/16", "10.3.0.0/16", "10.4.0.0/16"}) {
+		RuleSpec r;
+		r.cidr = parse_cidr(cidr);
+		r.rate = parse_rate("1/h");
+		r.burst = 2;
+		more.push_back(r);
+	}
+	std::vector<InstalledRule> added = table_->add_many(more);
+	ASSERT_EQ(added.size(), 3u);
+	EXPECT_EQ(active().sync & (SLUICE_SYNC_RULES | SLUICE_SYNC_SLOT), SLUICE_SYNC_RULES);
+	check_in_step("after a change of three rules", false);
+	// What a writer killed while writing the idle rule set leaves: a word
+	// that says nothing, and an idle entry unlike the live one (here a deny).
+	// The next edit in place first catches the idle entries up.
+	struct sluice_active a = active();
+	a.sync = 0;
+	uint32_t zero = 0, live = sluice_rule_index(added[1].slot, a.set), idle = sluice_rule_index(added[1].slot, a.set ^ 1);
+	struct sluice_rule stale = {};
+	ASSERT_EQ(bpf_map_lookup_elem(maps_.rules.get(), &live, &stale), 0);
+	stale.action = SLUICE_ACTION_DENY;
+	ASSERT_EQ(bpf_map_update_elem(maps_.rules.get(), &idle, &stale, BPF_ANY), 0);
+	ASSERT_EQ(bpf_map_update_elem(maps_.active.get(), &zero, &a, BPF_ANY), 0);
+	e.burst = 9;
+	EXPECT_TRUE(table_->edit_in_place("host2", e));
+	check_in_step("after an edit in place following a killed change", false);
+	for (int i = 0; i < 2; i++)
+		EXPECT_EQ(run({.src = "10.3.0.1"}), XDP_PASS) << i;
+	EXPECT_EQ(run({.src = "10.3.0.1"}), XDP_DROP) << "a rule of the three decides its packets";
+}
+
+// An edit in place right after an add flips the rule entries alone, on the
+// lookups the add made live: the added rule, whose entry the edit copies
+// over, keeps deciding its packets, and the edit applies to its rule's.
+TEST_F(Datapath, AnEditInPlaceRightAfterAnAddKeepsTheAddedRule)
+{
+	add("10.0.0.0/8", "1/h", 2, "wide");
+	add("10.1.0.0/16", "1/h", 2, "net");
+	RuleEdit e;
+	e.burst = 5;
+	ASSERT_TRUE(table_->edit_in_place("wide", e));
+	for (int i = 0; i < 2; i++)
+		EXPECT_EQ(run({.src = "10.1.2.3"}), XDP_PASS) << i;
+	EXPECT_EQ(run({.src = "10.1.2.3"}), XDP_DROP) << "the added rule's burst of 2";
+	for (int i = 0; i < 5; i++)
+		EXPECT_EQ(run({.src = "10.9.9.9"}), XDP_PASS) << i;
+	EXPECT_EQ(run({.src = "10.9.9.9"}), XDP_DROP) << "the edited rule's burst of 5";
+	EXPECT_EQ(global(SLUICE_CNT_FAILOPEN_RULE), 0u) << "no packet met an empty slot";
+	EXPECT_EQ(rule_counters("net").passed_packets, 2u);
+	EXPECT_EQ(rule_counters("wide").passed_packets, 5u);
 }

@@ -589,6 +589,41 @@ TEST_F(Lifecycle, UpgradeFromAbi3KeepsRulesBucketsAndCountersAndGainsScope)
 	EXPECT_EQ(send_and_count({PROBES[0]}, 3)["drop_rate"], 3u) << "made cluster-wide, the bucket stays limited";
 }
 
+// A deployment made by the last binary of ABI 4 (rules and lookups flipping
+// together), left with set 1 live by three changes, upgraded in place: rules,
+// buckets and counters come along, and an edit then goes in place.
+TEST_F(Lifecycle, UpgradeFromAbi4KeepsRulesBucketsAndCountersAndEditsInPlace)
+{
+	auto old_cli = older_cli(SLUICE_ABI4_BIN);
+	ASSERT_EQ(old_cli({"attach", DST_IF}).exit_code, 0);
+	ASSERT_EQ(old_cli({"rule", "add", PROBES[0], "--rate", "1/min", "--burst", "5", "--name", "lim"}).exit_code, 0);
+	ASSERT_EQ(old_cli({"rule", "add", PROBES[1], "--deny", "--name", "deny"}).exit_code, 0);
+	ASSERT_EQ(old_cli({"rule", "add", PROBES[2], "--rate", "1000/s", "--name", "wide"}).exit_code, 0);
+	EXPECT_EQ(send_udp_in(SRC_NS, PROBES[0], DST, PORT, 20, 32), 20);
+
+	CommandResult refused = cli_dst({"rule", "list"});
+	EXPECT_NE(refused.exit_code, 0);
+	EXPECT_NE(refused.err.find("run `sluice upgrade`"), std::string::npos) << refused.err;
+	CommandResult up = cli_dst({"upgrade"});
+	ASSERT_EQ(up.exit_code, 0) << up.err;
+	EXPECT_EQ(rule_names(), (std::vector<std::string>{"lim", "deny", "wide"}));
+	auto d = send_and_count({PROBES[0], PROBES[1]}, 10);
+	EXPECT_EQ(d["pass_limit"], 0u) << "the limited source's bucket was not carried";
+	EXPECT_EQ(d["drop_rate"], 10u);
+	EXPECT_EQ(d["drop_deny"], 10u);
+	json lim = rule_stats("lim");
+	EXPECT_EQ(lim["passed_packets"], 5u);
+	EXPECT_EQ(lim["dropped_packets"], 25u);
+
+	// The edit goes in place and takes effect: the deny becomes a shadow.
+	CommandResult set = cli({"rule", "set", "deny", "--shadow"});
+	ASSERT_EQ(set.exit_code, 0) << set.err;
+	auto s = send_and_count({PROBES[1]}, 4);
+	EXPECT_EQ(s["pass_shadow"], 4u);
+	EXPECT_EQ(s["drop_deny"], 0u);
+	EXPECT_EQ(send_and_count({PROBES[0]}, 3)["drop_rate"], 3u) << "the limited source stays limited";
+}
+
 TEST_F(Lifecycle, ABadPolicyIsOneLineForCheckDiffAndApplyAndChangesNothing)
 {
 	std::string small = write_file("small.yaml", policy_text(false, "1000/s"));

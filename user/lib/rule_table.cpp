@@ -1,5 +1,9 @@
 #include "rule_table.h"
 
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -34,7 +38,7 @@ struct sluice_active read_active(const MapSet &maps)
 	struct sluice_active active = {};
 	if (bpf_map_lookup_elem(maps.active.get(), &zero, &active))
 		throw_errno("cannot read the live rule set's number", errno);
-	active.set &= 1;
+	active.set &= 3;
 	return active;
 }
 
@@ -169,6 +173,15 @@ bool same_lookups(const std::vector<InstalledRule> &a, const std::vector<Install
 }
 
 constexpr uint32_t NO_SLOT = ~0u;
+
+/// Waits until every run of the program that may have read the live-set word
+/// before now has ended: an RCU grace period (XDP runs inside RCU read-side
+/// sections), which membarrier(MEMBARRIER_CMD_GLOBAL) waits for. False, having
+/// waited for nothing, where the kernel refuses it (nohz_full).
+bool wait_for_packets_in_flight()
+{
+	return syscall(__NR_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) == 0;
+}
 
 } // namespace
 
@@ -405,11 +418,14 @@ InstalledRule edited(const InstalledRule &r, const RuleEdit &e, uint32_t &next_i
 
 std::optional<InstalledRule> RuleTable::edit_in_place(std::string_view name_or_id, const RuleEdit &e)
 {
-	// The idle set must be known to be the live one but for one slot: then
-	// the change is that slot and the edited rule's, nothing else.
+	// The rule entries flip alone, on the live lookups (an edit keeps every
+	// selector, so they hold as they are). When the idle rule set is known
+	// to be the live one but for one slot, the change is that slot and the
+	// edited rule's, nothing else; otherwise (after a change of many rules,
+	// or a killed one) the idle entries are first caught up with the live
+	// ones where they differ, which the lookups never need.
 	struct sluice_active active = read_active(maps_);
-	if ((active.sync & (SLUICE_SYNC_LOOKUPS | SLUICE_SYNC_RULES)) != (SLUICE_SYNC_LOOKUPS | SLUICE_SYNC_RULES))
-		return std::nullopt;
+	bool in_step = active.sync & SLUICE_SYNC_RULES;
 	uint32_t zero = 0;
 	struct sluice_meta meta = {};
 	if (bpf_map_lookup_elem(maps_.meta.get(), &zero, &meta))
@@ -420,7 +436,7 @@ std::optional<InstalledRule> RuleTable::edit_in_place(std::string_view name_or_i
 	uint32_t slot = locate(rules, infos, active, reach, name_or_id);
 	if (slot == NO_SLOT)
 		no_rule(name_or_id);
-	uint32_t live = active.set, idle = live ^ 1;
+	uint32_t live = sluice_rules_set(active.set), idle = live ^ 1;
 	InstalledRule before = from_maps(read_entry<struct sluice_rule>(rules, sluice_rule_index(slot, live), "a rule"),
 					 *infos.at<struct sluice_rule_info>(sluice_rule_index(slot, live)));
 	before.slot = slot;
@@ -451,19 +467,27 @@ std::optional<InstalledRule> RuleTable::edit_in_place(std::string_view name_or_i
 		map_update(maps_.rule_info.get(), &i, &info, "a rule's name");
 	};
 	uint32_t other = (active.sync & SLUICE_SYNC_SLOT);
-	if (other && other - 1 != slot) {
+	if (!in_step) {
+		MappedArray dps(rules, 0, 2 * reach);
+		for (uint32_t s = 0; s < reach; s++) {
+			uint32_t from = sluice_rule_index(s, live), to = sluice_rule_index(s, idle);
+			dps.put(to, *dps.at<struct sluice_rule>(from));
+			infos.put(to, *infos.at<struct sluice_rule_info>(from));
+		}
+	} else if (other && other - 1 != slot) {
 		uint32_t k = other - 1, i = sluice_rule_index(k, live);
 		write(k, read_entry<struct sluice_rule>(rules, i, "a rule"),
 		      read_entry<struct sluice_rule_info>(maps_.rule_info.get(), i, "a rule's name"));
 	}
 	write(slot, to_datapath(after), to_info(after));
 
-	// The switch. The set left idle is the old one: it differs in this slot.
+	// The switch. The rule set left idle is the old one: it differs in this
+	// slot. The lookups stay, and so does what is known of their idle set.
 	std::atomic_thread_fence(std::memory_order_seq_cst);
 	struct sluice_active next = active;
-	next.set = idle;
+	next.set = sluice_sets(idle, sluice_lookup_set(active.set));
 	next.slots[idle] = active.slots[live];
-	next.sync = SLUICE_SYNC_LOOKUPS | SLUICE_SYNC_RULES | (slot + 1);
+	next.sync = (active.sync & SLUICE_SYNC_LOOKUPS) | SLUICE_SYNC_RULES | (slot + 1);
 	map_update(maps_.active.get(), &zero, &next, "the live rule set's number");
 
 	if (bucket_of(after) != bucket_of(before)) {
@@ -563,7 +587,9 @@ struct sluice_rule_counters RuleTable::counters(uint32_t slot) const
 
 /// A change ready to write into the idle set.
 struct RuleTable::Compiled {
-	uint32_t set = 0, block_base = 0, blocks_per_set = 0;
+	uint32_t set = 0;       ///< the idle lookup set: lists, IPv4 table, IPv6 prefixes
+	uint32_t rules_set = 0; ///< the idle rule set
+	uint32_t block_base = 0, blocks_per_set = 0;
 	MatchLists lists;
 	/// The IPv4 prefixes and their lists, checked to fit: commit builds
 	/// the table straight into the idle set.
@@ -649,7 +675,8 @@ RuleTable::Compiled RuleTable::prepare(const Snapshot &before, std::vector<Insta
 
 	// 2. Compile the idle set's lookup tables (throws if they do not fit).
 	Compiled c;
-	c.set = before.active.set ^ 1;
+	c.set = sluice_lookup_set(before.active.set) ^ 1;
+	c.rules_set = sluice_rules_set(before.active.set) ^ 1;
 	uint32_t list_capacity = n; // a list holds at least one rule
 	c.lists = compile_match_lists(after, c.set * (n + 1) + 1, list_capacity);
 	for (const auto &[prefix, first] : c.lists.first)
@@ -681,11 +708,12 @@ void RuleTable::commit(const Snapshot &before, std::vector<InstalledRule> &after
 	Compiled c = prepare(before, after, next_id, where, n);
 	if (dry_run)
 		return;
-	uint32_t set = c.set, block_base = c.block_base;
+	uint32_t set = c.set, rset = c.rules_set, block_base = c.block_base;
 	const MatchLists &lists = c.lists;
 
-	// 3. Write the idle set in full. Packets and readers use the live one.
-	//    Nothing is known of the idle set while it is written.
+	// 3. Write the idle sets in full: rules and lookups. Packets and readers
+	//    use the live ones. Nothing is known of the idle sets while they are
+	//    written.
 	uint32_t zero = 0;
 	if (before.active.sync) {
 		struct sluice_active writing = before.active;
@@ -715,16 +743,16 @@ void RuleTable::commit(const Snapshot &before, std::vector<InstalledRule> &after
 		// A slot whose rule is new gets zeroed counters; a kept rule keeps its own.
 		if (id_in_slot[r.slot] != r.id)
 			new_slots.push_back(r.slot);
-		rules.put(sluice_rule_index(r.slot, set), to_datapath(r));
-		infos.put(sluice_rule_index(r.slot, set), to_info(r));
+		rules.put(sluice_rule_index(r.slot, rset), to_datapath(r));
+		infos.put(sluice_rule_index(r.slot, rset), to_info(r));
 	}
 	// Slots the idle set may hold leftovers in: those read as used, and any
 	// beyond what was read (a killed change may have written there) up to
 	// the new high-water mark, which bounds what later reads look at.
 	for (uint32_t slot = 0; slot < bound; slot++) {
 		if ((before.idle_used[slot] || (slot >= reach && slot < high)) && !in_after[slot]) {
-			rules.put(sluice_rule_index(slot, set), sluice_rule{});
-			infos.put(sluice_rule_index(slot, set), sluice_rule_info{});
+			rules.put(sluice_rule_index(slot, rset), sluice_rule{});
+			infos.put(sluice_rule_index(slot, rset), sluice_rule_info{});
 		}
 	}
 	std::vector<uint8_t> zero_counters(sizeof(struct sluice_rule_counters) * possible_cpus() * new_slots.size());
@@ -749,34 +777,51 @@ void RuleTable::commit(const Snapshot &before, std::vector<InstalledRule> &after
 		top.put(set * SLUICE_DIR_TOP_SIZE + i, top_level[i]);
 	write_v6(maps_.match6.get(), set, lists);
 
-	// 4. The switch: one word, and the new rule set is live. The set left
-	//    idle holds the rules it replaced: what the next change can skip.
+	// 4. The switch: one word, and the new rule set is live. The sets left
+	//    idle hold the rules and lookups it replaced: what the next change
+	//    can skip.
 	std::atomic_thread_fence(std::memory_order_seq_cst); // every write above before the flip
 	struct sluice_active active = before.active;
-	active.set = set;
-	active.slots[set] = high;
+	active.set = sluice_sets(rset, set);
+	active.slots[rset] = high;
 	active.sync = 0;
-	if (same_lookups(before.rules, after, n)) {
+	if (same_lookups(before.rules, after, n))
 		active.sync |= SLUICE_SYNC_LOOKUPS;
-		// Slots whose entries differ between the sets, below both marks.
-		uint32_t differing = 0, count = 0;
-		for (uint32_t slot = 0; slot < bound && count < 2; slot++) {
-			const auto *a = rules.at<struct sluice_rule>(sluice_rule_index(slot, set));
-			const auto *b = rules.at<struct sluice_rule>(sluice_rule_index(slot, set ^ 1));
-			if (a->id == 0 && b->id == 0)
-				continue;
-			if (std::memcmp(a, b, sizeof(*a)) == 0 &&
-			    std::memcmp(infos.at<struct sluice_rule_info>(sluice_rule_index(slot, set)),
-					infos.at<struct sluice_rule_info>(sluice_rule_index(slot, set ^ 1)),
-					sizeof(struct sluice_rule_info)) == 0)
-				continue;
-			count++;
-			differing = slot + 1;
-		}
-		if (count < 2 && differing <= SLUICE_SYNC_SLOT)
-			active.sync |= SLUICE_SYNC_RULES | differing;
+	// Slots whose rule entries differ between the sets, below both marks:
+	// with one at most, the next edit writes two slots and flips the rules
+	// alone, whatever this change did to the lookups.
+	uint32_t differing = 0, count = 0;
+	for (uint32_t slot = 0; slot < bound && count < 2; slot++) {
+		const auto *a = rules.at<struct sluice_rule>(sluice_rule_index(slot, rset));
+		const auto *b = rules.at<struct sluice_rule>(sluice_rule_index(slot, rset ^ 1));
+		if (a->id == 0 && b->id == 0)
+			continue;
+		if (std::memcmp(a, b, sizeof(*a)) == 0 &&
+		    std::memcmp(infos.at<struct sluice_rule_info>(sluice_rule_index(slot, rset)),
+				infos.at<struct sluice_rule_info>(sluice_rule_index(slot, rset ^ 1)),
+				sizeof(struct sluice_rule_info)) == 0)
+			continue;
+		count++;
+		differing = slot + 1;
 	}
+	if (count < 2 && differing <= SLUICE_SYNC_SLOT)
+		active.sync |= SLUICE_SYNC_RULES | differing;
 	map_update(maps_.active.get(), &zero, &active, "the live rule set's number");
+
+	// With many rule entries apart, the retired ones are brought up to date
+	// once no packet can still be reading them, so that the next edit goes
+	// in place without copying them itself (a command killed in between
+	// leaves the word without SLUICE_SYNC_RULES, and that edit copies them).
+	if (count >= 2 && wait_for_packets_in_flight()) {
+		for (uint32_t slot = 0; slot < bound; slot++) {
+			uint32_t from = sluice_rule_index(slot, rset), to = sluice_rule_index(slot, rset ^ 1);
+			rules.put(to, *rules.at<struct sluice_rule>(from));
+			infos.put(to, *infos.at<struct sluice_rule_info>(from));
+		}
+		std::atomic_thread_fence(std::memory_order_seq_cst);
+		active.sync |= SLUICE_SYNC_RULES;
+		map_update(maps_.active.get(), &zero, &active, "the live rule set's number");
+	}
 
 	// 5. Buckets no rule uses any more. A command killed before this leaves
 	//    buckets of ids that are never used again, which age out.

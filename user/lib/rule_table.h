@@ -38,7 +38,9 @@ struct ChangeSummary {
 /// naming the live one (struct sluice_active). A change is validated and
 /// compiled in full, written into the other set, and made live by flipping
 /// that word: a packet, a reader or a killed writer sees the old rule set or
-/// the new, never a mixture, and a killed change leaves nothing to undo.
+/// the new, never a mixture, and a killed change leaves nothing to undo. The
+/// rule entries and the lookups flip apart: an edit that keeps every
+/// selector flips the rule entries alone.
 class RuleTable {
 public:
 	explicit RuleTable(const MapSet &maps) : maps_(maps) {}
@@ -68,12 +70,15 @@ public:
 	/// unless edit_restarts_buckets says otherwise.
 	InstalledRule edit(std::string_view name_or_id, const RuleEdit &edit);
 
-	/// edit() in proportion to the change: when the idle set is known to
-	/// differ from the live one in one slot at most (struct sluice_active's
-	/// sync word) and the edit needs no whole-set check (no new name, no
-	/// rule made layered), writes that slot and the edited rule's and
-	/// switches. Empty, having written nothing, when it cannot; edit() then
-	/// goes the long way. Throws as edit() does.
+	/// edit() without compiling the whole set: when the edit needs no
+	/// whole-set check (no new name, no rule made layered), writes the edited
+	/// rule's entries into the idle rule set and flips the rule entries
+	/// alone, on the live lookups. When the idle rule set is known to differ
+	/// from the live one in one slot at most (struct sluice_active's sync
+	/// word, which a change of one rule leaves so), that slot is all else it
+	/// writes; otherwise it first copies the live entries that differ.
+	/// Empty, having written nothing, when it cannot; edit() then goes the
+	/// long way. Throws as edit() does.
 	std::optional<InstalledRule> edit_in_place(std::string_view name_or_id, const RuleEdit &edit);
 
 	/// Makes the installed rules equal `desired` in one transaction. Rules

@@ -217,8 +217,10 @@ CarriedState read_state(const std::string &dir)
 			throw_errno("cannot read " + dir + "/" SLUICE_STR(SLUICE_MAP_META), errno);
 		s.next_rule_id = record.next_rule_id;
 		s.rules = read_rules_abi2_3(dir, s.max_rules);
-	} else if (s.abi == SLUICE_ABI_VERSION) {
-		MapSet maps = MapSet::open_pinned(dir); // checks the layout in full
+	} else if (s.abi == 4 || s.abi == SLUICE_ABI_VERSION) {
+		// ABI 4's maps are this one's; its live-set word, 0 or 1, names the
+		// rule entries and the lookups together, as this one's reads.
+		MapSet maps = MapSet::open_pinned(dir, s.abi); // checks the layout in full
 		uint32_t zero = 0;
 		struct sluice_meta meta = {};
 		if (bpf_map_lookup_elem(maps.meta.get(), &zero, &meta))
