@@ -660,6 +660,49 @@ __noinline int sluice_note_drop(struct charge_req *req)
 }
 
 /*
+ * The buckets this CPU noted a drop of lately, beyond the one its pending
+ * slot names: a direct-mapped table, so that a flood of many sources over
+ * their limits, interleaved, notes each bucket once per SLUICE_NOTE_EVERY_NS
+ * per CPU as one source's flood does, instead of once per packet. The
+ * program's own: not pinned, and a fresh program starts it empty.
+ */
+#define NOTED_SLOTS_LOG2 10
+struct noted {
+	__u64 want;
+	__u64 noted_ns;
+	__u32 table;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1 << NOTED_SLOTS_LOG2);
+	__type(key, __u32);
+	__type(value, struct noted);
+} sluice_noted SEC(".maps");
+
+/* Notes a drop of req's bucket (sluice_note_drop) unless this CPU did within
+ * SLUICE_NOTE_EVERY_NS; the pending slot `p` names the bucket from now on. */
+static __always_inline void note_if_due(struct charge_req *req, struct sluice_pending_drops *p)
+{
+	__u32 i = (__u32)(((req->want ^ req->table) * 0x9e3779b97f4a7c15ULL) >> (64 - NOTED_SLOTS_LOG2));
+	struct noted *n = bpf_map_lookup_elem(&sluice_noted, &i);
+	int due = !n || n->want != req->want || n->table != req->table ||
+		  req->now - n->noted_ns >= SLUICE_NOTE_EVERY_NS;
+
+	if (due && n) {
+		n->want = req->want;
+		n->table = req->table;
+		n->noted_ns = req->now;
+	}
+	p->note_want = req->want;
+	p->note_table = req->table;
+	p->noted_ns = due || !n ? req->now : n->noted_ns;
+	if (due)
+		sluice_note_drop(req);
+}
+
+/*
  * Counts a packet on its bucket, of generation `gen`. A source bucket's drop
  * (`pending`) goes to this CPU's pending slot (struct sluice_pending_drops)
  * when the slot names the bucket, so a flood of one source writes no shared
@@ -681,12 +724,8 @@ static __always_inline void count_source(struct sluice_source_counters *c, __u16
 	}
 	p = bpf_map_lookup_elem(&SLUICE_MAP_PENDING, &zero);
 	if (p && (p->note_want != req->want || p->note_table != req->table ||
-		  req->now - p->noted_ns >= SLUICE_NOTE_EVERY_NS)) {
-		p->note_want = req->want;
-		p->note_table = req->table;
-		p->noted_ns = req->now;
-		sluice_note_drop(req);
-	}
+		  req->now - p->noted_ns >= SLUICE_NOTE_EVERY_NS))
+		note_if_due(req, p);
 	if (!p || !pending) {
 		count_add(&c->dropped_packets, tag, n);
 		count_add(&c->dropped_bytes, tag, l3_len);

@@ -98,5 +98,39 @@ TEST_F(ThrottleEvents, AnIpv6SourceIsNamedByItsSlash64AndAShadowRuleSaysSo)
 	EXPECT_NE(event_json(events_[0]).find("\"source\":\"2001:db8:0:1::/64\""), std::string::npos);
 }
 
+// Sources dropped in turn, as in a flood of many: each CPU notes each bucket's
+// drops once per SLUICE_NOTE_EVERY_NS, as it does one source's, so the
+// throttled entries keep their first drop's time while the turns go on.
+TEST_F(ThrottleEvents, SourcesDroppedInTurnAreNotedOncePerIntervalNotPerPacket)
+{
+	add("10.3.0.0/16", "1/min", 1, "turns");
+	const std::vector<PacketSpec> sources = {{.src = "10.3.0.1"}, {.src = "10.3.0.2"}, {.src = "10.3.0.3"}};
+	double took = 0;
+	run_on_two_cpus([&](int cpu) {
+		if (cpu != 0)
+			return; // one CPU: its notes are what is checked
+		for (const auto &src : sources)
+			run(src, 2); // a pass, then the first drop: throttled
+		auto start = std::chrono::steady_clock::now();
+		for (int i = 0; i < 100; i++)
+			for (const auto &src : sources)
+				EXPECT_EQ(run(src), XDP_DROP);
+		took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+	});
+	ASSERT_LT(took, double(SLUICE_NOTE_EVERY_NS) / 1e9) << "the turns must fit in one noting interval";
+	collect(3, std::chrono::milliseconds(500));
+	EXPECT_EQ(events_.size(), 3u) << "one throttled event per source";
+	struct sluice_throttle_key key = {}, next = {};
+	int entries = 0;
+	for (void *prev = nullptr; bpf_map_get_next_key(maps_.throttled.get(), prev, &next) == 0; prev = &key) {
+		key = next;
+		struct sluice_throttle t = {};
+		ASSERT_EQ(bpf_map_lookup_elem(maps_.throttled.get(), &key, &t), 0);
+		EXPECT_EQ(t.last_drop_ns, t.since_ns) << "a bucket's drops were noted again within the interval";
+		entries++;
+	}
+	EXPECT_EQ(entries, 3);
+}
+
 } // namespace
 } // namespace sluice::test
