@@ -697,7 +697,7 @@ static __always_inline void note_if_due(struct charge_req *req, struct sluice_pe
 	}
 	p->note_want = req->want;
 	p->note_table = req->table;
-	p->noted_ns = due || !n ? req->now : n->noted_ns;
+	p->noted_ns = n ? n->noted_ns : req->now;
 	if (due)
 		sluice_note_drop(req);
 }
