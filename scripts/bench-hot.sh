@@ -33,6 +33,7 @@ cleanup() {
     pin=$old_pin bin=build-previous/sluice
     [ $side = new ] && pin=$new_pin bin=$now
     SLUICE_PIN_DIR=$pin nsenter --net=/run/netns/$ns "$bin" detach --all >/dev/null 2>&1 || true
+    rmdir "$pin" 2>/dev/null || true
   done
   ip netns del $ns 2>/dev/null || true
   rm -rf "$work"
