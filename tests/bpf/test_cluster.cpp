@@ -17,16 +17,21 @@ constexpr uint64_t SEC_TICKS = 1000000000ULL << SLUICE_TICK_SHIFT;
 
 class ClusterRule : public Datapath {
 protected:
+	/// A limit rule named `name`, of `scope`.
+	static RuleSpec spec(const char *name, const char *cidr, const char *rate, uint64_t burst, Scope scope)
+	{
+		RuleSpec s;
+		s.name = name;
+		s.cidr = parse_cidr(cidr);
+		s.rate = parse_rate(rate);
+		s.burst = burst;
+		s.scope = scope;
+		return s;
+	}
 	/// A cluster rule of 3/min over `hosts` hosts, burst 6: 1/min and 2 here by default.
 	InstalledRule add_cluster(uint32_t hosts)
 	{
-		RuleSpec s;
-		s.name = "shared";
-		s.cidr = parse_cidr("10.0.0.0/8");
-		s.rate = parse_rate("3/min");
-		s.burst = 6;
-		s.scope = Scope::cluster;
-		InstalledRule r = table_->add(s);
+		table_->add(spec("shared", "10.0.0.0/8", "3/min", 6, Scope::cluster));
 		RuleEdit e;
 		e.cluster_hosts = hosts;
 		return table_->edit("shared", e);
@@ -98,13 +103,7 @@ TEST_F(ClusterRule, CreditNeverFillsABucketBeyondItsBurst)
 // IPv6 sources: the bucket of a /64 moves the same way.
 TEST_F(ClusterRule, AnIpv6BucketIsGrantedToo)
 {
-	RuleSpec s;
-	s.name = "shared6";
-	s.cidr = parse_cidr("2001:db8::/32");
-	s.rate = parse_rate("1/min");
-	s.burst = 2;
-	s.scope = Scope::cluster;
-	InstalledRule r = table_->add(s);
+	InstalledRule r = table_->add(spec("shared6", "2001:db8::/32", "1/min", 2, Scope::cluster));
 	EXPECT_EQ(passes("2001:db8:0:1::7", 3), 2);
 	ASSERT_TRUE(shift(r, "2001:db8:0:1::", 60 * int64_t(SEC_TICKS))); // the bucket: the source's /64
 	EXPECT_EQ(passes("2001:db8:0:1::8", 2), 1) << "one packet of credit, to the whole /64";
@@ -114,12 +113,7 @@ TEST_F(ClusterRule, AnIpv6BucketIsGrantedToo)
 // same buckets, the data plane at the new local share.
 TEST_F(ClusterRule, RuleSetChangesScopeAndFallbackKeepingTheBuckets)
 {
-	RuleSpec s;
-	s.name = "shared";
-	s.cidr = parse_cidr("10.0.0.0/8");
-	s.rate = parse_rate("3/min");
-	s.burst = 6;
-	table_->add(s);
+	table_->add(spec("shared", "10.0.0.0/8", "3/min", 6, Scope::local));
 	EXPECT_EQ(passes("10.1.1.5", 2), 2);
 	RuleEdit e;
 	e.scope = Scope::cluster;

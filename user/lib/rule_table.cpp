@@ -177,10 +177,24 @@ constexpr uint32_t NO_SLOT = ~0u;
 /// Waits until every run of the program that may have read the live-set word
 /// before now has ended: an RCU grace period (XDP runs inside RCU read-side
 /// sections), which membarrier(MEMBARRIER_CMD_GLOBAL) waits for. False, having
-/// waited for nothing, where the kernel refuses it (nohz_full).
+/// waited for nothing, where the kernel refuses it (nohz_full) or would return
+/// at once (one CPU online, where a preempted run could still be reading).
 bool wait_for_packets_in_flight()
 {
+	if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
+		return false;
 	return syscall(__NR_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) == 0;
+}
+
+/// Copies rule set `from`'s entries over the other set's, below slot `upto`,
+/// where they differ.
+void copy_rule_entries(const MappedArray &rules, const MappedArray &infos, uint32_t from, uint32_t upto)
+{
+	for (uint32_t slot = 0; slot < upto; slot++) {
+		uint32_t src = sluice_rule_index(slot, from), dst = sluice_rule_index(slot, from ^ 1);
+		rules.put(dst, *rules.at<struct sluice_rule>(src));
+		infos.put(dst, *infos.at<struct sluice_rule_info>(src));
+	}
 }
 
 } // namespace
@@ -468,12 +482,7 @@ std::optional<InstalledRule> RuleTable::edit_in_place(std::string_view name_or_i
 	};
 	uint32_t other = (active.sync & SLUICE_SYNC_SLOT);
 	if (!in_step) {
-		MappedArray dps(rules, 0, 2 * reach);
-		for (uint32_t s = 0; s < reach; s++) {
-			uint32_t from = sluice_rule_index(s, live), to = sluice_rule_index(s, idle);
-			dps.put(to, *dps.at<struct sluice_rule>(from));
-			infos.put(to, *infos.at<struct sluice_rule_info>(from));
-		}
+		copy_rule_entries(MappedArray(rules, 0, 2 * reach), infos, live, reach);
 	} else if (other && other - 1 != slot) {
 		uint32_t k = other - 1, i = sluice_rule_index(k, live);
 		write(k, read_entry<struct sluice_rule>(rules, i, "a rule"),
@@ -813,11 +822,7 @@ void RuleTable::commit(const Snapshot &before, std::vector<InstalledRule> &after
 	// in place without copying them itself (a command killed in between
 	// leaves the word without SLUICE_SYNC_RULES, and that edit copies them).
 	if (count >= 2 && wait_for_packets_in_flight()) {
-		for (uint32_t slot = 0; slot < bound; slot++) {
-			uint32_t from = sluice_rule_index(slot, rset), to = sluice_rule_index(slot, rset ^ 1);
-			rules.put(to, *rules.at<struct sluice_rule>(from));
-			infos.put(to, *infos.at<struct sluice_rule_info>(from));
-		}
+		copy_rule_entries(rules, infos, rset, bound);
 		std::atomic_thread_fence(std::memory_order_seq_cst);
 		active.sync |= SLUICE_SYNC_RULES;
 		map_update(maps_.active.get(), &zero, &active, "the live rule set's number");
