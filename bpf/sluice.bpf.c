@@ -1017,16 +1017,21 @@ static __always_inline int scan_set(const struct sluice_set_tags *t, const struc
 	return -1;
 }
 
-/* Waits, boundedly, for another CPU to publish the bucket it is writing. */
-static __always_inline void wait_published(const struct sluice_set_tags *t, int w)
+/* Waits, boundedly, for another CPU to publish the bucket it is writing in
+ * way w of `t`: 1 if it did. A global function, so that the verifier walks
+ * its reads once, not once for every lookup path that may wait. */
+__noinline int sluice_wait_published(const struct sluice_set_tags *t, int w)
 {
 	int i;
 
+	if (!t)
+		return 0; /* the verifier: arguments of a global function may be NULL */
 	w = SLUICE_WAY(w);
 	for (i = 0; i < SLUICE_LOCK_RETRIES; i++) {
 		if (SLUICE_READ_ONCE(t->key[w]) != SLUICE_KEY_BUSY)
-			break;
+			return 1;
 	}
+	return 0;
 }
 
 /* Keeps in *v the better way to evict: empty, else the lowest rank. */
@@ -1111,12 +1116,8 @@ static __always_inline void count_insert(const struct victim *v, __u32 stamp, __
 static __always_inline int lookup_missed(const struct sluice_set_tags *a, const struct sluice_set_tags *b,
 					 int busy_a, int busy_b, struct charge_req *req)
 {
-	if (busy_a) {
-		wait_published(a, busy_a - 1);
-		return LOOKUP_RETRY;
-	}
-	if (busy_b) {
-		wait_published(b, busy_b - 1);
+	if (busy_a || busy_b) {
+		sluice_wait_published(busy_a ? a : b, (busy_a ? busy_a : busy_b) - 1);
 		return LOOKUP_RETRY;
 	}
 	return sluice_choose_victim(a, b, sluice_stamp(req->now), &req->victim) ? LOOKUP_NOT_FOUND : LOOKUP_RETRY;
@@ -1386,6 +1387,18 @@ struct log_ctx {
 	int res; /* BUCKET_FORCED until decided; LOG_DROP_LOCKED; -1: the key left the way */
 };
 
+/* sluice_log_admit for a super-packet's several passes, under the lock: a
+ * global function, so that the verifier walks its 63 ring writes once, not
+ * once for every path that reaches them. */
+__noinline int sluice_log_admit_many(struct sluice_log_state *st, const struct sluice_rule *rule, __u64 now,
+				     __u64 packets)
+{
+	if (!st || !rule)
+		return 0; /* the verifier: arguments of a global function may be NULL */
+	return sluice_log_admit(st->ring, &st->head, now, rule->window.window_ns, (__u32)rule->window.limit,
+				packets);
+}
+
 static long log_attempt(__u32 index, void *data)
 {
 	struct log_ctx *c = data;
@@ -1428,8 +1441,11 @@ static long log_attempt(__u32 index, void *data)
 		c->res = -1;
 		return 1;
 	}
-	admit = sluice_log_admit(st->ring, &st->head, req->now, rule->window.window_ns, (__u32)rule->window.limit,
-				 req->packets);
+	if (req->packets == 1)
+		admit = sluice_log_admit(st->ring, &st->head, req->now, rule->window.window_ns,
+					 (__u32)rule->window.limit, 1);
+	else
+		admit = sluice_log_admit_many(st, rule, req->now, req->packets);
 	__sync_lock_test_and_set(&st->word, s + 2); /* a full barrier, as above */
 	c->res = admit ? BUCKET_PASS : LOG_DROP_LOCKED;
 	return 1;
@@ -1851,6 +1867,7 @@ static __always_inline __u32 apply_rule(struct xdp_md *ctx, const struct packet_
 #define WALK_V6_HEAD  0x10 /* in an IPv6 prefix's first list, which the trie holds */
 #define WALK_NO_COVER 0x20 /* no rule covers the source */
 #define WALK_LAST     0x40 /* the walk's last step: it ends here */
+#define WALK_APPLYING_LAYERED 0x80 /* walk_step is applying the layered rule w->slot */
 struct walk {
 	__u64 best_strictness;
 	__u32 best_slot;
@@ -1967,12 +1984,18 @@ __noinline int walk_step(struct xdp_md *ctx, const struct packet_info *pkt, stru
 	}
 	if (step == STEP_NEXT && (w->flags & WALK_LAST))
 		step = STEP_END;
-	if (step == STEP_LAYERED)
+	if (step == STEP_LAYERED) {
 		slot = w->slot;
-	else if (step == STEP_END && (w->flags & (WALK_DONE | WALK_FOUND)) == WALK_FOUND)
+		w->flags |= WALK_APPLYING_LAYERED;
+	} else if (step == STEP_END && (w->flags & (WALK_DONE | WALK_FOUND)) == WALK_FOUND) {
 		slot = w->best_slot;
-	else
+	} else {
 		return step;
+	}
+	/* From here the rule is applied the same way either way: the kind of
+	 * rule is read back from w, so that the verifier checks the bucket
+	 * code once, not once for each. */
+	barrier();
 
 	index = sluice_rule_index(slot, w->set);
 	rule = bpf_map_lookup_elem(&SLUICE_MAP_RULES, &index);
@@ -1983,9 +2006,12 @@ __noinline int walk_step(struct xdp_md *ctx, const struct packet_info *pkt, stru
 		v = SLUICE_CNT_FAILOPEN_RULE;
 	}
 	w->verdict = v;
-	if (step == STEP_LAYERED && !((SLUICE_DROP_VERDICTS >> v) & 1)) {
-		w->flags |= WALK_LAYERED;
-		return STEP_LAYERED;
+	if (w->flags & WALK_APPLYING_LAYERED) {
+		w->flags &= ~WALK_APPLYING_LAYERED;
+		if (!((SLUICE_DROP_VERDICTS >> v) & 1)) {
+			w->flags |= WALK_LAYERED;
+			return STEP_LAYERED;
+		}
 	}
 	w->flags |= WALK_DONE;
 	return STEP_END;
