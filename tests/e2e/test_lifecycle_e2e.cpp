@@ -5,6 +5,7 @@
 // resized by `apply` keeping the rules.
 #include <gtest/gtest.h>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -358,6 +359,59 @@ TEST_F(Lifecycle, KillNineDuringAnApplyLeavesTheOldPolicyOrTheNew)
 	std::printf("apply of %d rules took %lld us; %d kills landed while it ran; after them (and the runs that "
 		    "finished first) %d times the old policy, %d times the new\n",
 		    BIG + 1, static_cast<long long>(span.count()), killed, old_seen, new_seen);
+	EXPECT_GE(killed, 30) << "kills that landed while the apply ran";
+}
+
+/// The names in a directory, "." and ".." aside.
+static std::vector<std::string> entries_of(const std::string &dir)
+{
+	std::vector<std::string> names;
+	if (DIR *d = opendir(dir.c_str())) {
+		while (struct dirent *e = readdir(d))
+			if (std::string_view(e->d_name) != "." && std::string_view(e->d_name) != "..")
+				names.emplace_back(e->d_name);
+		closedir(d);
+	}
+	return names;
+}
+
+// An apply into nothing loaded loads the program while it parses the file and
+// pins it only once it holds every rule: killed at any instant, it leaves
+// nothing loaded and no pin, or the whole rule set; the next apply completes it.
+TEST_F(Lifecycle, KillNineDuringAnApplyThatLoadsLeavesNothingOrTheWholeRuleSet)
+{
+	std::string big = write_file("big.yaml", policy_text(true, "2000/s"));
+	auto t0 = std::chrono::steady_clock::now();
+	ASSERT_EQ(cli_dst({"apply", big}).exit_code, 0);
+	auto span = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0);
+	ASSERT_EQ(cli({"detach", "--all"}).exit_code, 0);
+
+	int killed = 0, nothing = 0, whole = 0;
+	for (KillPlan plan(span); plan.more(killed);) {
+		auto at = plan.next();
+		std::string where = "killed " + std::to_string(at.count()) + " us into a " +
+				    std::to_string(span.count()) + " us apply";
+		SCOPED_TRACE(where);
+		if (Background(in_dst({"apply", big})).kill_after(at))
+			killed++;
+		else
+			plan.finished_before_kill();
+		CommandResult listed = cli({"rule", "list", "--json"});
+		if (listed.exit_code != 0) {
+			nothing++;
+			EXPECT_NE(listed.err.find("not attached"), std::string::npos) << listed.err;
+			EXPECT_EQ(entries_of(pin_dir()), std::vector<std::string>{}) << "nothing loaded, nothing pinned";
+		} else {
+			whole++;
+			EXPECT_EQ(json::parse(listed.out).size(), BIG + 1u) << "every rule, or none";
+		}
+		ASSERT_EQ(cli_dst({"apply", big}).exit_code, 0) << "the next apply completes it";
+		EXPECT_EQ(send_and_count(PROBES, 5)["drop_deny"], 15u) << "and the rules hold";
+		ASSERT_EQ(cli({"detach", "--all"}).exit_code, 0);
+	}
+	std::printf("apply of %d rules into nothing loaded took %lld us; %d kills landed while it ran; after them "
+		    "(and the runs that finished first) %d times nothing loaded, %d times every rule\n",
+		    BIG + 1, static_cast<long long>(span.count()), killed, nothing, whole);
 	EXPECT_GE(killed, 30) << "kills that landed while the apply ran";
 }
 

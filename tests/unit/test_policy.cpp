@@ -203,6 +203,41 @@ TEST(PolicyParse, EmptyAndOmittedSectionsAreDefaults)
 	EXPECT_EQ(p.rules.at(0).burst, default_burst(parse_rate("100/s"))) << "validate_rule fills the burst";
 }
 
+// `apply` begins loading the program with the sizes peek_table_sizes guesses
+// from the text, before the parse: a guess it gives must be what the parse
+// reads, and a section it cannot read whole is no guess.
+TEST(PolicyPeek, ABlockStyleTablesSectionIsReadAsTheParseReadsIt)
+{
+	const std::string rules = "rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    rate: 100/s\n";
+	const std::vector<std::string> guessed = {
+		rules,
+		"tables:\n  max_rules: 64\n" + rules,
+		rules + "tables:\n  max_sources: 4096   # for the lab\n  max_log_sources: 512\n",
+		"# sizes\ntables:   # all three\n  max_log_sources: 8\n\n  # rules\n  max_rules: 16\r\n  max_sources: 1024\n" +
+			rules,
+		"tables:\n" + rules,
+	};
+	for (const auto &text : guessed) {
+		std::optional<TableSizes> guess = peek_table_sizes(text);
+		ASSERT_TRUE(guess) << text;
+		TableSizes parsed = parse(text).tables;
+		EXPECT_EQ(guess->max_rules, parsed.max_rules) << text;
+		EXPECT_EQ(guess->max_sources, parsed.max_sources) << text;
+		EXPECT_EQ(guess->max_log_sources, parsed.max_log_sources) << text;
+	}
+	EXPECT_EQ(peek_table_sizes("tables:\n  max_rules: 64\n" + rules)->max_rules, 64u);
+
+	const std::vector<std::string> declined = {
+		"tables: {max_rules: 64}\n" + rules,     // flow style
+		"tables:\n  max_rules: 0x40\n" + rules, // not a plain decimal
+		"tables:\n  max_rules: &n 64\n" + rules,
+		"tables:\n  max_ruels: 64\n" + rules, // a key the parse refuses
+		"tables:\n  max_rules\n" + rules,
+	};
+	for (const auto &text : declined)
+		EXPECT_FALSE(peek_table_sizes(text)) << text;
+}
+
 TEST(PolicyErrors, EachIsOneLineWithTheFileLineAndRule)
 {
 	struct Case {

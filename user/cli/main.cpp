@@ -792,7 +792,13 @@ int main(int argc, char **argv)
 			ExplainPacket pkt = make_explain_packet(explain_src, explain_proto, explain_dport, explain_bytes);
 			cmd_explain(inst, pkt, json);
 		} else if (*apply) {
-			Policy p = read_policy_file(policy_path);
+			PolicyText file = read_policy_text(policy_path);
+			// An apply that will load the program begins loading it now,
+			// beside the parsing; one that fails leaves nothing.
+			ProgramPreload preload;
+			if (!check_only && !diff_only)
+				preload = ProgramPreload(inst, file.text);
+			Policy p = parse_policy_text(file);
 			if (check_only || diff_only) {
 				auto lock = inst.lock(false);
 				ApplyPlan plan = plan_apply(inst, p);
@@ -803,7 +809,7 @@ int main(int argc, char **argv)
 						  << p.interfaces.size() << " interfaces)\n";
 			} else {
 				auto lock = inst.lock(true, true);
-				ApplyPlan plan = apply_policy(inst, p);
+				ApplyPlan plan = apply_policy(inst, p, std::move(preload));
 				std::cout << (plan.empty() ? "no changes\n" : plan.format());
 			}
 		} else if (*export_cmd) {

@@ -352,6 +352,9 @@ MapSet Instance::maps() const
 
 void Instance::pin_program(const LoadedProgram &prog, const std::string &dir)
 {
+	// Map pins with no program pin are a killed pin_program's: nothing
+	// loaded holds them, and they would stand in the way.
+	remove_pins(dir);
 	Rollback undo([&dir] { remove_pins(dir); });
 	if (mkdir((dir + "/links").c_str(), 0700) && errno != EEXIST)
 		throw_errno("cannot create " + dir + "/links", errno);
@@ -396,6 +399,13 @@ bool Instance::load(const TableSizes &sizes)
 	LoadedProgram fresh(sizes);
 	pin_program(fresh, dir_);
 	return true;
+}
+
+void Instance::adopt(const LoadedProgram &prog)
+{
+	if (loaded())
+		throw Error("sluice is loaded already under " + dir_);
+	pin_program(prog, dir_);
 }
 
 void Instance::check_sizes(const MapSet &m, const TableSizes &sizes)

@@ -116,6 +116,9 @@ public:
 	/// Loads the program and pins it with its maps, attached nowhere, unless
 	/// it is loaded already; true if it loaded it. Rules can be added then.
 	bool load(const TableSizes &sizes);
+	/// Pins a program loaded apart (its maps filled already), which makes it
+	/// the loaded one; throws if one is loaded already.
+	void adopt(const LoadedProgram &prog);
 	/// Throws if the loaded tables differ from the sizes asked (0: any).
 	static void check_sizes(const MapSet &maps, const TableSizes &sizes);
 

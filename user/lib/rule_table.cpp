@@ -538,13 +538,8 @@ ChangeSummary RuleTable::replace(std::vector<RuleSpec> desired, bool dry_run)
 	after.reserve(desired.size());
 	for (uint32_t j = 0; j < desired.size(); j++) {
 		RuleSpec &spec = desired[j];
-		if (spec.name.empty())
-			throw Error("every rule of a policy needs a name");
-		uint32_t at = running.find(spec.name, running_name);
-		// A spec the same as a running rule's is that rule, valid as it
-		// stands: only the others are checked (and their defaults filled).
-		if (at == NameIndex::NONE || !same_spec(before.rules[at].spec, spec))
-			validate_rule(spec);
+		uint32_t at = spec.name.empty() ? NameIndex::NONE : running.find(spec.name, running_name);
+		check_policy_rule(spec, at == NameIndex::NONE ? nullptr : &before.rules[at].spec);
 		if (at == NameIndex::NONE) {
 			after.push_back({0, NO_SLOT, spec});
 			continue;
@@ -570,6 +565,16 @@ ChangeSummary RuleTable::replace(std::vector<RuleSpec> desired, bool dry_run)
 		if (running.find(r.spec.name, running_name) == NameIndex::NONE)
 			sum.added.push_back(r);
 	return sum;
+}
+
+void RuleTable::check_policy_rule(RuleSpec &spec, const RuleSpec *running)
+{
+	if (spec.name.empty())
+		throw Error("every rule of a policy needs a name");
+	// A spec the same as a running rule's is that rule, valid as it
+	// stands: only the others are checked (and their defaults filled).
+	if (!running || !same_spec(*running, spec))
+		validate_rule(spec);
 }
 
 void RuleTable::restore(std::vector<InstalledRule> rules, uint32_t next_id)
@@ -710,13 +715,48 @@ void RuleTable::check_fits(const std::vector<RuleSpec> &rules, uint32_t max_rule
 	prepare(empty, after, next_id, {}, max_rules);
 }
 
+struct RuleTable::Prepared {
+	Snapshot before; ///< an empty table's, as prepare_empty assumed it
+	std::vector<InstalledRule> after;
+	uint32_t next_id = 1;
+	Compiled compiled;
+};
+
+std::shared_ptr<const RuleTable::Prepared> RuleTable::prepare_empty(std::vector<RuleSpec> desired, uint32_t max_rules)
+{
+	auto p = std::make_shared<Prepared>();
+	p->before.idle_used.assign(max_rules, false);
+	p->after.reserve(desired.size());
+	for (auto &spec : desired) {
+		check_policy_rule(spec, nullptr);
+		p->after.push_back({0, NO_SLOT, std::move(spec)});
+	}
+	p->compiled = prepare(p->before, p->after, p->next_id, {}, max_rules);
+	return p;
+}
+
+void RuleTable::install(const Prepared &prepared)
+{
+	Snapshot before = read();
+	if (!before.rules.empty() || before.active.set != prepared.before.active.set ||
+	    before.meta.next_rule_id > 1 || maps_.max_rules() != prepared.before.idle_used.size())
+		throw Error("rules prepared for an empty table of " + std::to_string(prepared.before.idle_used.size()) +
+			    " rules cannot go into this one");
+	write(before, prepared.after, prepared.next_id, prepared.compiled);
+}
+
 void RuleTable::commit(const Snapshot &before, std::vector<InstalledRule> &after, uint32_t next_id,
 		       const std::vector<std::string> &where, bool dry_run)
 {
+	Compiled c = prepare(before, after, next_id, where, maps_.max_rules());
+	if (!dry_run)
+		write(before, after, next_id, c);
+}
+
+void RuleTable::write(const Snapshot &before, const std::vector<InstalledRule> &after, uint32_t next_id,
+		      const Compiled &c)
+{
 	uint32_t n = maps_.max_rules();
-	Compiled c = prepare(before, after, next_id, where, n);
-	if (dry_run)
-		return;
 	uint32_t set = c.set, rset = c.rules_set, block_base = c.block_base;
 	const MatchLists &lists = c.lists;
 

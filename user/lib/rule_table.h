@@ -91,6 +91,16 @@ public:
 	/// (names, selectors, match lists, the IPv4 table); throws if not.
 	static void check_fits(const std::vector<RuleSpec> &rules, uint32_t max_rules);
 
+	/// A rule set validated and compiled with no maps, for a table of
+	/// `max_rules` that holds no rule yet (a program just loaded), as
+	/// replace() would make it; throws as replace() does. `apply` prepares
+	/// its rules while the program loads, then installs them.
+	struct Prepared;
+	static std::shared_ptr<const Prepared> prepare_empty(std::vector<RuleSpec> desired, uint32_t max_rules);
+	/// Writes and makes live a rule set prepare_empty made; throws, having
+	/// written nothing, unless this table holds no rule and is of its size.
+	void install(const Prepared &prepared);
+
 	/// Installs rules carried from another program (ids, slots and bucket
 	/// ids as given) into an empty table.
 	void restore(std::vector<InstalledRule> rules, uint32_t next_id);
@@ -118,6 +128,12 @@ private:
 	/// it live; then removes the buckets no rule of `after` uses.
 	void commit(const Snapshot &before, std::vector<InstalledRule> &after, uint32_t next_id,
 		    const std::vector<std::string> &where = {}, bool dry_run = false);
+	/// commit's writes, of a change prepared from `before`.
+	void write(const Snapshot &before, const std::vector<InstalledRule> &after, uint32_t next_id,
+		   const Compiled &c);
+	/// A policy's rule before it joins a change: named, and validated
+	/// (its defaults filled) unless it is `running` unchanged.
+	static void check_policy_rule(RuleSpec &spec, const RuleSpec *running);
 
 	/// The rule_info array's entries of slots below `reach`, both sets,
 	/// mapped once for this object (for finding a rule by name).

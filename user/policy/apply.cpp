@@ -3,6 +3,7 @@
 #include <net/if.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "error.h"
 #include "rule_table.h"
@@ -129,20 +130,58 @@ ApplyPlan make_plan(const Instance &inst, const Policy &p, bool check_rules)
 
 ApplyPlan plan_apply(const Instance &inst, const Policy &p) { return make_plan(inst, p, true); }
 
-ApplyPlan apply_policy(Instance &inst, const Policy &p)
+ProgramPreload::ProgramPreload(const Instance &inst, std::string_view policy_text)
 {
-	// Everything is checked before the first write. When the tables stay as
-	// they are, that write is the rule transaction's, which checks the rules
-	// in full before it writes: they are not compiled twice.
+	if (inst.loaded())
+		return;
+	std::optional<TableSizes> guess = peek_table_sizes(policy_text);
+	if (!guess)
+		return;
+	sizes_ = wanted_sizes(*guess, default_sizes());
+	loading_ = std::async(std::launch::async,
+			      [sizes = sizes_] { return std::make_unique<LoadedProgram>(sizes); });
+}
+
+ProgramPreload::~ProgramPreload()
+{
+	if (loading_.valid())
+		loading_.wait();
+}
+
+std::unique_ptr<LoadedProgram> ProgramPreload::take(const TableSizes &sizes)
+{
+	if (!loading_.valid())
+		return nullptr;
+	TableSizes want = wanted_sizes(sizes, default_sizes());
+	auto program = loading_.get();
+	if (want.max_rules != sizes_.max_rules || want.max_sources != sizes_.max_sources ||
+	    want.max_log_sources != sizes_.max_log_sources)
+		return nullptr;
+	return program;
+}
+
+ApplyPlan apply_policy(Instance &inst, const Policy &p, ProgramPreload preload)
+{
+	// Everything is checked before the first write. That write is the rule
+	// transaction's, which checks the rules in full before it writes: they
+	// are not compiled twice. A program loaded here gets its rules before
+	// it is pinned: until then nothing is changed.
 	ApplyPlan plan = make_plan(inst, p, false);
-	if (plan.load || plan.resize.max_sources || plan.resize.max_rules || plan.resize.max_log_sources)
-		RuleTable::check_fits(p.rules,
-				      wanted_sizes(p.tables, plan.load ? default_sizes() : loaded_sizes(inst.maps())).max_rules);
-	if (plan.load)
-		inst.load(p.tables);
-	else if (plan.resize.max_sources || plan.resize.max_rules || plan.resize.max_log_sources)
-		inst.upgrade(wanted_sizes(p.tables, loaded_sizes(inst.maps())));
-	{
+	if (plan.load) {
+		TableSizes want = wanted_sizes(p.tables, default_sizes());
+		// The rules are compiled while the preload's thread loads.
+		auto prepared = RuleTable::prepare_empty(p.rules, want.max_rules);
+		std::unique_ptr<LoadedProgram> fresh = preload.take(p.tables);
+		if (!fresh)
+			fresh = std::make_unique<LoadedProgram>(want);
+		MapSet maps = fresh->maps();
+		RuleTable(maps).install(*prepared);
+		inst.adopt(*fresh);
+	} else {
+		if (plan.resize.max_sources || plan.resize.max_rules || plan.resize.max_log_sources) {
+			RuleTable::check_fits(p.rules, wanted_sizes(p.tables, loaded_sizes(inst.maps())).max_rules);
+			inst.upgrade(wanted_sizes(p.tables, loaded_sizes(inst.maps())));
+		}
 		MapSet maps = inst.maps();
 		RuleTable(maps).replace(p.rules);
 	}

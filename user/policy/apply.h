@@ -3,7 +3,10 @@
 // a policy (`sluice export`).
 #pragma once
 
+#include <future>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "datapath.h"
@@ -29,11 +32,38 @@ struct ApplyPlan {
 /// throws, with one line, what would fail.
 ApplyPlan plan_apply(const Instance &inst, const Policy &p);
 
-/// Applies `p`: loads the program if needed, resizes the tables if asked
-/// (keeping rules, buckets and counters), replaces the rules in one
-/// transaction, then attaches and detaches interfaces. The caller holds the
-/// instance's exclusive lock.
-ApplyPlan apply_policy(Instance &inst, const Policy &p);
+/// A load of the program begun while the policy is still being parsed, in
+/// a thread of its own, when nothing is loaded: with table sizes guessed
+/// from the text (peek_table_sizes). Loading (creating the tables, the
+/// verifier) takes as long as parsing 100,000 rules, so the two overlap.
+/// The program is pinned nowhere: one whose sizes turn out wrong, or that
+/// is never used, is closed and leaves nothing behind.
+class ProgramPreload {
+public:
+	ProgramPreload() = default;
+	/// Begins a load if nothing is loaded under `inst` and the sizes can be
+	/// guessed from `policy_text`; else does nothing.
+	ProgramPreload(const Instance &inst, std::string_view policy_text);
+	ProgramPreload(ProgramPreload &&) = default;
+	ProgramPreload &operator=(ProgramPreload &&) = default;
+	/// Waits for a load still running.
+	~ProgramPreload();
+
+	/// The program, if it was begun with table sizes equal to `sizes`
+	/// (omitted ones as the defaults); else null. Rethrows its load's error.
+	std::unique_ptr<LoadedProgram> take(const TableSizes &sizes);
+
+private:
+	TableSizes sizes_;
+	std::future<std::unique_ptr<LoadedProgram>> loading_;
+};
+
+/// Applies `p`: loads the program if needed (taking `preload`'s if its sizes
+/// are right), resizes the tables if asked (keeping rules, buckets and
+/// counters), replaces the rules in one transaction, then attaches and
+/// detaches interfaces. A program it loads is pinned once it holds the
+/// rules. The caller holds the instance's exclusive lock.
+ApplyPlan apply_policy(Instance &inst, const Policy &p, ProgramPreload preload = {});
 
 /// The running state as a policy: the interfaces of this network namespace,
 /// table sizes that differ from the defaults, and every rule in match order.

@@ -452,7 +452,7 @@ Policy parse_policy(std::istream &in, const std::string &source)
 	return yaml::parse_policy_text(text, source);
 }
 
-Policy read_policy_file(const std::string &path)
+PolicyText read_policy_text(const std::string &path)
 {
 	bool stdin_ = path == "-";
 	std::string name = stdin_ ? "stdin" : path;
@@ -477,7 +477,64 @@ Policy read_policy_file(const std::string &path)
 			break;
 		text.append(buf, static_cast<size_t>(n));
 	}
-	return yaml::parse_policy_text(text, name);
+	return {name, std::move(text)};
+}
+
+Policy parse_policy_text(const PolicyText &file) { return yaml::parse_policy_text(file.text, file.source); }
+
+Policy read_policy_file(const std::string &path) { return parse_policy_text(read_policy_text(path)); }
+
+std::optional<TableSizes> peek_table_sizes(std::string_view text)
+{
+	auto trim = [](std::string_view v) {
+		while (!v.empty() && (v.front() == ' ' || v.front() == '\t'))
+			v.remove_prefix(1);
+		while (!v.empty() && (v.back() == ' ' || v.back() == '\t' || v.back() == '\r'))
+			v.remove_suffix(1);
+		return v;
+	};
+	// The text after a key's colon: a comment is no part of it.
+	auto value_of = [&trim](std::string_view v) {
+		size_t hash = v.find(" #");
+		return trim(hash == std::string_view::npos ? v : v.substr(0, hash));
+	};
+	TableSizes t;
+	constexpr std::string_view KEY = "tables:";
+	size_t at = text.starts_with(KEY) ? 0 : text.find("\ntables:");
+	if (at == std::string_view::npos)
+		return t; // no section: the defaults
+	at += at ? 1 : 0;
+	size_t eol = text.find('\n', at);
+	std::string_view rest = value_of(text.substr(at + KEY.size(), eol == std::string_view::npos ? eol : eol - at - KEY.size()));
+	if (!rest.empty() && rest.front() != '#')
+		return std::nullopt; // a flow map, or the null: not guessed
+	while (eol != std::string_view::npos) {
+		size_t begin = eol + 1;
+		eol = text.find('\n', begin);
+		std::string_view line = text.substr(begin, eol == std::string_view::npos ? eol : eol - begin);
+		std::string_view item = trim(line);
+		if (item.empty() || item.front() == '#')
+			continue;
+		if (line.front() != ' ')
+			break; // the next top-level key
+		size_t colon = item.find(':');
+		if (colon == std::string_view::npos)
+			return std::nullopt;
+		std::string_view key = item.substr(0, colon), value = value_of(item.substr(colon + 1));
+		uint32_t n = 0;
+		auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+		if (ec != std::errc() || end != value.data() + value.size())
+			return std::nullopt;
+		if (key == "max_rules")
+			t.max_rules = n;
+		else if (key == "max_sources")
+			t.max_sources = n;
+		else if (key == "max_log_sources")
+			t.max_log_sources = n;
+		else
+			return std::nullopt;
+	}
+	return t;
 }
 
 namespace {

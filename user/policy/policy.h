@@ -21,7 +21,9 @@
 #pragma once
 
 #include <istream>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "datapath.h"
@@ -51,8 +53,27 @@ struct Policy {
 /// where there is one; "rule #K" for a rule whose name is not known).
 Policy parse_policy(std::istream &in, const std::string &source);
 
+/// A policy file's text as read, and the name errors give it.
+struct PolicyText {
+	std::string source; ///< the path, or "stdin"
+	std::string text;
+};
+
+/// Reads the policy file at `path` whole; "-" reads standard input.
+PolicyText read_policy_text(const std::string &path);
+
+/// Parses and checks a policy read by read_policy_text.
+Policy parse_policy_text(const PolicyText &file);
+
 /// Reads and parses the policy file at `path`; "-" reads standard input.
 Policy read_policy_file(const std::string &path);
+
+/// The table sizes a policy's text seems to ask for, read from a block-style
+/// `tables:` section alone (none: the defaults), without parsing the rest:
+/// a guess to begin work that depends on them early (`apply` loads the
+/// program while it parses the rules). Empty when the text has a `tables`
+/// section in another style. parse_policy_text decides.
+std::optional<TableSizes> peek_table_sizes(std::string_view text);
 
 /// The export format: canonical YAML with only the keys that differ from
 /// their defaults, rules in the order given, rates as format_rate prints
