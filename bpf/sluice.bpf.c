@@ -1123,6 +1123,20 @@ static __always_inline int lookup_missed(const struct sluice_set_tags *a, const 
 	return sluice_choose_victim(a, b, sluice_stamp(req->now), &req->victim) ? LOOKUP_NOT_FOUND : LOOKUP_RETRY;
 }
 
+/* Freezes claimed way w of `t` (its bucket's word `word`) for a new bucket:
+ * 1 and the frozen value in *frozen; else gives the way back to `old`, its
+ * key before the claim, and 0. A global function, so that the verifier walks
+ * the freeze's wait once, not once for each table. */
+__noinline int sluice_freeze_claimed(struct sluice_set_tags *t, int w, __u64 *word, __u64 old, __u64 *frozen)
+{
+	if (!t || !word || !frozen)
+		return 0; /* the verifier: arguments of a global function may be NULL */
+	if (sluice_way_freeze(t, w, word, frozen))
+		return 1;
+	sluice_way_unclaim(t, w, old);
+	return 0;
+}
+
 /* Writes a new source bucket, with its first packet's decision (returned),
  * into claimed and frozen way w (tags `t`, bucket `st`), and publishes it.
  * Built in `init`, the per-CPU scratch slot: stack frames are short across calls. */
@@ -1154,7 +1168,7 @@ __noinline int sluice_insert_v4(const struct sluice_rule *rule, struct charge_re
 	struct sluice_source_state *init;
 	struct sluice_set_v4 *set;
 	__u32 zero = 0, idx;
-	__u64 frozen;
+	__u64 frozen = 0;
 	int w, res;
 
 	if (!rule || !req)
@@ -1167,10 +1181,8 @@ __noinline int sluice_insert_v4(const struct sluice_rule *rule, struct charge_re
 	w = SLUICE_WAY(req->victim.way);
 	if (!sluice_way_claim(&set->tag, w, req->victim.key))
 		return LOOKUP_RETRY;
-	if (!sluice_way_freeze(&set->tag, w, &set->way[w].word, &frozen)) {
-		sluice_way_unclaim(&set->tag, w, req->victim.key);
+	if (!sluice_freeze_claimed(&set->tag, w, &set->way[w].word, req->victim.key, &frozen))
 		return LOOKUP_RETRY;
-	}
 	res = install_source(&set->tag, &set->way[w], w, frozen, init, rule, req);
 	count_insert(&req->victim, sluice_stamp(req->now), req->table);
 	return res;
@@ -1182,7 +1194,7 @@ __noinline int sluice_insert_v6(const struct sluice_rule *rule, struct charge_re
 	struct sluice_source_state *init;
 	struct sluice_set_v6 *set;
 	__u32 zero = 0, idx;
-	__u64 frozen;
+	__u64 frozen = 0;
 	int w, res;
 
 	if (!rule || !req)
@@ -1195,10 +1207,8 @@ __noinline int sluice_insert_v6(const struct sluice_rule *rule, struct charge_re
 	w = SLUICE_WAY(req->victim.way);
 	if (!sluice_way_claim(&set->tag, w, req->victim.key))
 		return LOOKUP_RETRY;
-	if (!sluice_way_freeze(&set->tag, w, &set->way[w].word, &frozen)) {
-		sluice_way_unclaim(&set->tag, w, req->victim.key);
+	if (!sluice_freeze_claimed(&set->tag, w, &set->way[w].word, req->victim.key, &frozen))
 		return LOOKUP_RETRY;
-	}
 	set->addr[w] = req->addr;
 	res = install_source(&set->tag, &set->way[w], w, frozen, init, rule, req);
 	count_insert(&req->victim, sluice_stamp(req->now), req->table);
@@ -1346,12 +1356,17 @@ static __always_inline __u32 log_newest(__u32 head, const struct sluice_rule *ru
 
 /* When a log will equal a fresh one: its passes inside the window, each worth
  * window / limit of the rate, from now; but no later than its newest pass's
- * window end, when it holds no pass inside its window. */
-static __always_inline __u32 log_full(const struct sluice_log_state *st, const struct sluice_rule *rule,
-				      __u64 now)
+ * window end, when it holds no pass inside its window. A global function:
+ * the verifier walks its loop once, not once for each way a charge ends. */
+__noinline __u32 sluice_log_full(const struct sluice_log_state *st, const struct sluice_rule *rule, __u64 now)
 {
-	__u32 limit = (__u32)rule->window.limit, i;
-	__u64 w = rule->window.window_ns, n = 0, newest = 0;
+	__u32 limit, i;
+	__u64 w, n = 0, newest = 0;
+
+	if (!st || !rule)
+		return 0; /* the verifier: arguments of a global function may be NULL */
+	limit = (__u32)rule->window.limit;
+	w = rule->window.window_ns;
 
 	for (i = 0; i < SLUICE_MAX_LOG; i++) {
 		__u64 t;
@@ -1472,7 +1487,7 @@ __noinline int sluice_charge_log(struct sluice_log_state *st, const struct sluic
 		return -1;
 	if (c.res == BUCKET_PASS || c.res == LOG_DROP_LOCKED) {
 		/* Read unlocked: it only ranks the way, and keeps the lock short. */
-		req->full = log_full(st, rule, req->now);
+		req->full = sluice_log_full(st, rule, req->now);
 		if (c.res != BUCKET_PASS)
 			c.res = BUCKET_DROP;
 	}
@@ -1513,7 +1528,7 @@ __noinline int sluice_log_insert_v4(const struct sluice_rule *rule, struct charg
 {
 	struct sluice_log_set_v4 *set;
 	__u32 idx;
-	__u64 frozen;
+	__u64 frozen = 0;
 	int w, res;
 
 	if (!rule || !req)
@@ -1525,10 +1540,8 @@ __noinline int sluice_log_insert_v4(const struct sluice_rule *rule, struct charg
 	w = SLUICE_WAY(req->victim.way);
 	if (!sluice_way_claim(&set->tag, w, req->victim.key))
 		return LOOKUP_RETRY;
-	if (!sluice_way_freeze(&set->tag, w, &set->way[w].word, &frozen)) {
-		sluice_way_unclaim(&set->tag, w, req->victim.key);
+	if (!sluice_freeze_claimed(&set->tag, w, &set->way[w].word, req->victim.key, &frozen))
 		return LOOKUP_RETRY;
-	}
 	res = install_log(&set->tag, &set->way[w], w, frozen, rule, req);
 	count_insert(&req->victim, sluice_stamp(req->now), req->table);
 	return res;
@@ -1538,7 +1551,7 @@ __noinline int sluice_log_insert_v6(const struct sluice_rule *rule, struct charg
 {
 	struct sluice_log_set_v6 *set;
 	__u32 idx;
-	__u64 frozen;
+	__u64 frozen = 0;
 	int w, res;
 
 	if (!rule || !req)
@@ -1550,10 +1563,8 @@ __noinline int sluice_log_insert_v6(const struct sluice_rule *rule, struct charg
 	w = SLUICE_WAY(req->victim.way);
 	if (!sluice_way_claim(&set->tag, w, req->victim.key))
 		return LOOKUP_RETRY;
-	if (!sluice_way_freeze(&set->tag, w, &set->way[w].word, &frozen)) {
-		sluice_way_unclaim(&set->tag, w, req->victim.key);
+	if (!sluice_freeze_claimed(&set->tag, w, &set->way[w].word, req->victim.key, &frozen))
 		return LOOKUP_RETRY;
-	}
 	set->addr[w] = req->addr;
 	res = install_log(&set->tag, &set->way[w], w, frozen, rule, req);
 	count_insert(&req->victim, sluice_stamp(req->now), req->table);

@@ -235,16 +235,14 @@ static inline int sluice_log_admit(__u64 *ring, __u32 *head, __u64 now_ns, __u64
 		stamp = ring[newest & (SLUICE_MAX_LOG - 1)];
 	ring[h & (SLUICE_MAX_LOG - 1)] = stamp;
 	if (cost > 1) {
-		/* Unrolled with no early exit: a verifier sees one path, not 64. */
+		/* A loop with one exit and no branch in it: a verifier walks
+		 * each pass once. h < limit and i < cost <= limit: the modulo
+		 * wraps once at most. */
 #ifdef __clang__
-#pragma unroll
+#pragma clang loop unroll(disable)
 #endif
-		for (i = 1; i < SLUICE_MAX_LOG; i++) {
-			__u32 idx = h + i < limit ? h + i : h + i - limit;
-
-			if (i < cost)
-				ring[idx & (SLUICE_MAX_LOG - 1)] = stamp;
-		}
+		for (i = 1; i < SLUICE_MAX_LOG && i < cost; i++)
+			ring[((h + i) % limit) & (SLUICE_MAX_LOG - 1)] = stamp;
 	}
 	h += (__u32)cost;
 	if (h >= limit)

@@ -151,6 +151,28 @@ TEST_F(Datapath, ASuperPacketIsChargedAsTheWirePacketsItCarries)
 	(void)r;
 }
 
+// The same for a sliding log: a super-packet takes one entry per wire packet,
+// in a new log and in one that exists, and passes only if all of them fit.
+TEST_F(Datapath, ASuperPacketTakesOneSlidingLogEntryPerWirePacket)
+{
+	RuleSpec s;
+	s.name = "log";
+	s.cidr = parse_cidr("192.0.2.0/24");
+	s.rate = parse_rate("5/min");
+	s.algo = Algo::sliding_log;
+	s.proto = Proto::tcp;
+	table_->add(s);
+	PacketSpec three{.proto = 6, .dport = 80, .payload = 2960}; // three wire packets
+	PacketSpec two{.proto = 6, .dport = 80, .payload = 1500};   // two
+	EXPECT_EQ(run(three), XDP_PASS) << "a new log: 3 of 5";
+	EXPECT_EQ(run(three), XDP_DROP) << "6 would exceed 5";
+	EXPECT_EQ(run(two), XDP_PASS) << "5 of 5";
+	EXPECT_EQ(run({.proto = 6, .dport = 80}), XDP_DROP) << "the log is full for a minute";
+	auto src = source("192.0.2.10", "log");
+	EXPECT_EQ(src.passed_packets, 5u);
+	EXPECT_EQ(src.dropped_packets, 4u);
+}
+
 // Defect 10: byte rates charged the Ethernet padding of short frames.
 TEST_F(Datapath, ByteRatesChargeTheIpTotalLengthNotThePadding)
 {

@@ -742,7 +742,7 @@ void RuleTable::install(const Prepared &prepared)
 	    before.meta.next_rule_id > 1 || maps_.max_rules() != prepared.before.idle_used.size())
 		throw Error("rules prepared for an empty table of " + std::to_string(prepared.before.idle_used.size()) +
 			    " rules cannot go into this one");
-	write(before, prepared.after, prepared.next_id, prepared.compiled);
+	write(before, prepared.after, prepared.next_id, prepared.compiled, true);
 }
 
 void RuleTable::commit(const Snapshot &before, std::vector<InstalledRule> &after, uint32_t next_id,
@@ -754,7 +754,7 @@ void RuleTable::commit(const Snapshot &before, std::vector<InstalledRule> &after
 }
 
 void RuleTable::write(const Snapshot &before, const std::vector<InstalledRule> &after, uint32_t next_id,
-		      const Compiled &c)
+		      const Compiled &c, bool unused)
 {
 	uint32_t n = maps_.max_rules();
 	uint32_t set = c.set, rset = c.rules_set, block_base = c.block_base;
@@ -804,9 +804,12 @@ void RuleTable::write(const Snapshot &before, const std::vector<InstalledRule> &
 			infos.put(sluice_rule_index(slot, rset), sluice_rule_info{});
 		}
 	}
-	std::vector<uint8_t> zero_counters(sizeof(struct sluice_rule_counters) * possible_cpus() * new_slots.size());
-	map_update_batch(maps_.rule_counters.get(), new_slots.data(), zero_counters.data(), new_slots.size(),
-			 "rule counters");
+	if (!unused) {
+		std::vector<uint8_t> zero_counters(sizeof(struct sluice_rule_counters) * possible_cpus() *
+						   new_slots.size());
+		map_update_batch(maps_.rule_counters.get(), new_slots.data(), zero_counters.data(), new_slots.size(),
+				 "rule counters");
+	}
 
 	uint32_t list_count = static_cast<uint32_t>(lists.lists.size());
 	MappedArray list_map(maps_.lists.get(), lists.base, lists.base + list_count),
@@ -861,7 +864,7 @@ void RuleTable::write(const Snapshot &before, const std::vector<InstalledRule> &
 	// once no packet can still be reading them, so that the next edit goes
 	// in place without copying them itself (a command killed in between
 	// leaves the word without SLUICE_SYNC_RULES, and that edit copies them).
-	if (count >= 2 && wait_for_packets_in_flight()) {
+	if (count >= 2 && (unused || wait_for_packets_in_flight())) {
 		copy_rule_entries(rules, infos, rset, bound);
 		std::atomic_thread_fence(std::memory_order_seq_cst);
 		active.sync |= SLUICE_SYNC_RULES;

@@ -97,8 +97,10 @@ public:
 	/// its rules while the program loads, then installs them.
 	struct Prepared;
 	static std::shared_ptr<const Prepared> prepare_empty(std::vector<RuleSpec> desired, uint32_t max_rules);
-	/// Writes and makes live a rule set prepare_empty made; throws, having
-	/// written nothing, unless this table holds no rule and is of its size.
+	/// Writes and makes live a rule set prepare_empty made, into the tables
+	/// of a program just loaded and attached nowhere (so that no counter is
+	/// to zero and no packet to wait for); throws, having written nothing,
+	/// unless this table holds no rule and is of its size.
 	void install(const Prepared &prepared);
 
 	/// Installs rules carried from another program (ids, slots and bucket
@@ -128,9 +130,11 @@ private:
 	/// it live; then removes the buckets no rule of `after` uses.
 	void commit(const Snapshot &before, std::vector<InstalledRule> &after, uint32_t next_id,
 		    const std::vector<std::string> &where = {}, bool dry_run = false);
-	/// commit's writes, of a change prepared from `before`.
+	/// commit's writes, of a change prepared from `before`. `unused`: the
+	/// tables were never used (a program just loaded, attached nowhere):
+	/// their counters are zero and no packet reads them.
 	void write(const Snapshot &before, const std::vector<InstalledRule> &after, uint32_t next_id,
-		   const Compiled &c);
+		   const Compiled &c, bool unused = false);
 	/// A policy's rule before it joins a change: named, and validated
 	/// (its defaults filled) unless it is `running` unchanged.
 	static void check_policy_rule(RuleSpec &spec, const RuleSpec *running);
