@@ -241,17 +241,31 @@ ObjectImage production_object()
 	return image;
 }
 
-LoadedProgram::LoadedProgram(const TableSizes &sizes, ObjectImage image)
+namespace {
+
+/// Sets of the source tables for `sources` buckets (0: the default): whole sets.
+uint32_t source_sets(uint32_t sources)
+{
+	return ((sources ? sources : SLUICE_DEFAULT_MAX_SOURCES) + SLUICE_SET_WAYS - 1) / SLUICE_SET_WAYS;
+}
+
+uint32_t log_sets(uint32_t logs)
+{
+	return ((logs ? logs : SLUICE_DEFAULT_MAX_LOG_SOURCES) + SLUICE_SET_WAYS - 1) / SLUICE_SET_WAYS;
+}
+
+/// The object image opened, its tables sized; nothing created yet.
+struct bpf_object *open_sized(ObjectImage image, const TableSizes &sizes)
 {
 	LIBBPF_OPTS(bpf_object_open_opts, opts, .object_name = "sluice");
-	obj_ = bpf_object__open_mem(image.data, image.size, &opts);
-	if (!obj_)
+	struct bpf_object *obj = bpf_object__open_mem(image.data, image.size, &opts);
+	if (!obj)
 		throw_errno("cannot open the embedded BPF object", errno);
-	Rollback close_obj([this] { bpf_object__close(obj_); });
+	Rollback close_obj([obj] { bpf_object__close(obj); });
 
-	auto size_maps = [this](std::initializer_list<const char *> names, uint32_t entries) {
+	auto size_maps = [obj](std::initializer_list<const char *> names, uint32_t entries) {
 		for (const char *name : names) {
-			struct bpf_map *m = bpf_object__find_map_by_name(obj_, name);
+			struct bpf_map *m = bpf_object__find_map_by_name(obj, name);
 			if (!m || bpf_map__set_max_entries(m, entries))
 				throw Error(std::string("cannot size map ") + name);
 		}
@@ -266,31 +280,33 @@ LoadedProgram::LoadedProgram(const TableSizes &sizes, ObjectImage image)
 	size_maps({SLUICE_STR(SLUICE_MAP_DIR4_BLOCKS)}, 2 * 2 * rules);
 	size_maps({SLUICE_STR(SLUICE_MAP_LISTS)}, 2 * (rules + 1));
 	// Every source table is an array of sets: the sizes round up to whole sets.
-	uint32_t sources = sizes.max_sources ? sizes.max_sources : SLUICE_DEFAULT_MAX_SOURCES;
-	uint32_t logs = sizes.max_log_sources ? sizes.max_log_sources : SLUICE_DEFAULT_MAX_LOG_SOURCES;
-	uint32_t sets = (sources + SLUICE_SET_WAYS - 1) / SLUICE_SET_WAYS;
-	uint32_t log_sets = (logs + SLUICE_SET_WAYS - 1) / SLUICE_SET_WAYS;
-	size_maps({SLUICE_STR(SLUICE_MAP_SOURCES_V4), SLUICE_STR(SLUICE_MAP_SOURCES_V6)}, sets);
-	size_maps({SLUICE_STR(SLUICE_MAP_LOGS_V4), SLUICE_STR(SLUICE_MAP_LOGS_V6)}, log_sets);
-
-	prog_ = bpf_object__find_program_by_name(obj_, SLUICE_STR(SLUICE_PROG_NAME));
-	if (!prog_)
+	size_maps({SLUICE_STR(SLUICE_MAP_SOURCES_V4), SLUICE_STR(SLUICE_MAP_SOURCES_V6)}, source_sets(sizes.max_sources));
+	size_maps({SLUICE_STR(SLUICE_MAP_LOGS_V4), SLUICE_STR(SLUICE_MAP_LOGS_V6)}, log_sets(sizes.max_log_sources));
+	if (!bpf_object__find_program_by_name(obj, SLUICE_STR(SLUICE_PROG_NAME)))
 		throw Error("BPF object has no program " SLUICE_STR(SLUICE_PROG_NAME));
-	int err = bpf_object__load(obj_);
-	if (err)
-		throw_errno("cannot load the XDP program (run with -v for the verifier log)", err);
+	close_obj.dismiss();
+	return obj;
+}
 
+int map_fd_of(struct bpf_object *obj, const char *name)
+{
+	struct bpf_map *m = bpf_object__find_map_by_name(obj, name);
+	if (!m)
+		throw Error(std::string("BPF object has no map ") + name);
+	return bpf_map__fd(m);
+}
+
+/// Writes the configuration and the layout record into tables just made.
+void configure(struct bpf_object *obj, const TableSizes &sizes)
+{
 	// Until this is written the program finds no source table and fails open.
 	struct sluice_config cfg = {};
 	if (getrandom(&cfg.hash_seed, sizeof(cfg.hash_seed), 0) != sizeof(cfg.hash_seed))
 		throw_errno("cannot draw a hash seed", errno);
-	cfg.src4_sets = cfg.src6_sets = sets;
-	cfg.log4_sets = cfg.log6_sets = log_sets;
+	cfg.src4_sets = cfg.src6_sets = source_sets(sizes.max_sources);
+	cfg.log4_sets = cfg.log6_sets = log_sets(sizes.max_log_sources);
 	uint32_t zero = 0;
-	struct bpf_map *cfg_map = bpf_object__find_map_by_name(obj_, SLUICE_STR(SLUICE_MAP_CONFIG));
-	if (!cfg_map)
-		throw Error("BPF object has no map " SLUICE_STR(SLUICE_MAP_CONFIG));
-	map_update(bpf_map__fd(cfg_map), &zero, &cfg, "sluice configuration");
+	map_update(map_fd_of(obj, SLUICE_STR(SLUICE_MAP_CONFIG)), &zero, &cfg, "sluice configuration");
 
 	// The layout record (see struct sluice_meta).
 	struct sluice_meta meta = {};
@@ -300,17 +316,65 @@ LoadedProgram::LoadedProgram(const TableSizes &sizes, ObjectImage image)
 	meta.layout_hash = layout_hash();
 	meta.next_rule_id = 1;
 	meta.loaded_ns = static_cast<__u64>(now.tv_sec) * 1000000000ULL + now.tv_nsec;
-	struct bpf_map *meta_map = bpf_object__find_map_by_name(obj_, SLUICE_STR(SLUICE_MAP_META));
-	if (!meta_map)
-		throw Error("BPF object has no map " SLUICE_STR(SLUICE_MAP_META));
-	map_update(bpf_map__fd(meta_map), &zero, &meta, "sluice metadata");
-	close_obj.dismiss();
+	map_update(map_fd_of(obj, SLUICE_STR(SLUICE_MAP_META)), &zero, &meta, "sluice metadata");
 }
 
-LoadedProgram::~LoadedProgram() { bpf_object__close(obj_); }
+} // namespace
 
-int LoadedProgram::prog_fd() const { return bpf_program__fd(prog_); }
-MapSet LoadedProgram::maps() const { return MapSet::from_object(obj_); }
+LoadedProgram::LoadedProgram(const TableSizes &sizes, ObjectImage image) : LoadedProgram(image, sizes)
+{
+	load_program();
+}
+
+LoadedProgram::LoadedProgram(ObjectImage image, const TableSizes &sizes) : image_(image), sizes_(sizes)
+{
+	tables_ = open_sized(image, sizes);
+	Rollback close_tables([this] { bpf_object__close(tables_); });
+	// The maps alone: the program is loaded by load_program, from a second
+	// opening of the image that takes these maps.
+	bpf_program__set_autoload(bpf_object__find_program_by_name(tables_, SLUICE_STR(SLUICE_PROG_NAME)), false);
+	int err = bpf_object__load(tables_);
+	if (err)
+		throw_errno("cannot create the program's tables", err);
+	configure(tables_, sizes);
+	close_tables.dismiss();
+}
+
+std::unique_ptr<LoadedProgram> LoadedProgram::tables_only(const TableSizes &sizes, ObjectImage image)
+{
+	return std::unique_ptr<LoadedProgram>(new LoadedProgram(image, sizes));
+}
+
+void LoadedProgram::load_program()
+{
+	if (obj_)
+		return;
+	struct bpf_object *obj = open_sized(image_, sizes_);
+	Rollback close_obj([obj] { bpf_object__close(obj); });
+	struct bpf_map *map;
+	bpf_object__for_each_map(map, obj) {
+		int err = bpf_map__reuse_fd(map, map_fd_of(tables_, bpf_map__name(map)));
+		if (err)
+			throw_errno(std::string("cannot take map ") + bpf_map__name(map), err);
+	}
+	int err = bpf_object__load(obj);
+	if (err)
+		throw_errno("cannot load the XDP program (run with -v for the verifier log)", err);
+	prog_ = bpf_object__find_program_by_name(obj, SLUICE_STR(SLUICE_PROG_NAME));
+	close_obj.dismiss();
+	obj_ = obj;
+	bpf_object__close(tables_); // obj_ holds the maps now
+	tables_ = nullptr;
+}
+
+LoadedProgram::~LoadedProgram()
+{
+	bpf_object__close(obj_);
+	bpf_object__close(tables_);
+}
+
+int LoadedProgram::prog_fd() const { return prog_ ? bpf_program__fd(prog_) : -1; }
+MapSet LoadedProgram::maps() const { return MapSet::from_object(obj_ ? obj_ : tables_); }
 struct bpf_object *LoadedProgram::object() const { return obj_; }
 
 Instance::Instance(std::string pin_dir) : dir_(std::move(pin_dir)) {}

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -41,11 +42,23 @@ public:
 	LoadedProgram(const LoadedProgram &) = delete;
 	LoadedProgram &operator=(const LoadedProgram &) = delete;
 
-	int prog_fd() const;
+	/// In two steps: the tables alone, configured, whose maps() can be
+	/// filled while another thread runs load_program() (the verifier).
+	static std::unique_ptr<LoadedProgram> tables_only(const TableSizes &sizes,
+							  ObjectImage image = production_object());
+	/// Loads the program onto the tables; nothing if it is loaded.
+	void load_program();
+
+	int prog_fd() const; ///< -1 before load_program
 	MapSet maps() const;
-	struct bpf_object *object() const;
+	struct bpf_object *object() const; ///< null before load_program
 
 private:
+	LoadedProgram(ObjectImage image, const TableSizes &sizes);
+
+	ObjectImage image_;
+	TableSizes sizes_;
+	struct bpf_object *tables_ = nullptr; ///< the maps, until load_program hands them to obj_
 	struct bpf_object *obj_ = nullptr;
 	struct bpf_program *prog_ = nullptr;
 };

@@ -138,27 +138,38 @@ ProgramPreload::ProgramPreload(const Instance &inst, std::string_view policy_tex
 	if (!guess)
 		return;
 	sizes_ = wanted_sizes(*guess, default_sizes());
-	loading_ = std::async(std::launch::async,
-			      [sizes = sizes_] { return std::make_unique<LoadedProgram>(sizes); });
+	std::promise<MapSet> made;
+	tables_ = made.get_future();
+	program_ = std::async(std::launch::async, [sizes = sizes_, made = std::move(made)]() mutable {
+		std::unique_ptr<LoadedProgram> prog;
+		try {
+			prog = LoadedProgram::tables_only(sizes);
+			made.set_value(prog->maps());
+		} catch (...) {
+			made.set_exception(std::current_exception());
+			throw;
+		}
+		prog->load_program();
+		return prog;
+	});
 }
 
 ProgramPreload::~ProgramPreload()
 {
-	if (loading_.valid())
-		loading_.wait();
+	if (program_.valid())
+		program_.wait();
 }
 
-std::unique_ptr<LoadedProgram> ProgramPreload::take(const TableSizes &sizes)
+std::optional<MapSet> ProgramPreload::tables(const TableSizes &sizes)
 {
-	if (!loading_.valid())
-		return nullptr;
 	TableSizes want = wanted_sizes(sizes, default_sizes());
-	auto program = loading_.get();
-	if (want.max_rules != sizes_.max_rules || want.max_sources != sizes_.max_sources ||
+	if (!tables_.valid() || want.max_rules != sizes_.max_rules || want.max_sources != sizes_.max_sources ||
 	    want.max_log_sources != sizes_.max_log_sources)
-		return nullptr;
-	return program;
+		return std::nullopt;
+	return tables_.get();
 }
+
+std::unique_ptr<LoadedProgram> ProgramPreload::take() { return program_.get(); }
 
 ApplyPlan apply_policy(Instance &inst, const Policy &p, ProgramPreload preload)
 {
@@ -169,13 +180,18 @@ ApplyPlan apply_policy(Instance &inst, const Policy &p, ProgramPreload preload)
 	ApplyPlan plan = make_plan(inst, p, false);
 	if (plan.load) {
 		TableSizes want = wanted_sizes(p.tables, default_sizes());
-		// The rules are compiled while the preload's thread loads.
+		// The rules are compiled while the preload's thread makes the
+		// tables, and written while it verifies the program.
 		auto prepared = RuleTable::prepare_empty(p.rules, want.max_rules);
-		std::unique_ptr<LoadedProgram> fresh = preload.take(p.tables);
-		if (!fresh)
+		std::unique_ptr<LoadedProgram> fresh;
+		if (std::optional<MapSet> tables = preload.tables(want)) {
+			RuleTable(*tables).install(*prepared);
+			fresh = preload.take();
+		} else {
 			fresh = std::make_unique<LoadedProgram>(want);
-		MapSet maps = fresh->maps();
-		RuleTable(maps).install(*prepared);
+			MapSet maps = fresh->maps();
+			RuleTable(maps).install(*prepared);
+		}
 		inst.adopt(*fresh);
 	} else {
 		if (plan.resize.max_sources || plan.resize.max_rules || plan.resize.max_log_sources) {

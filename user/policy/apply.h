@@ -5,6 +5,7 @@
 
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,9 +35,10 @@ ApplyPlan plan_apply(const Instance &inst, const Policy &p);
 
 /// A load of the program begun while the policy is still being parsed, in
 /// a thread of its own, when nothing is loaded: with table sizes guessed
-/// from the text (peek_table_sizes). Loading (creating the tables, the
-/// verifier) takes as long as parsing 100,000 rules, so the two overlap.
-/// The program is pinned nowhere: one whose sizes turn out wrong, or that
+/// from the text (peek_table_sizes). The thread makes the tables first,
+/// then verifies the program: the caller parses and compiles the rules
+/// meanwhile, and writes them into the tables while the program is
+/// verified. Nothing is pinned: a load whose sizes turn out wrong, or that
 /// is never used, is closed and leaves nothing behind.
 class ProgramPreload {
 public:
@@ -49,13 +51,17 @@ public:
 	/// Waits for a load still running.
 	~ProgramPreload();
 
-	/// The program, if it was begun with table sizes equal to `sizes`
-	/// (omitted ones as the defaults); else null. Rethrows its load's error.
-	std::unique_ptr<LoadedProgram> take(const TableSizes &sizes);
+	/// The tables, once made, if the load was begun with table sizes equal
+	/// to `sizes` (omitted ones as the defaults); else nothing. Rethrows an
+	/// error of making them.
+	std::optional<MapSet> tables(const TableSizes &sizes);
+	/// The program loaded onto those tables; rethrows the load's error.
+	std::unique_ptr<LoadedProgram> take();
 
 private:
 	TableSizes sizes_;
-	std::future<std::unique_ptr<LoadedProgram>> loading_;
+	std::future<MapSet> tables_;
+	std::future<std::unique_ptr<LoadedProgram>> program_;
 };
 
 /// Applies `p`: loads the program if needed (taking `preload`'s if its sizes
