@@ -238,6 +238,19 @@ TEST(PolicyPeek, ABlockStyleTablesSectionIsReadAsTheParseReadsIt)
 		EXPECT_FALSE(peek_table_sizes(text)) << text;
 }
 
+// apply's guess only loads ahead of the parse when the tables would take at
+// most half the memory available: their size is counted from the object,
+// before anything is made.
+TEST(PolicyPeek, TheTablesOfAGuessAreCountedBeforeTheyAreMade)
+{
+	uint64_t small = LoadedProgram::table_bytes({0, 1000, 0});
+	uint64_t large = LoadedProgram::table_bytes({0, 101000, 0});
+	EXPECT_GE(large - small, 100000ull * 4 * sizeof(struct sluice_dir_block))
+		<< "four IPv4 blocks a rule, beside the rule entries, lists and counters";
+	EXPECT_GT(LoadedProgram::table_bytes({2000000, 1000, 0}), small + 1000000ull * sizeof(struct sluice_source_state))
+		<< "and the source tables";
+}
+
 TEST(PolicyErrors, EachIsOneLineWithTheFileLineAndRule)
 {
 	struct Case {

@@ -340,6 +340,20 @@ LoadedProgram::LoadedProgram(ObjectImage image, const TableSizes &sizes) : image
 	close_tables.dismiss();
 }
 
+uint64_t LoadedProgram::table_bytes(const TableSizes &sizes, ObjectImage image)
+{
+	struct bpf_object *obj = open_sized(image, sizes);
+	uint64_t bytes = 0;
+	struct bpf_map *map;
+	bpf_object__for_each_map(map, obj) {
+		enum bpf_map_type t = bpf_map__type(map);
+		uint64_t copies = t == BPF_MAP_TYPE_PERCPU_ARRAY || t == BPF_MAP_TYPE_PERCPU_HASH ? possible_cpus() : 1;
+		bytes += uint64_t(bpf_map__value_size(map)) * bpf_map__max_entries(map) * copies;
+	}
+	bpf_object__close(obj);
+	return bytes;
+}
+
 std::unique_ptr<LoadedProgram> LoadedProgram::tables_only(const TableSizes &sizes, ObjectImage image)
 {
 	return std::unique_ptr<LoadedProgram>(new LoadedProgram(image, sizes));

@@ -48,6 +48,9 @@ public:
 							  ObjectImage image = production_object());
 	/// Loads the program onto the tables; nothing if it is loaded.
 	void load_program();
+	/// The bytes of the tables the program would be loaded with: the sum
+	/// of its maps' values (per-CPU ones once per possible CPU).
+	static uint64_t table_bytes(const TableSizes &sizes, ObjectImage image = production_object());
 
 	int prog_fd() const; ///< -1 before load_program
 	MapSet maps() const;

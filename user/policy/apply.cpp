@@ -3,6 +3,8 @@
 #include <net/if.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
 #include <optional>
 
 #include "error.h"
@@ -28,6 +30,17 @@ TableSizes default_sizes()
 TableSizes loaded_sizes(const MapSet &maps)
 {
 	return {maps.max_sources(), maps.max_rules(), maps.max_log_sources()};
+}
+
+/// MemAvailable of /proc/meminfo, in bytes; 0 if it cannot be read.
+uint64_t available_memory()
+{
+	std::ifstream meminfo("/proc/meminfo");
+	unsigned long long kib = 0;
+	for (std::string line; std::getline(meminfo, line);)
+		if (std::sscanf(line.c_str(), "MemAvailable: %llu kB", &kib) == 1)
+			return kib * 1024;
+	return 0;
 }
 
 std::vector<RuleSpec> specs_of(const std::vector<InstalledRule> &rules)
@@ -138,6 +151,10 @@ ProgramPreload::ProgramPreload(const Instance &inst, std::string_view policy_tex
 	if (!guess)
 		return;
 	sizes_ = wanted_sizes(*guess, default_sizes());
+	// The file is not checked yet: tables that would take more than half
+	// the memory available wait for it to be (a bad file then makes none).
+	if (LoadedProgram::table_bytes(sizes_) > available_memory() / 2)
+		return;
 	std::promise<MapSet> made;
 	tables_ = made.get_future();
 	program_ = std::async(std::launch::async, [sizes = sizes_, made = std::move(made)]() mutable {
