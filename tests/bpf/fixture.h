@@ -47,8 +47,9 @@ protected:
 	}
 	int run(const PacketSpec &spec, uint32_t repeat = 1) { return run_frame(test::build_packet(spec), repeat); }
 
-	InstalledRule add(const char *cidr, const char *rate, uint64_t burst, const char *name = "",
-			  Proto proto = Proto::any, PortRange ports = {}, int per = -1)
+	/// A limit rule's spec, for a test to change further before adding it.
+	static RuleSpec limit_spec(const char *cidr, const char *rate, uint64_t burst, const char *name = "",
+				   Proto proto = Proto::any, PortRange ports = {}, int per = -1)
 	{
 		RuleSpec s;
 		s.name = name;
@@ -58,7 +59,12 @@ protected:
 		s.proto = proto;
 		s.dport = ports;
 		s.per_prefix = per;
-		return table_->add(s);
+		return s;
+	}
+	InstalledRule add(const char *cidr, const char *rate, uint64_t burst, const char *name = "",
+			  Proto proto = Proto::any, PortRange ports = {}, int per = -1)
+	{
+		return table_->add(limit_spec(cidr, rate, burst, name, proto, ports, per));
 	}
 	InstalledRule add_action(const char *cidr, Action a, const char *name = "", Proto proto = Proto::any,
 				 PortRange ports = {})

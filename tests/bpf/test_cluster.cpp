@@ -20,11 +20,7 @@ protected:
 	/// A limit rule named `name`, of `scope`.
 	static RuleSpec spec(const char *name, const char *cidr, const char *rate, uint64_t burst, Scope scope)
 	{
-		RuleSpec s;
-		s.name = name;
-		s.cidr = parse_cidr(cidr);
-		s.rate = parse_rate(rate);
-		s.burst = burst;
+		RuleSpec s = limit_spec(cidr, rate, burst, name);
 		s.scope = scope;
 		return s;
 	}

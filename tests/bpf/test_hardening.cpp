@@ -155,12 +155,8 @@ TEST_F(Datapath, ASuperPacketIsChargedAsTheWirePacketsItCarries)
 // in a new log and in one that exists, and passes only if all of them fit.
 TEST_F(Datapath, ASuperPacketTakesOneSlidingLogEntryPerWirePacket)
 {
-	RuleSpec s;
-	s.name = "log";
-	s.cidr = parse_cidr("192.0.2.0/24");
-	s.rate = parse_rate("5/min");
+	RuleSpec s = limit_spec("192.0.2.0/24", "5/min", 0, "log", Proto::tcp);
 	s.algo = Algo::sliding_log;
-	s.proto = Proto::tcp;
 	table_->add(s);
 	PacketSpec three{.proto = 6, .dport = 80, .payload = 2960}; // three wire packets
 	PacketSpec two{.proto = 6, .dport = 80, .payload = 1500};   // two

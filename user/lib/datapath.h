@@ -21,6 +21,8 @@ struct TableSizes {
 	uint32_t max_sources = 0;
 	uint32_t max_rules = 0;
 	uint32_t max_log_sources = 0;
+
+	bool operator==(const TableSizes &) const = default;
 };
 
 /// A BPF object file held in memory (a skeleton's embedded bytes).

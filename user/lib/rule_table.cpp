@@ -703,17 +703,7 @@ RuleTable::Compiled RuleTable::prepare(const Snapshot &before, std::vector<Insta
 	return c;
 }
 
-void RuleTable::check_fits(const std::vector<RuleSpec> &rules, uint32_t max_rules)
-{
-	Snapshot empty;
-	empty.idle_used.assign(max_rules, false);
-	std::vector<InstalledRule> after;
-	after.reserve(rules.size());
-	for (const auto &spec : rules)
-		after.push_back({0, NO_SLOT, spec});
-	uint32_t next_id = 1;
-	prepare(empty, after, next_id, {}, max_rules);
-}
+void RuleTable::check_fits(const std::vector<RuleSpec> &rules, uint32_t max_rules) { prepare_empty(rules, max_rules); }
 
 struct RuleTable::Prepared {
 	Snapshot before; ///< an empty table's, as prepare_empty assumed it

@@ -88,7 +88,8 @@ public:
 	ChangeSummary replace(std::vector<RuleSpec> desired, bool dry_run = false);
 
 	/// Checks, with no maps, that a rule set fits tables of `max_rules`
-	/// (names, selectors, match lists, the IPv4 table); throws if not.
+	/// (names, selectors, match lists, the IPv4 table): prepare_empty with
+	/// its result dropped; throws if not.
 	static void check_fits(const std::vector<RuleSpec> &rules, uint32_t max_rules);
 
 	/// A rule set validated and compiled with no maps, for a table of

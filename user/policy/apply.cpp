@@ -179,9 +179,7 @@ ProgramPreload::~ProgramPreload()
 
 std::optional<MapSet> ProgramPreload::tables(const TableSizes &sizes)
 {
-	TableSizes want = wanted_sizes(sizes, default_sizes());
-	if (!tables_.valid() || want.max_rules != sizes_.max_rules || want.max_sources != sizes_.max_sources ||
-	    want.max_log_sources != sizes_.max_log_sources)
+	if (!tables_.valid() || wanted_sizes(sizes, default_sizes()) != sizes_)
 		return std::nullopt;
 	return tables_.get();
 }
@@ -212,8 +210,9 @@ ApplyPlan apply_policy(Instance &inst, const Policy &p, ProgramPreload preload)
 		inst.adopt(*fresh);
 	} else {
 		if (plan.resize.max_sources || plan.resize.max_rules || plan.resize.max_log_sources) {
-			RuleTable::check_fits(p.rules, wanted_sizes(p.tables, loaded_sizes(inst.maps())).max_rules);
-			inst.upgrade(wanted_sizes(p.tables, loaded_sizes(inst.maps())));
+			TableSizes want = wanted_sizes(p.tables, loaded_sizes(inst.maps()));
+			RuleTable::check_fits(p.rules, want.max_rules);
+			inst.upgrade(want);
 		}
 		MapSet maps = inst.maps();
 		RuleTable(maps).replace(p.rules);
