@@ -1247,8 +1247,7 @@ static __always_inline enum bucket_result charge_v4(__u64 key, const struct slui
 		return BUCKET_FAIL_TABLE;
 	sluice_src4_sets(key, cfg->hash_seed, cfg->src4_sets, &i1, &i2);
 	a = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V4, &i1);
-	b = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V4, &i2);
-	if (!a || !b)
+	if (!a)
 		return BUCKET_FAIL_TABLE;
 	req->set_a = i1;
 	req->set_b = i2;
@@ -1260,27 +1259,33 @@ static __always_inline enum bucket_result charge_v4(__u64 key, const struct slui
 		req->set_idx = i1;
 		w = scan_set(&a->tag, NULL, req, &busy_a);
 		if (w < 0) {
+			/* The second set only when the first misses: a source
+			 * found in its first set reads one tag line. */
+			b = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V4, &i2);
+			if (!b)
+				return BUCKET_FAIL_TABLE;
 			set = b;
 			req->set_idx = i2;
 			w = scan_set(&b->tag, NULL, req, &busy_b);
+			if (w < 0) {
+				res = lookup_missed(&a->tag, &b->tag, busy_a, busy_b, req);
+				if (res == LOOKUP_NOT_FOUND)
+					res = sluice_insert_v4(rule, req);
+				if (res >= 0)
+					return res;
+				continue;
+			}
 		}
-		if (w >= 0) {
-			w = SLUICE_WAY(w);
-			req->way = w;
-			race_window(&set->tag.key[w]);
-			if (gcra_form(rule))
-				res = charge_gcra(&set->way[w], &set->tag, w, NULL, rule, req);
-			else
-				res = charge_found_locked(&set->way[w], &set->tag, w, rule, req);
-			if (res >= 0)
-				return res;
-			continue; /* evicted under us: look again */
-		}
-		res = lookup_missed(&a->tag, &b->tag, busy_a, busy_b, req);
-		if (res == LOOKUP_NOT_FOUND)
-			res = sluice_insert_v4(rule, req);
+		w = SLUICE_WAY(w);
+		req->way = w;
+		race_window(&set->tag.key[w]);
+		if (gcra_form(rule))
+			res = charge_gcra(&set->way[w], &set->tag, w, NULL, rule, req);
+		else
+			res = charge_found_locked(&set->way[w], &set->tag, w, rule, req);
 		if (res >= 0)
 			return res;
+		/* evicted under us: look again */
 	}
 	return BUCKET_FAIL_TABLE;
 }
@@ -1787,13 +1792,16 @@ static __always_inline void remember_first_fragment(const struct packet_info *pk
 static __always_inline void wire_charge(const struct xdp_md *ctx, const struct packet_info *pkt,
 					struct charge *ch)
 {
-	__u32 ifindex = ctx->ingress_ifindex, mtu = SLUICE_DEFAULT_MTU, *m;
+	__u32 ifindex, mtu = SLUICE_DEFAULT_MTU, *m;
 	__u64 segment, segs;
 
 	ch->packets = 1;
 	ch->bytes = pkt->l3_len;
 	if (pkt->l3_len <= SLUICE_DEFAULT_MTU || !pkt->ports_known)
 		return;
+	/* Read here, not above: the verifier turns it into three dependent
+	 * loads (the frame's queue, its device, the index). */
+	ifindex = ctx->ingress_ifindex;
 	m = bpf_map_lookup_elem(&SLUICE_MAP_IFACE_MTU, &ifindex);
 	if (m)
 		mtu = *m;
