@@ -1228,66 +1228,114 @@ static __always_inline int charge_found_locked(struct sluice_source_state *st, s
 	return res;
 }
 
+/* The request for IPv4 key `key`: its two sets chosen (req->set_a,
+ * req->set_b), the first looked up into *a. NULL if the table is missing. */
+static __always_inline struct charge_req *begin_v4(__u64 key, const struct sluice_rule *rule, __u64 now,
+						    const struct charge *ch, struct sluice_set_v4 **a)
+{
+	struct charge_req *req = new_req(rule, now, ch);
+	const struct sluice_config *cfg;
+	__u32 zero = 0, i1, i2;
+
+	if (!req)
+		return NULL;
+	req->want = key;
+	cfg = bpf_map_lookup_elem(&SLUICE_MAP_CONFIG, &zero);
+	if (!cfg || !cfg->src4_sets)
+		return NULL;
+	sluice_src4_sets(key, cfg->hash_seed, cfg->src4_sets, &i1, &i2);
+	*a = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V4, &i1);
+	if (!*a)
+		return NULL;
+	req->set_a = i1;
+	req->set_b = i2;
+	return req;
+}
+
+#define FIND_MISSING (-2) /* find_v4: the second set is not in the table */
+
+/* The way holding req's key in its first set `a`, or else in its second,
+ * looked up into *b only then (a source found in its first set reads one tag
+ * line): the way, with its set in *set, req->set_idx and req->way; or -1 with
+ * a way being written noted in *busy_a or *busy_b (scan_set); or
+ * FIND_MISSING. */
+static __always_inline int find_v4(struct charge_req *req, struct sluice_set_v4 *a, struct sluice_set_v4 **b,
+				   struct sluice_set_v4 **set, int *busy_a, int *busy_b)
+{
+	__u32 i2 = req->set_b;
+	int w;
+
+	*set = a;
+	req->set_idx = req->set_a;
+	w = scan_set(&a->tag, NULL, req, busy_a);
+	if (w < 0) {
+		*b = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V4, &i2);
+		if (!*b)
+			return FIND_MISSING;
+		*set = *b;
+		req->set_idx = i2;
+		w = scan_set(&(*b)->tag, NULL, req, busy_b);
+		if (w < 0)
+			return -1;
+	}
+	w = SLUICE_WAY(w);
+	req->way = w;
+	race_window(&(*set)->tag.key[w]);
+	return w;
+}
+
 /* IPv4: finds or creates the bucket of `key` in the set-associative table.
  * Inline: the hot path pays no call for the lookup or the GCRA form. */
 static __always_inline enum bucket_result charge_v4(__u64 key, const struct sluice_rule *rule,
 						     __u64 now, const struct charge *ch)
 {
-	struct charge_req *req = new_req(rule, now, ch);
-	const struct sluice_config *cfg;
-	struct sluice_set_v4 *a, *b, *set;
-	__u32 zero = 0, i1, i2;
+	struct sluice_set_v4 *a = NULL, *b = NULL, *set = NULL;
+	struct charge_req *req = begin_v4(key, rule, now, ch, &a);
 	int attempt, w, res;
 
-	if (!req)
+	if (!req || !a)
 		return BUCKET_FAIL_TABLE;
-	req->want = key;
-	cfg = bpf_map_lookup_elem(&SLUICE_MAP_CONFIG, &zero);
-	if (!cfg || !cfg->src4_sets)
-		return BUCKET_FAIL_TABLE;
-	sluice_src4_sets(key, cfg->hash_seed, cfg->src4_sets, &i1, &i2);
-	a = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V4, &i1);
-	if (!a)
-		return BUCKET_FAIL_TABLE;
-	req->set_a = i1;
-	req->set_b = i2;
-
 	for (attempt = 0; attempt < 4; attempt++) {
 		int busy_a = 0, busy_b = 0;
 
-		set = a;
-		req->set_idx = i1;
-		w = scan_set(&a->tag, NULL, req, &busy_a);
+		w = find_v4(req, a, &b, &set, &busy_a, &busy_b);
+		if (w == FIND_MISSING || !set)
+			return BUCKET_FAIL_TABLE;
 		if (w < 0) {
-			/* The second set only when the first misses: a source
-			 * found in its first set reads one tag line. */
-			b = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V4, &i2);
 			if (!b)
 				return BUCKET_FAIL_TABLE;
-			set = b;
-			req->set_idx = i2;
-			w = scan_set(&b->tag, NULL, req, &busy_b);
-			if (w < 0) {
-				res = lookup_missed(&a->tag, &b->tag, busy_a, busy_b, req);
-				if (res == LOOKUP_NOT_FOUND)
-					res = sluice_insert_v4(rule, req);
-				if (res >= 0)
-					return res;
-				continue;
-			}
-		}
-		w = SLUICE_WAY(w);
-		req->way = w;
-		race_window(&set->tag.key[w]);
-		if (gcra_form(rule))
+			res = lookup_missed(&a->tag, &b->tag, busy_a, busy_b, req);
+			if (res == LOOKUP_NOT_FOUND)
+				res = sluice_insert_v4(rule, req);
+		} else if (gcra_form(rule)) {
 			res = charge_gcra(&set->way[w], &set->tag, w, NULL, rule, req);
-		else
+		} else {
 			res = charge_found_locked(&set->way[w], &set->tag, w, rule, req);
+		}
 		if (res >= 0)
 			return res;
-		/* evicted under us: look again */
+		/* a way was being written, or the bucket was evicted under us: look again */
 	}
 	return BUCKET_FAIL_TABLE;
+}
+
+/* The fast path's charge (sluice_decide_fast): the GCRA-form bucket of
+ * `key` if one of its two sets holds it, at one attempt; -1, having changed
+ * nothing, if neither does, a way is being written, or the bucket left its
+ * way, for charge_v4 to handle. */
+static __always_inline int charge_v4_held(__u64 key, const struct sluice_rule *rule, __u64 now,
+					  const struct charge *ch)
+{
+	struct sluice_set_v4 *a = NULL, *b = NULL, *set = NULL;
+	struct charge_req *req = begin_v4(key, rule, now, ch, &a);
+	int w, busy_a = 0, busy_b = 0;
+
+	if (!req || !a)
+		return -1;
+	w = find_v4(req, a, &b, &set, &busy_a, &busy_b);
+	if (w < 0 || !set)
+		return -1;
+	return charge_gcra(&set->way[w], &set->tag, w, NULL, rule, req);
 }
 
 /*
@@ -1719,6 +1767,19 @@ static __always_inline enum bucket_result charge_table(enum table_kind kind, con
 	return BUCKET_FAIL_TABLE;
 }
 
+/* An IPv4 source's key in a rule's buckets: its address masked to the
+ * rule's per-prefix length. */
+static __always_inline __u64 source_key_v4(const struct packet_info *pkt, const struct sluice_rule *rule)
+{
+	struct sluice_src_v4 key = { .rule_id = rule->id };
+	__u32 addr;
+
+	__builtin_memcpy(key.addr, pkt->saddr, 4);
+	mask_addr(key.addr, 1, rule->per_prefix);
+	__builtin_memcpy(&addr, key.addr, 4);
+	return sluice_src4_key(rule->id, addr);
+}
+
 static __always_inline enum bucket_result apply_limit(const struct packet_info *pkt,
 						       const struct sluice_rule *rule,
 						       const struct charge *ch)
@@ -1728,18 +1789,12 @@ static __always_inline enum bucket_result apply_limit(const struct packet_info *
 	struct charge_req *req;
 
 	if (pkt->family == 4) {
-		struct sluice_src_v4 key = { .rule_id = rule->id };
-		__u32 addr;
-
-		__builtin_memcpy(key.addr, pkt->saddr, 4);
-		mask_addr(key.addr, 1, rule->per_prefix);
-		__builtin_memcpy(&addr, key.addr, 4);
 		if (!log)
-			return charge_v4(sluice_src4_key(rule->id, addr), rule, now, ch);
+			return charge_v4(source_key_v4(pkt, rule), rule, now, ch);
 		req = new_req(rule, now, ch);
 		if (!req)
 			return BUCKET_FAIL_TABLE;
-		req->want = sluice_src4_key(rule->id, addr);
+		req->want = source_key_v4(pkt, rule);
 		return charge_table(KIND_LOG4, rule, req);
 	} else {
 		struct sluice_src_v6 key = { .rule_id = rule->id };
@@ -1854,10 +1909,16 @@ static __always_inline void count_rule(__u32 slot, enum bucket_result res, const
 	}
 }
 
+/* Not a verdict counter: sluice_decide_fast leaves the packet to the walk. */
+#define VERDICT_WALK SLUICE_CNT_MAX
+
 /* Applies one rule to a packet: charges its bucket if it is a limit, counts
- * it in the rule's counters, and returns the verdict counter. */
+ * it in the rule's counters, and returns the verdict counter. `v4_table`
+ * (a constant) is sluice_decide_fast's: the packet is IPv4 and the rule, if
+ * a limit, a GCRA-form bucket, which is charged only if it exists
+ * (charge_v4_held); else nothing is counted and VERDICT_WALK returned. */
 static __always_inline __u32 apply_rule(struct xdp_md *ctx, const struct packet_info *pkt,
-					const struct sluice_rule *rule, __u32 slot)
+					const struct sluice_rule *rule, __u32 slot, const int v4_table)
 {
 	enum bucket_result res;
 	struct charge ch;
@@ -1870,6 +1931,13 @@ static __always_inline __u32 apply_rule(struct xdp_md *ctx, const struct packet_
 	} else if (rule->action == SLUICE_ACTION_DENY) {
 		res = BUCKET_DROP;
 		verdict = (rule->flags & SLUICE_RULE_SHADOW) ? SLUICE_CNT_PASS_SHADOW : SLUICE_CNT_DROP_DENY;
+	} else if (v4_table) {
+		int held = charge_v4_held(source_key_v4(pkt, rule), rule, now_ns(rule), &ch);
+
+		if (held < 0)
+			return VERDICT_WALK;
+		res = held;
+		verdict = limit_verdict(res, rule);
 	} else {
 		res = apply_limit(pkt, rule, &ch);
 		verdict = limit_verdict(res, rule);
@@ -2019,7 +2087,7 @@ __noinline int walk_step(struct xdp_md *ctx, const struct packet_info *pkt, stru
 	index = sluice_rule_index(slot, w->set);
 	rule = bpf_map_lookup_elem(&SLUICE_MAP_RULES, &index);
 	if (rule && rule->id) {
-		v = apply_rule(ctx, pkt, rule, slot);
+		v = apply_rule(ctx, pkt, rule, slot, 0);
 	} else {
 		w->flags |= WALK_VANISHED;
 		v = SLUICE_CNT_FAILOPEN_RULE;
@@ -2093,6 +2161,54 @@ static __always_inline __u32 decide_packet(struct xdp_md *ctx, struct packet_inf
 	return (w.flags & WALK_VANISHED) ? SLUICE_CNT_FAILOPEN_RULE : SLUICE_CNT_PASS_NO_MATCH;
 }
 
+/*
+ * The common case, decided without the walk: an IPv4 packet that is not a
+ * fragment, not encapsulated and shows its protocol and port, whose source's
+ * first match list begins with a terminal rule that matches it: an allow, a
+ * deny, or a GCRA-form limit whose bucket exists. With every selector known
+ * the walk stops at the first terminal rule that matches, so this is its
+ * decision, made from the same live sets, in registers: no walk state, one
+ * rule lookup, one attempt at the bucket. Anything else, untouched, is left
+ * to the walk (VERDICT_WALK). A global function: inlined, the program's frame
+ * outgrew what the call chain through walk_step leaves of 512 bytes.
+ */
+__noinline __u32 sluice_decide_fast(struct xdp_md *ctx, struct packet_info *pkt)
+{
+	const struct sluice_match_list *list;
+	const struct sluice_rule *rule;
+	__u32 set, index, slot, verdict;
+
+	if (!ctx || !pkt)
+		return VERDICT_WALK; /* the verifier: arguments of a global function may be NULL */
+	set = active_sets();
+	index = lookup_v4(pkt->saddr, sluice_lookup_set(set));
+	if (!index)
+		return SLUICE_CNT_PASS_NO_MATCH;
+	list = bpf_map_lookup_elem(&SLUICE_MAP_LISTS, &index);
+	if (!list || list->count == 0)
+		return VERDICT_WALK;
+	slot = list->slots[0];
+	index = sluice_rule_index(slot, set);
+	rule = bpf_map_lookup_elem(&SLUICE_MAP_RULES, &index);
+	if (!rule || !rule->id || (rule->flags & SLUICE_RULE_CONTINUE) || rule_matches(rule, pkt) != MATCH_YES ||
+	    (rule->action == SLUICE_ACTION_LIMIT && !gcra_form(rule)))
+		return VERDICT_WALK;
+	verdict = apply_rule(ctx, pkt, rule, slot, 1);
+	if (verdict != VERDICT_WALK)
+		pkt->flags |= PKT_COVERED;
+	return verdict;
+}
+
+/* The fast path, for the packets it may decide: 1 and the verdict counter in
+ * *verdict, or 0. */
+static __always_inline int decide_fast(struct xdp_md *ctx, struct packet_info *pkt, __u32 *verdict)
+{
+	if (pkt->family != 4 || pkt->flags || !pkt->ports_known)
+		return 0;
+	*verdict = sluice_decide_fast(ctx, pkt);
+	return *verdict != VERDICT_WALK;
+}
+
 /* The bytes after L2 of a frame that was not parsed as IP: what its counter counts. */
 static __always_inline __u32 bytes_after(void *data, void *data_end, __u32 l3_off)
 {
@@ -2130,7 +2246,8 @@ int SLUICE_PROG_NAME(struct xdp_md *ctx)
 #endif
 	parsed = parse_packet(ctx, &pkt, &l3_off);
 	if (parsed == PARSE_IP) {
-		verdict = decide_packet(ctx, &pkt);
+		if (!decide_fast(ctx, &pkt, &verdict))
+			verdict = decide_packet(ctx, &pkt);
 		count_global(verdict, pkt.l3_len);
 	} else {
 		__u32 bytes = bytes_after(data, data_end, l3_off);
