@@ -277,16 +277,29 @@ static __always_inline void race_window(const __u64 *key)
 {
 }
 
+/* The coarse clock's constants (struct sluice_tick_clock), set by the
+ * controller at load; read-only, so the verifier keeps one branch below. */
+const volatile struct sluice_tick_clock sluice_tick_clock = {};
+
+/* The last scheduler tick's CLOCK_MONOTONIC time: jiffies, which the
+ * verifier inlines as one load, on the tick's grid. */
+static __always_inline __u64 coarse_ns(void)
+{
+	if (sluice_tick_clock.tick_ns)
+		return (bpf_jiffies64() + sluice_tick_clock.jiffies_base) * sluice_tick_clock.tick_ns;
+	return bpf_ktime_get_coarse_ns();
+}
+
 static __always_inline __u64 now_ns(const struct sluice_rule *rule)
 {
 	if (rule->flags & SLUICE_RULE_COARSE_CLOCK)
-		return bpf_ktime_get_coarse_ns();
+		return coarse_ns();
 	return bpf_ktime_get_ns();
 }
 
 static __always_inline __u64 frag_clock(void)
 {
-	return bpf_ktime_get_coarse_ns();
+	return coarse_ns();
 }
 #endif
 

@@ -86,12 +86,12 @@ enum sluice_algo {
 };
 
 #define SLUICE_RULE_SHADOW 0x1 /* count would-be drops, pass them */
-/* Read the kernel's coarse clock (CLOCK_MONOTONIC_COARSE, one scheduler tick
- * of resolution, a few ns to read) instead of the precise one (tens of ns).
- * The controller sets it only where a tick is small beside the rule: a bucket
- * whose burst holds at least a tick's worth of rate, so what a tick adds never
- * overflows it, or a window of at least 100 ticks. The sliding log always
- * reads the precise clock. */
+/* Read the coarse clock (struct sluice_tick_clock: the last scheduler tick, one
+ * tick of resolution, one load to read) instead of the precise one (tens of
+ * ns). The controller sets it only where a tick is small beside the rule: a
+ * bucket whose burst holds at least a tick's worth of rate, so what a tick
+ * adds never overflows it, or a window of at least 100 ticks. The sliding log
+ * always reads the precise clock. */
 #define SLUICE_RULE_COARSE_CLOCK 0x2
 /* Layered (`--continue`, limit rules only): a packet the rule passes goes on
  * to the next candidate instead of being decided here. */
@@ -492,6 +492,24 @@ struct sluice_addr6 {
 SLUICE_ASSERT_SIZE(struct sluice_addr6, 16);
 
 /* Written once by the controller when it loads the program, read per packet. */
+/*
+ * The program's coarse clock, constants the controller sets at load (the
+ * program's read-only data, not a map): the CLOCK_MONOTONIC time of the last
+ * scheduler tick, (jiffies + jiffies_base) * tick_ns. The kernel counts
+ * jiffies at ticks that fall on whole multiples of a tick on CLOCK_MONOTONIC,
+ * so this never reads later than CLOCK_MONOTONIC, and at most a tick (and the
+ * tick's lateness) earlier; the verifier turns bpf_jiffies64 into one load,
+ * where bpf_ktime_get_coarse_ns is a helper call (27 ns on the test VM, more
+ * than the rest of a hot source's decision). tick_ns 0: not found at load;
+ * the program reads bpf_ktime_get_coarse_ns (CLOCK_MONOTONIC_COARSE), which
+ * is as coarse. jiffies_base is a two's complement: jiffies start near 2^32.
+ */
+struct sluice_tick_clock {
+	__u64 tick_ns;
+	__u64 jiffies_base;
+};
+SLUICE_ASSERT_SIZE(struct sluice_tick_clock, 16);
+
 struct sluice_config {
 	__u64 hash_seed;  /* random: sources cannot be chosen to collide */
 	__u32 src4_sets;  /* sets in SLUICE_MAP_SOURCES_V4 */

@@ -7,6 +7,7 @@
 #include "fixture.h"
 #include "sluice_algos.h"
 #include "sources.h"
+#include "tick_clock.h"
 
 using namespace sluice;
 using namespace sluice::test;
@@ -46,9 +47,7 @@ protected:
 		uint32_t zero = 0;
 		struct sluice_config cfg = {};
 		EXPECT_EQ(bpf_map_lookup_elem(maps_.config.get(), &zero, &cfg), 0);
-		struct timespec ts = {};
-		clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-		uint64_t now = sluice_ns_to_ticks(uint64_t(ts.tv_sec) * 1000000000ULL + uint64_t(ts.tv_nsec));
+		uint64_t now = sluice_ns_to_ticks(program_coarse_floor_ns());
 		uint32_t id = r.bucket_id ? r.bucket_id : r.id;
 		uint8_t addr[16] = {};
 		if (inet_pton(AF_INET, bucket, addr) == 1)

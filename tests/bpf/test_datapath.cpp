@@ -16,7 +16,10 @@
 #include "datapath.h"
 #include "packet.h"
 #include "rule_table.h"
+#include "sluice_algos.h"
+#include "sources.h"
 #include "stats.h"
+#include "tick_clock.h"
 #include "fixture.h"
 
 using namespace sluice;
@@ -675,4 +678,43 @@ TEST_F(Datapath, AnEditInPlaceRightAfterAnAddKeepsTheAddedRule)
 	EXPECT_EQ(global(SLUICE_CNT_FAILOPEN_RULE), 0u) << "no packet met an empty slot";
 	EXPECT_EQ(rule_counters("net").passed_packets, 2u);
 	EXPECT_EQ(rule_counters("wide").passed_packets, 5u);
+}
+
+// The coarse clock (struct sluice_tick_clock) reads the last scheduler tick
+// on CLOCK_MONOTONIC. A source's first packet makes its bucket with the
+// arrival time the program read plus the packet's cost (1 ms at 1000/s):
+// a whole number of ticks, never later than CLOCK_MONOTONIC and at most a
+// tick (and the tick's lateness) earlier; program_coarse_floor_ns, read
+// before, is never later, and program_coarse_ns, read after, never earlier.
+TEST_F(Datapath, TheCoarseClockReadsTheLastTickOnClockMonotonic)
+{
+	InstalledRule r = add("192.0.2.0/24", "1000/s", 0, "coarse");
+	ASSERT_TRUE(RuleTable(maps_).datapath_rule(r.slot).flags & SLUICE_RULE_COARSE_CLOCK)
+		<< "the default burst, 100 ms of the rate, reads the coarse clock";
+	const uint64_t tick = coarse_clock_tick_ns(), ms = 1000000;
+	ASSERT_GT(tick, 0u);
+	uint32_t zero = 0;
+	struct sluice_config cfg = {};
+	ASSERT_EQ(bpf_map_lookup_elem(maps_.config.get(), &zero, &cfg), 0);
+	auto mono = [] {
+		struct timespec ts = {};
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		return uint64_t(ts.tv_sec) * 1000000000ULL + uint64_t(ts.tv_nsec);
+	};
+	for (int i = 1; i <= 24; i++) {
+		std::string src = "192.0.2." + std::to_string(i);
+		uint64_t floor_before = program_coarse_floor_ns(), before = mono();
+		ASSERT_EQ(run({.src = src}), XDP_PASS);
+		uint64_t after = mono(), read_after = program_coarse_ns();
+		uint8_t addr[4] = {192, 0, 2, uint8_t(i)};
+		auto b = SourceTable4(maps_.src4.get()).find(r.id, addr, cfg.hash_seed);
+		ASSERT_TRUE(b) << src;
+		uint64_t read = ((b->word - b->algo.gcra.off) >> SLUICE_TICK_SHIFT) - ms;
+		EXPECT_EQ(read % tick, 0u) << src << " read " << read << ": not on the tick's grid";
+		EXPECT_LE(read, after) << src;
+		EXPECT_GE(read + 2 * tick, before) << src << ": more than a tick (and its lateness) early";
+		EXPECT_LE(floor_before, read) << src;
+		EXPECT_GE(read_after, read) << src;
+		usleep(700); // the next source at another instant of the tick
+	}
 }

@@ -8,6 +8,7 @@
 
 #include "error.h"
 #include "rule.h"
+#include "tick_clock.h"
 
 using namespace sluice;
 
@@ -340,6 +341,31 @@ TEST(RuleMaps, AlgorithmsWarmupAndShadowRoundTrip)
 	EXPECT_EQ(back.warmup_ns, 30000000000ULL);
 	EXPECT_EQ(format_duration(back.warmup_ns), "30s");
 	EXPECT_EQ(format_duration(1000000000ULL), "1s");
+}
+
+// The coarse clock's constants from the probe's samples (samples taken on
+// the test VM: jiffies started 75,077 ticks short of 2^32, ticks of 4 ms).
+TEST(TickClock, TheBaseIsTheLeastOverSamplesWhoseJiffiesHeld)
+{
+	const uint64_t tick = 4000000, jiffies = 4294967296ULL - 75077 + 1000, base = 75077;
+	// Jiffies + 2^32 - 75,077... as two's complement: base = -(2^32 - 75,077).
+	const uint64_t want = uint64_t(0) - (4294967296ULL - base);
+	auto at = [&](uint64_t j, uint64_t into_tick) {
+		return TickSample{j, (j + want) * tick + into_tick, j};
+	};
+	std::vector<TickSample> samples = {at(jiffies, 1500000), at(jiffies + 1, 10)};
+	// A tick passed but not yet counted: the clock reads one tick more than jiffies say.
+	samples.push_back({jiffies + 1, (jiffies + 2 + want) * tick + 20000, jiffies + 1});
+	// Jiffies moved while the clock was read: not used, whatever it says.
+	samples.push_back({jiffies + 2, (jiffies + want) * tick, jiffies + 3});
+	auto clk = tick_clock_from(samples, tick);
+	ASSERT_TRUE(clk);
+	EXPECT_EQ(clk->tick_ns, tick);
+	EXPECT_EQ(clk->jiffies_base, want);
+	// The late sample alone gives a base one tick later: the least wins only when some sample is on time.
+	EXPECT_EQ(tick_clock_from({samples[2]}, tick)->jiffies_base, want + 1);
+	EXPECT_FALSE(tick_clock_from({samples[3]}, tick)) << "no sample whose jiffies held";
+	EXPECT_FALSE(tick_clock_from(samples, 0)) << "no tick";
 }
 
 TEST(RuleMaps, TheCoarseClockOnlyWhereATickIsSmallBesideTheRule)

@@ -23,6 +23,7 @@
 #include "maps.h"
 #include "net.h"
 #include "rule_table.h"
+#include "tick_clock.h"
 #include "sluice_algos.h"
 #include "metrics.h"
 #include "sources.h"
@@ -694,9 +695,10 @@ void ClusterSync::apply_loop()
 			continue;
 		Tables &t = *st.tables;
 		Clock::time_point now = Clock::now();
-		// The coarse clock never reads later than the precise one, so credit
-		// up to it fills a bucket on either clock a rule may read.
-		uint64_t now_ticks = sluice_ns_to_ticks(clock_ns(CLOCK_MONOTONIC_COARSE));
+		// Never later than either clock a rule may read (the coarse one
+		// reads no later than the precise one), so that credit up to it
+		// fills a bucket on both.
+		uint64_t now_ticks = sluice_ns_to_ticks(program_coarse_floor_ns());
 		for (auto &[id, b] : st.buckets) {
 			if (b.lease_until <= now || b.local <= 0) {
 				b.last_apply = now; // the lease ran out: the local share holds

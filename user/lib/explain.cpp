@@ -10,6 +10,7 @@
 #include "rule_table.h"
 #include "sluice_algos.h"
 #include "sources.h"
+#include "tick_clock.h"
 
 namespace sluice {
 
@@ -304,7 +305,7 @@ ClockReading ClockReading::now()
 			throw_errno("cannot read the clock", errno);
 		return uint64_t(ts.tv_sec) * 1000000000ULL + uint64_t(ts.tv_nsec);
 	};
-	return {read(CLOCK_MONOTONIC), read(CLOCK_MONOTONIC_COARSE)};
+	return {read(CLOCK_MONOTONIC), program_coarse_ns()};
 }
 
 BucketState bucket_state(const struct sluice_rule &dp, const std::optional<struct sluice_source_state> &b,

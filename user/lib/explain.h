@@ -89,7 +89,7 @@ RuleWalk walk_rules(const std::vector<InstalledRule> &rules, const ExplainPacket
 
 /// The clock readings a bucket's state is judged at: a rule reads the
 /// coarse clock if the controller set SLUICE_RULE_COARSE_CLOCK, else the
-/// precise one (CLOCK_MONOTONIC_COARSE and CLOCK_MONOTONIC).
+/// precise one (program_coarse_ns and CLOCK_MONOTONIC).
 struct ClockReading {
 	uint64_t precise_ns = 0;
 	uint64_t coarse_ns = 0;

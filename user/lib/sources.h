@@ -73,7 +73,7 @@ public:
 	/// bucket refills faster) or, negative, later (withheld refill). Credit
 	/// stops at a full bucket. The cluster sync moves a bucket from its
 	/// rule's local rate to the share the store grants this way. now_ticks:
-	/// CLOCK_MONOTONIC_COARSE's, never later than either clock the program
+	/// program_coarse_floor_ns's, never later than either clock the program
 	/// reads, so that credit can make a bucket full on both. False if the
 	/// table holds no such bucket.
 	bool shift_arrival(uint32_t rule_id, const uint8_t *addr, uint64_t seed, int64_t ticks, uint64_t now_ticks)

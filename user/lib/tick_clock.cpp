@@ -1,0 +1,94 @@
+// The coarse clock's constants (see tick_clock.h and struct sluice_tick_clock).
+#include "tick_clock.h"
+
+#include <algorithm>
+#include <ctime>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "clock_probe_bpf.skel.h"
+#include "rule.h"
+
+namespace sluice {
+
+namespace {
+
+uint64_t read_clock(clockid_t id)
+{
+	struct timespec ts = {};
+	clock_gettime(id, &ts);
+	return uint64_t(ts.tv_sec) * 1000000000ULL + uint64_t(ts.tv_nsec);
+}
+
+} // namespace
+
+std::optional<struct sluice_tick_clock> tick_clock_from(const std::vector<TickSample> &samples, uint64_t tick_ns)
+{
+	if (tick_ns == 0)
+		return std::nullopt;
+	std::optional<uint64_t> base;
+	for (const TickSample &s : samples) {
+		if (s.jiffies_before != s.jiffies_after)
+			continue;
+		// Two's complement: jiffies start near 2^32 at boot, ahead of the ticks.
+		uint64_t b = s.mono_ns / tick_ns - s.jiffies_before;
+		if (!base || int64_t(b - *base) < 0)
+			base = b;
+	}
+	if (!base)
+		return std::nullopt;
+	return sluice_tick_clock{tick_ns, *base};
+}
+
+struct sluice_tick_clock calibrate_tick_clock()
+{
+	uint64_t tick = coarse_clock_tick_ns();
+	if (tick == 0)
+		return {};
+	struct clock_probe_bpf *probe = clock_probe_bpf__open_and_load();
+	if (!probe)
+		return {};
+	std::vector<TickSample> samples;
+	unsigned char frame[64] = {}; // an XDP test run needs a frame: an empty Ethernet one
+	uint64_t start = read_clock(CLOCK_MONOTONIC);
+	while (read_clock(CLOCK_MONOTONIC) - start < tick + tick / 2 && samples.size() < 256) {
+		LIBBPF_OPTS(bpf_test_run_opts, run, .data_in = frame, .data_size_in = sizeof(frame), .repeat = 1);
+		if (bpf_prog_test_run_opts(bpf_program__fd(probe->progs.sluice_clock_probe), &run))
+			break;
+		samples.push_back({probe->bss->probe_jiffies_before, probe->bss->probe_mono_ns,
+				   probe->bss->probe_jiffies_after});
+		usleep(50);
+	}
+	clock_probe_bpf__destroy(probe);
+	std::optional<struct sluice_tick_clock> clk = tick_clock_from(samples, tick);
+	if (!clk || samples.empty())
+		return {};
+	// The last sample's reading of the clock, against the kernel's coarse clock now.
+	const TickSample &last = samples.back();
+	uint64_t program = (last.jiffies_before + clk->jiffies_base) * tick;
+	uint64_t coarse = read_clock(CLOCK_MONOTONIC_COARSE);
+	if (program > last.mono_ns || (coarse > program ? coarse - program : program - coarse) > 2 * tick)
+		return {};
+	return *clk;
+}
+
+uint64_t program_coarse_floor_ns()
+{
+	uint64_t tick = coarse_clock_tick_ns(), coarse = read_clock(CLOCK_MONOTONIC_COARSE);
+	if (tick == 0)
+		return coarse;
+	uint64_t whole = read_clock(CLOCK_MONOTONIC) / tick * tick;
+	return std::min(coarse, whole >= tick ? whole - tick : 0);
+}
+
+uint64_t program_coarse_ns()
+{
+	uint64_t tick = coarse_clock_tick_ns();
+	if (tick == 0)
+		return read_clock(CLOCK_MONOTONIC_COARSE);
+	return read_clock(CLOCK_MONOTONIC) / tick * tick;
+}
+
+} // namespace sluice
