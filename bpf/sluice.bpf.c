@@ -1793,6 +1793,24 @@ static __always_inline __u64 source_key_v4(const struct packet_info *pkt, const 
 	return sluice_src4_key(rule->id, addr);
 }
 
+/* The request for an IPv6 source: its address masked to the rule's
+ * per-prefix length (the set table hashes it into a key); NULL if none. */
+static __always_inline struct charge_req *begin_v6(const struct packet_info *pkt, const struct sluice_rule *rule,
+						    __u64 now, const struct charge *ch)
+{
+	struct sluice_src_v6 key = { .rule_id = rule->id };
+	struct charge_req *req;
+
+	__builtin_memcpy(key.addr, pkt->saddr, 16);
+	mask_addr(key.addr, 4, rule->per_prefix);
+	req = new_req(rule, now, ch);
+	if (!req)
+		return NULL;
+	req->table = SLUICE_TABLE_V6;
+	__builtin_memcpy(&req->addr, key.addr, 16);
+	return req;
+}
+
 static __always_inline enum bucket_result apply_limit(const struct packet_info *pkt,
 						       const struct sluice_rule *rule,
 						       const struct charge *ch)
@@ -1810,17 +1828,25 @@ static __always_inline enum bucket_result apply_limit(const struct packet_info *
 		req->want = source_key_v4(pkt, rule);
 		return charge_table(KIND_LOG4, rule, req);
 	} else {
-		struct sluice_src_v6 key = { .rule_id = rule->id };
-
-		__builtin_memcpy(key.addr, pkt->saddr, 16);
-		mask_addr(key.addr, 4, rule->per_prefix);
-		req = new_req(rule, now, ch);
+		req = begin_v6(pkt, rule, now, ch);
 		if (!req)
 			return BUCKET_FAIL_TABLE;
-		req->table = SLUICE_TABLE_V6;
-		__builtin_memcpy(&req->addr, key.addr, 16);
 		return charge_table(log ? KIND_LOG6 : KIND_V6, rule, req);
 	}
+}
+
+/* The fast path's IPv6 charge (sluice_decide_fast), as charge_v4_held: the
+ * bucket if it exists, at one attempt, else -1 having changed nothing. */
+static __always_inline int charge_v6_held(const struct packet_info *pkt, const struct sluice_rule *rule,
+					  __u64 now, const struct charge *ch)
+{
+	struct charge_req *req = begin_v6(pkt, rule, now, ch);
+	int res;
+
+	if (!req)
+		return -1;
+	res = sluice_charge_v6(rule, req);
+	return res < 0 ? -1 : res; /* LOOKUP_*: not found, a way being written, or evicted under us */
 }
 
 /* A later fragment takes its datagram's protocol and port, remembered when
@@ -1926,12 +1952,12 @@ static __always_inline void count_rule(__u32 slot, enum bucket_result res, const
 #define VERDICT_WALK SLUICE_CNT_MAX
 
 /* Applies one rule to a packet: charges its bucket if it is a limit, counts
- * it in the rule's counters, and returns the verdict counter. `v4_table`
- * (a constant) is sluice_decide_fast's: the packet is IPv4 and the rule, if
- * a limit, a GCRA-form bucket, which is charged only if it exists
- * (charge_v4_held); else nothing is counted and VERDICT_WALK returned. */
+ * it in the rule's counters, and returns the verdict counter. `fast` (a
+ * constant) is sluice_decide_fast's: the rule, if a limit, is a GCRA-form
+ * bucket, charged only if it exists (charge_v4_held, charge_v6_held); else
+ * nothing is counted and VERDICT_WALK returned. */
 static __always_inline __u32 apply_rule(struct xdp_md *ctx, const struct packet_info *pkt,
-					const struct sluice_rule *rule, __u32 slot, const int v4_table)
+					const struct sluice_rule *rule, __u32 slot, const int fast)
 {
 	enum bucket_result res;
 	struct charge ch;
@@ -1944,8 +1970,9 @@ static __always_inline __u32 apply_rule(struct xdp_md *ctx, const struct packet_
 	} else if (rule->action == SLUICE_ACTION_DENY) {
 		res = BUCKET_DROP;
 		verdict = (rule->flags & SLUICE_RULE_SHADOW) ? SLUICE_CNT_PASS_SHADOW : SLUICE_CNT_DROP_DENY;
-	} else if (v4_table) {
-		int held = charge_v4_held(source_key_v4(pkt, rule), rule, now_ns(rule), &ch);
+	} else if (fast) {
+		int held = pkt->family == 4 ? charge_v4_held(source_key_v4(pkt, rule), rule, now_ns(rule), &ch)
+					    : charge_v6_held(pkt, rule, now_ns(rule), &ch);
 
 		if (held < 0)
 			return VERDICT_WALK;
@@ -2175,7 +2202,7 @@ static __always_inline __u32 decide_packet(struct xdp_md *ctx, struct packet_inf
 }
 
 /*
- * The common case, decided without the walk: an IPv4 packet that is not a
+ * The common case, decided without the walk: a packet that is not a
  * fragment, not encapsulated and shows its protocol and port, whose source's
  * first match list begins with a terminal rule that matches it: an allow, a
  * deny, or a GCRA-form limit whose bucket exists. With every selector known
@@ -2194,10 +2221,16 @@ __noinline __u32 sluice_decide_fast(struct xdp_md *ctx, struct packet_info *pkt)
 	if (!ctx || !pkt)
 		return VERDICT_WALK; /* the verifier: arguments of a global function may be NULL */
 	set = active_sets();
-	index = lookup_v4(pkt->saddr, sluice_lookup_set(set));
-	if (!index)
-		return SLUICE_CNT_PASS_NO_MATCH;
-	list = bpf_map_lookup_elem(&SLUICE_MAP_LISTS, &index);
+	if (pkt->family == 4) {
+		index = lookup_v4(pkt->saddr, sluice_lookup_set(set));
+		if (!index)
+			return SLUICE_CNT_PASS_NO_MATCH;
+		list = bpf_map_lookup_elem(&SLUICE_MAP_LISTS, &index);
+	} else {
+		list = lookup_v6(pkt->saddr, sluice_lookup_set(set));
+		if (!list)
+			return SLUICE_CNT_PASS_NO_MATCH;
+	}
 	if (!list || list->count == 0)
 		return VERDICT_WALK;
 	slot = list->slots[0];
@@ -2216,7 +2249,7 @@ __noinline __u32 sluice_decide_fast(struct xdp_md *ctx, struct packet_info *pkt)
  * *verdict, or 0. */
 static __always_inline int decide_fast(struct xdp_md *ctx, struct packet_info *pkt, __u32 *verdict)
 {
-	if (pkt->family != 4 || pkt->flags || !pkt->ports_known)
+	if (pkt->flags || !pkt->ports_known)
 		return 0;
 	*verdict = sluice_decide_fast(ctx, pkt);
 	return *verdict != VERDICT_WALK;
