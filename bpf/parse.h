@@ -266,30 +266,15 @@ static __always_inline int is_ipv6_ext(__u8 nexthdr)
 	       nexthdr == IPV6_NEXTHDR_FRAGMENT;
 }
 
-/*
- * IPv6 and at most SLUICE_MAX_IPV6_EXT_HDRS extension headers (enum
- * parse_result). The protocol stays unknown for a chain longer than the bound
- * or cut short, and for a later fragment (RFC 8200 uses only the first
- * fragment's next header). Fills the fragment key for any fragment. A global function, so
- * the verifier checks the walk once, not once per VLAN depth.
- */
-__noinline int sluice_parse_ipv6(struct xdp_md *ctx, __u32 l3_off, struct packet_info *pkt)
+/* IPv6's fixed header at l3_off (enum parse_result): fills the length, the
+ * family and the source, and *off, *l3_end and *nexthdr for what follows.
+ * Writes the same whenever it runs, so the chain's walk may run it again. */
+static __always_inline int parse_ipv6_header(struct xdp_md *ctx, void *data, void *data_end, __u32 l3_off,
+					     struct packet_info *pkt, __u32 *off, __u32 *l3_end, __u8 *nexthdr)
 {
-	struct sluice_frag_key *fk;
-	void *data = (void *)(long)ctx->data;
-	void *data_end = (void *)(long)ctx->data_end;
-	struct ipv6hdr *ip6h;
-	__u32 avail, payload, off, l3_end;
-	__u8 nexthdr;
-	int i;
+	struct ipv6hdr *ip6h = data + l3_off;
+	__u32 avail, payload;
 
-	if (!pkt || l3_off >= SLUICE_MAX_HDR_OFF) /* the verifier needs both */
-		return PARSE_MALFORMED;
-	/* The verifier again: the compiler may reload l3_off from the stack,
-	 * where the check above no longer bounds it. */
-	barrier_var(l3_off);
-	l3_off &= SLUICE_MAX_HDR_OFF - 1;
-	ip6h = data + l3_off;
 	if ((void *)(ip6h + 1) > data_end)
 		return PARSE_MALFORMED;
 	if (ip6h->version != 6)
@@ -305,9 +290,41 @@ __noinline int sluice_parse_ipv6(struct xdp_md *ctx, __u32 l3_off, struct packet
 
 	pkt->family = 6;
 	__builtin_memcpy(pkt->saddr, &ip6h->saddr, 16);
-	l3_end = l3_off + pkt->l3_len;
-	off = l3_off + sizeof(*ip6h);
-	nexthdr = ip6h->nexthdr;
+	*l3_end = l3_off + pkt->l3_len;
+	*off = l3_off + sizeof(*ip6h);
+	*nexthdr = ip6h->nexthdr;
+	return PARSE_IP;
+}
+
+/*
+ * IPv6 and at most SLUICE_MAX_IPV6_EXT_HDRS extension headers (enum
+ * parse_result). The protocol stays unknown for a chain longer than the bound
+ * or cut short, and for a later fragment (RFC 8200 uses only the first
+ * fragment's next header). Fills the fragment key for any fragment. A global function, so
+ * the verifier checks the walk once, not once per VLAN depth.
+ */
+__noinline int sluice_parse_ipv6(struct xdp_md *ctx, __u32 l3_off, struct packet_info *pkt)
+{
+	struct sluice_frag_key *fk;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ipv6hdr *ip6h;
+	__u32 off, l3_end;
+	__u8 nexthdr;
+	int i, parsed;
+
+	if (!pkt || l3_off >= SLUICE_MAX_HDR_OFF) /* the verifier needs both */
+		return PARSE_MALFORMED;
+	/* The verifier again: the compiler may reload l3_off from the stack,
+	 * where the check above no longer bounds it. */
+	barrier_var(l3_off);
+	l3_off &= SLUICE_MAX_HDR_OFF - 1;
+	parsed = parse_ipv6_header(ctx, data, data_end, l3_off, pkt, &off, &l3_end, &nexthdr);
+	if (parsed != PARSE_IP)
+		return parsed;
+	ip6h = data + l3_off;
+	if ((void *)(ip6h + 1) > data_end) /* the verifier: checked in parse_ipv6_header */
+		return PARSE_MALFORMED;
 
 	for (i = 0; i < SLUICE_MAX_IPV6_EXT_HDRS; i++) {
 		__u8 *hdr;
@@ -360,6 +377,25 @@ cut_short:
 	return PARSE_IP;
 }
 
+/* IPv6 (enum parse_result). A fixed header that names its upper-layer
+ * protocol is parsed here, inline; a chain of extension headers, in
+ * sluice_parse_ipv6, which walks it (and parses the fixed header again). */
+static __always_inline int parse_ipv6(struct xdp_md *ctx, void *data, void *data_end, __u32 l3_off,
+				      struct packet_info *pkt)
+{
+	__u32 off, l3_end;
+	__u8 nexthdr;
+	int parsed = parse_ipv6_header(ctx, data, data_end, l3_off, pkt, &off, &l3_end, &nexthdr);
+
+	if (parsed != PARSE_IP)
+		return parsed;
+	if (is_ipv6_ext(nexthdr))
+		return sluice_parse_ipv6(ctx, l3_off, pkt);
+	pkt->hdr_len = sizeof(struct ipv6hdr);
+	parse_l4(data, data_end, off, l3_end, pkt, nexthdr);
+	return PARSE_IP;
+}
+
 /*
  * Parses a whole frame (enum parse_result). For PARSE_IP, *pkt is filled, and
  * the fragment key too if the packet is a fragment (pkt->flags says which kind).
@@ -379,7 +415,7 @@ static __always_inline int parse_packet(struct xdp_md *ctx, struct packet_info *
 	if (eth_proto == bpf_htons(ETH_P_IP))
 		return parse_ipv4(ctx, data, data_end, *l3_off, pkt);
 	if (eth_proto == bpf_htons(ETH_P_IPV6))
-		return sluice_parse_ipv6(ctx, *l3_off, pkt);
+		return parse_ipv6(ctx, data, data_end, *l3_off, pkt);
 	if (eth_proto == bpf_htons(ETH_P_PPPOE_SESSION) || eth_proto == bpf_htons(ETH_P_MPLS_UNICAST) ||
 	    eth_proto == bpf_htons(ETH_P_MPLS_MULTI))
 		pkt->flags |= PKT_ENCAP;
