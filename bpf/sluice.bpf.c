@@ -715,26 +715,36 @@ static __always_inline void note_if_due(struct charge_req *req, struct sluice_pe
 		sluice_note_drop(req);
 }
 
-/*
- * Counts a packet on its bucket, of generation `gen`. A source bucket's drop
- * (`pending`) goes to this CPU's pending slot (struct sluice_pending_drops)
- * when the slot names the bucket, so a flood of one source writes no shared
- * line to count its drops; a slot naming another bucket is first added to
- * that bucket's counters (if its way still holds it: the generation tags
- * them).
- */
-static __always_inline void count_source(struct sluice_source_counters *c, __u16 gen, enum bucket_result res,
-					 struct charge_req *req, int pending)
+/* The first eight bytes of a pending-drops slot that names way `way` of set
+ * `set` of table `table`, generation `gen`: one comparison, not four. */
+static __always_inline __u64 pending_name(__u32 set, __u32 way, __u32 table, __u16 gen)
 {
-	__u64 tag = sluice_gen_tag(gen), l3_len = req->bytes, n = req->packets;
+	struct sluice_pending_drops name = { .set = set, .way = (__u8)way, .table = (__u8)table, .gen = gen };
+	__u64 v;
+
+	__builtin_memcpy(&v, &name, sizeof(v));
+	return v;
+}
+
+/*
+ * Counts a drop on its bucket, of generation `gen`, but a flood's every
+ * packet (count_source): notes it for throttle events if due, and puts it in
+ * this CPU's pending slot (with `pending`), first adding to its bucket what
+ * the slot held for another; or adds it to the bucket's counters. A global
+ * function: out of line, the code that every drop of a hot source runs keeps
+ * its registers.
+ */
+__noinline int sluice_count_drop(struct sluice_source_counters *c, struct charge_req *req, __u32 gen, int pending)
+{
 	struct sluice_pending_drops *p;
+	__u64 tag, n, l3_len;
 	__u32 zero = 0;
 
-	if (res != BUCKET_DROP) {
-		count_add(&c->passed_packets, tag, n);
-		count_add(&c->passed_bytes, tag, l3_len);
-		return;
-	}
+	if (!c || !req)
+		return 0; /* the verifier: arguments of a global function may be NULL */
+	tag = sluice_gen_tag(gen);
+	n = req->packets;
+	l3_len = req->bytes;
 	p = bpf_map_lookup_elem(&SLUICE_MAP_PENDING, &zero);
 	if (p && (p->note_want != req->want || p->note_table != req->table ||
 		  req->now - p->noted_ns >= SLUICE_NOTE_EVERY_NS))
@@ -742,13 +752,13 @@ static __always_inline void count_source(struct sluice_source_counters *c, __u16
 	if (!p || !pending) {
 		count_add(&c->dropped_packets, tag, n);
 		count_add(&c->dropped_bytes, tag, l3_len);
-		return;
+		return 1;
 	}
 	if (p->packets && p->set == req->set_idx && p->way == req->way && p->table == req->table &&
-	    p->gen == gen) {
+	    p->gen == (__u16)gen) {
 		p->packets += n;
 		p->bytes += l3_len;
-		return;
+		return 1;
 	}
 	if (p->packets)
 		sluice_flush_pending(p);
@@ -758,6 +768,42 @@ static __always_inline void count_source(struct sluice_source_counters *c, __u16
 	p->gen = gen;
 	p->packets = n;
 	p->bytes = l3_len;
+	return 1;
+}
+
+/*
+ * Counts a packet on its bucket, of generation `gen`. A source bucket's drop
+ * (`pending`) goes to this CPU's pending slot (struct sluice_pending_drops)
+ * when the slot names the bucket, so a flood of one source writes no shared
+ * line to count its drops; a slot naming another bucket is first added to
+ * that bucket's counters (if its way still holds it: the generation tags
+ * them). Drops are noted for throttle events once per SLUICE_NOTE_EVERY_NS
+ * per CPU and bucket (sluice_count_drop).
+ */
+static __always_inline void count_source(struct sluice_source_counters *c, __u16 gen, enum bucket_result res,
+					 struct charge_req *req, int pending)
+{
+	__u64 tag = sluice_gen_tag(gen), l3_len = req->bytes, n = req->packets, have;
+	struct sluice_pending_drops *p;
+	__u32 zero = 0;
+
+	if (res != BUCKET_DROP) {
+		count_add(&c->passed_packets, tag, n);
+		count_add(&c->passed_bytes, tag, l3_len);
+		return;
+	}
+	/* A flood's every packet: the slot names this very bucket, whose drop
+	 * was noted lately (its key names its table). */
+	p = bpf_map_lookup_elem(&SLUICE_MAP_PENDING, &zero);
+	if (p && pending && p->packets && p->note_want == req->want && req->now - p->noted_ns < SLUICE_NOTE_EVERY_NS) {
+		__builtin_memcpy(&have, p, sizeof(have));
+		if (have == pending_name(req->set_idx, req->way, req->table, gen)) {
+			p->packets += n;
+			p->bytes += l3_len;
+			return;
+		}
+	}
+	sluice_count_drop(c, req, gen, pending);
 }
 
 /*
