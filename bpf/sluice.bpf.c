@@ -507,13 +507,15 @@ static __always_inline int owner_gone(const __u64 *key, const struct sluice_addr
 	return addr && (SLUICE_READ_ONCE(addr->hi) != req->addr.hi || SLUICE_READ_ONCE(addr->lo) != req->addr.lo);
 }
 
-/* Adds to a counter word if it still carries `tag`: the bucket it was read for. */
-static __always_inline void count_add(__u64 *c, __u64 tag, __u64 delta)
+/* Adds to a counter word if it still carries `tag`: the bucket it was read
+ * for. `tries` (a constant) compare-and-swaps, then an add taken back if it
+ * landed on a successor. */
+static __always_inline void count_add(__u64 *c, __u64 tag, __u64 delta, const int tries)
 {
 	__u64 v = SLUICE_READ_ONCE(*c), old;
 	int i;
 
-	for (i = 0; i < SLUICE_CAS_RETRIES; i++) {
+	for (i = 0; i < tries; i++) {
 		if ((v & ~SLUICE_CNT_VALUE_MASK) != tag)
 			return; /* the bucket was evicted: its counts went with it */
 		old = __sync_val_compare_and_swap(c, v, v + delta);
@@ -551,8 +553,8 @@ __noinline int sluice_flush_pending(const struct sluice_pending_drops *p)
 	}
 	if (!oc)
 		return 0;
-	count_add(&oc->dropped_packets, sluice_gen_tag(p->gen), p->packets);
-	count_add(&oc->dropped_bytes, sluice_gen_tag(p->gen), p->bytes);
+	count_add(&oc->dropped_packets, sluice_gen_tag(p->gen), p->packets, SLUICE_CAS_RETRIES);
+	count_add(&oc->dropped_bytes, sluice_gen_tag(p->gen), p->bytes, SLUICE_CAS_RETRIES);
 	return 1;
 }
 
@@ -750,8 +752,8 @@ __noinline int sluice_count_drop(struct sluice_source_counters *c, struct charge
 		  req->now - p->noted_ns >= SLUICE_NOTE_EVERY_NS))
 		note_if_due(req, p);
 	if (!p || !pending) {
-		count_add(&c->dropped_packets, tag, n);
-		count_add(&c->dropped_bytes, tag, l3_len);
+		count_add(&c->dropped_packets, tag, n, SLUICE_CAS_RETRIES);
+		count_add(&c->dropped_bytes, tag, l3_len, SLUICE_CAS_RETRIES);
 		return 1;
 	}
 	if (p->packets && p->set == req->set_idx && p->way == req->way && p->table == req->table &&
@@ -781,15 +783,15 @@ __noinline int sluice_count_drop(struct sluice_source_counters *c, struct charge
  * per CPU and bucket (sluice_count_drop).
  */
 static __always_inline void count_source(struct sluice_source_counters *c, __u16 gen, enum bucket_result res,
-					 struct charge_req *req, int pending)
+					 struct charge_req *req, int pending, const int tries)
 {
 	__u64 tag = sluice_gen_tag(gen), l3_len = req->bytes, n = req->packets, have;
 	struct sluice_pending_drops *p;
 	__u32 zero = 0;
 
 	if (res != BUCKET_DROP) {
-		count_add(&c->passed_packets, tag, n);
-		count_add(&c->passed_bytes, tag, l3_len);
+		count_add(&c->passed_packets, tag, n, tries);
+		count_add(&c->passed_bytes, tag, l3_len, tries);
 		return;
 	}
 	/* A flood's every packet: the slot names this very bucket, whose drop
@@ -817,11 +819,14 @@ static __always_inline void count_source(struct sluice_source_counters *c, __u16
  * another CPU wrote: decide again on it. -1: the key left the way. The
  * bucket is full again at its arrival time, which ranks way `way` of tags
  * `t` for eviction (sluice_way_touch): done here, while what it needs is at
- * hand.
+ * hand. `tries` (a constant): SLUICE_CAS_RETRIES, or fewer for the fast path
+ * (decide_fast), whose charge returns -1, having changed nothing, where the
+ * word kept moving under it, for the walk to charge with every try: the
+ * verifier follows each try for every path of the program that reaches it.
  */
 static __always_inline int charge_gcra(struct sluice_source_state *st, struct sluice_set_tags *t, int way,
 				       const struct sluice_addr6 *addr, const struct sluice_rule *rule,
-				       struct charge_req *req)
+				       struct charge_req *req, const int tries)
 {
 	__u64 inc = cost_ticks(rule, req->cost), now_t = sluice_ns_to_ticks(req->now);
 	__u64 w = SLUICE_READ_ONCE(st->word), off, next, old, tat = now_t;
@@ -831,7 +836,7 @@ static __always_inline int charge_gcra(struct sluice_source_state *st, struct sl
 	__u16 g = 0;
 	int i;
 
-	for (i = 0; i < SLUICE_CAS_RETRIES; i++) {
+	for (i = 0; i < tries; i++) {
 		off = SLUICE_READ_ONCE(st->algo.gcra.off);
 		g = SLUICE_READ_ONCE(*gen);
 		if (owner_gone(key, addr, req))
@@ -854,7 +859,9 @@ static __always_inline int charge_gcra(struct sluice_source_state *st, struct sl
 		}
 		w = old;
 	}
-	count_source(&st->cnt, g, res, req, 1);
+	if (res == BUCKET_FORCED && tries < SLUICE_CAS_RETRIES)
+		return -1;
+	count_source(&st->cnt, g, res, req, 1, tries);
 	sluice_way_touch(t, way, req->want, req->now, sluice_tick_stamp(tat));
 	return res;
 }
@@ -972,7 +979,7 @@ static __always_inline int charge_locked(struct sluice_source_state *st, const s
 		return -1;
 	if (c.res != BUCKET_FORCED)
 		req->full = locked_full(&st->algo, rule, req->now);
-	count_source(&st->cnt, c.gen_seen, c.res, req, 1);
+	count_source(&st->cnt, c.gen_seen, c.res, req, 1, SLUICE_CAS_RETRIES);
 	return c.res;
 }
 
@@ -1378,7 +1385,7 @@ static __always_inline enum bucket_result charge_v4(__u64 key, const struct slui
 			if (res == LOOKUP_NOT_FOUND)
 				res = sluice_insert_v4(rule, req);
 		} else if (gcra_form(rule)) {
-			res = charge_gcra(&set->way[w], &set->tag, w, NULL, rule, req);
+			res = charge_gcra(&set->way[w], &set->tag, w, NULL, rule, req, SLUICE_CAS_RETRIES);
 		} else {
 			res = charge_found_locked(&set->way[w], &set->tag, w, rule, req);
 		}
@@ -1388,6 +1395,11 @@ static __always_inline enum bucket_result charge_v4(__u64 key, const struct slui
 	}
 	return BUCKET_FAIL_TABLE;
 }
+
+/* The compare-and-swaps the fast path tries on a bucket or a counter before
+ * it leaves a contended bucket to the walk (or, once it has charged, falls
+ * back to an add: count_add). */
+#define FAST_TRIES 2
 
 /* The fast path's charge (decide_fast): the GCRA-form bucket of
  * `key` if one of its two sets holds it, at one attempt; -1, having changed
@@ -1405,7 +1417,7 @@ static __always_inline int charge_v4_held(__u64 key, const struct sluice_rule *r
 	w = find_v4(req, a, &b, &set, &busy_a, &busy_b);
 	if (w < 0 || !set)
 		return -1;
-	return charge_gcra(&set->way[w], &set->tag, w, NULL, rule, req);
+	return charge_gcra(&set->way[w], &set->tag, w, NULL, rule, req, FAST_TRIES);
 }
 
 /*
@@ -1452,7 +1464,7 @@ __noinline int sluice_charge_v6(const struct sluice_rule *rule, struct charge_re
 	req->way = w;
 	if (!gcra_form(rule))
 		return LOOKUP_LOCKED;
-	res = charge_gcra(&set->way[w], &set->tag, w, &set->addr[w], rule, req);
+	res = charge_gcra(&set->way[w], &set->tag, w, &set->addr[w], rule, req, SLUICE_CAS_RETRIES);
 	return res < 0 ? LOOKUP_RETRY : res; /* -1: evicted under us */
 }
 
@@ -1614,7 +1626,7 @@ __noinline int sluice_charge_log(struct sluice_log_state *st, const struct sluic
 		if (c.res != BUCKET_PASS)
 			c.res = BUCKET_DROP;
 	}
-	count_source(&st->cnt, c.gen_seen, c.res, req, 0);
+	count_source(&st->cnt, c.gen_seen, c.res, req, 0, SLUICE_CAS_RETRIES);
 	return c.res;
 }
 
