@@ -1361,36 +1361,51 @@ static __always_inline int find_v4(struct charge_req *req, struct sluice_set_v4 
 	return w;
 }
 
+/* One attempt at the bucket of req's key, whose first set is `a`: charged,
+ * or made with the packet's decision (an enum bucket_result); or negative,
+ * having changed nothing, for another attempt (a way was being written, the
+ * bucket was evicted under us, or, with `tries` below SLUICE_CAS_RETRIES, its
+ * word kept moving), or FIND_MISSING. `tries` is a constant, and below
+ * SLUICE_CAS_RETRIES only for a GCRA-form rule (decide_fast). */
+static __always_inline int charge_v4_attempt(struct charge_req *req, struct sluice_set_v4 *a,
+					     const struct sluice_rule *rule, const int tries)
+{
+	struct sluice_set_v4 *b = NULL, *set = NULL;
+	int w, res, busy_a = 0, busy_b = 0;
+
+	w = find_v4(req, a, &b, &set, &busy_a, &busy_b);
+	if (w == FIND_MISSING || !set)
+		return FIND_MISSING;
+	if (w < 0) {
+		if (!b)
+			return FIND_MISSING;
+		res = lookup_missed(&a->tag, &b->tag, busy_a, busy_b, req);
+		if (res == LOOKUP_NOT_FOUND)
+			res = sluice_insert_v4(rule, req);
+		return res;
+	}
+	if (tries < SLUICE_CAS_RETRIES || gcra_form(rule))
+		return charge_gcra(&set->way[w], &set->tag, w, NULL, rule, req, tries);
+	return charge_found_locked(&set->way[w], &set->tag, w, rule, req);
+}
+
 /* IPv4: finds or creates the bucket of `key` in the set-associative table.
  * Inline: the hot path pays no call for the lookup or the GCRA form. */
 static __always_inline enum bucket_result charge_v4(__u64 key, const struct sluice_rule *rule,
 						     __u64 now, const struct charge *ch)
 {
-	struct sluice_set_v4 *a = NULL, *b = NULL, *set = NULL;
+	struct sluice_set_v4 *a = NULL;
 	struct charge_req *req = begin_v4(key, rule, now, ch, &a);
-	int attempt, w, res;
+	int attempt, res;
 
 	if (!req || !a)
 		return BUCKET_FAIL_TABLE;
 	for (attempt = 0; attempt < 4; attempt++) {
-		int busy_a = 0, busy_b = 0;
-
-		w = find_v4(req, a, &b, &set, &busy_a, &busy_b);
-		if (w == FIND_MISSING || !set)
-			return BUCKET_FAIL_TABLE;
-		if (w < 0) {
-			if (!b)
-				return BUCKET_FAIL_TABLE;
-			res = lookup_missed(&a->tag, &b->tag, busy_a, busy_b, req);
-			if (res == LOOKUP_NOT_FOUND)
-				res = sluice_insert_v4(rule, req);
-		} else if (gcra_form(rule)) {
-			res = charge_gcra(&set->way[w], &set->tag, w, NULL, rule, req, SLUICE_CAS_RETRIES);
-		} else {
-			res = charge_found_locked(&set->way[w], &set->tag, w, rule, req);
-		}
+		res = charge_v4_attempt(req, a, rule, SLUICE_CAS_RETRIES);
 		if (res >= 0)
 			return res;
+		if (res == FIND_MISSING)
+			return BUCKET_FAIL_TABLE;
 		/* a way was being written, or the bucket was evicted under us: look again */
 	}
 	return BUCKET_FAIL_TABLE;
@@ -1401,23 +1416,21 @@ static __always_inline enum bucket_result charge_v4(__u64 key, const struct slui
  * back to an add: count_add). */
 #define FAST_TRIES 2
 
-/* The fast path's charge (decide_fast): the GCRA-form bucket of
- * `key` if one of its two sets holds it, at one attempt; -1, having changed
- * nothing, if neither does, a way is being written, or the bucket left its
- * way, for charge_v4 to handle. */
+/* The fast path's charge (decide_fast) of a GCRA-form rule: one attempt
+ * (charge_v4_attempt, FAST_TRIES compare-and-swaps), which may make the
+ * bucket; -1, having changed nothing, where that attempt would look again,
+ * for the walk to charge. */
 static __always_inline int charge_v4_held(__u64 key, const struct sluice_rule *rule, __u64 now,
 					  const struct charge *ch)
 {
-	struct sluice_set_v4 *a = NULL, *b = NULL, *set = NULL;
+	struct sluice_set_v4 *a = NULL;
 	struct charge_req *req = begin_v4(key, rule, now, ch, &a);
-	int w, busy_a = 0, busy_b = 0;
+	int res;
 
 	if (!req || !a)
 		return -1;
-	w = find_v4(req, a, &b, &set, &busy_a, &busy_b);
-	if (w < 0 || !set)
-		return -1;
-	return charge_gcra(&set->way[w], &set->tag, w, NULL, rule, req, FAST_TRIES);
+	res = charge_v4_attempt(req, a, rule, FAST_TRIES);
+	return res < 0 ? -1 : res;
 }
 
 /*
@@ -1904,8 +1917,8 @@ static __always_inline enum bucket_result apply_limit(const struct packet_info *
 	}
 }
 
-/* The fast path's IPv6 charge (decide_fast), as charge_v4_held: the
- * bucket if it exists, at one attempt, else -1 having changed nothing. */
+/* The fast path's IPv6 charge (decide_fast), as charge_v4_held: one
+ * attempt, which may make the bucket, else -1 having changed nothing. */
 static __always_inline int charge_v6_held(const struct packet_info *pkt, const struct sluice_rule *rule,
 					  __u64 now, const struct charge *ch)
 {
@@ -1915,7 +1928,9 @@ static __always_inline int charge_v6_held(const struct packet_info *pkt, const s
 	if (!req)
 		return -1;
 	res = sluice_charge_v6(rule, req);
-	return res < 0 ? -1 : res; /* LOOKUP_*: not found, a way being written, or evicted under us */
+	if (res == LOOKUP_NOT_FOUND)
+		res = sluice_insert_v6(rule, req);
+	return res < 0 ? -1 : res; /* LOOKUP_*: a way being written, or evicted under us */
 }
 
 /* A later fragment takes its datagram's protocol and port, remembered when
@@ -2274,12 +2289,13 @@ static __always_inline __u32 decide_packet(struct xdp_md *ctx, struct packet_inf
  * The common case, decided without the walk: a packet that is not a
  * fragment, not encapsulated and shows its protocol and port, whose source's
  * first match list begins with a terminal rule that matches it: an allow, a
- * deny, or a GCRA-form limit whose bucket exists. With every selector known
- * the walk stops at the first terminal rule that matches, so this is its
- * decision, made from the same live sets, in registers: no walk state, one
- * rule lookup, one attempt at the bucket, and no call of a function of the
- * program's own (each costs about 12 ns on the test VM, where every return
- * goes through a return thunk). Anything else, untouched, is left to the walk
+ * deny, or a GCRA-form limit, its bucket charged or made at one attempt. With
+ * every selector known the walk stops at the first terminal rule that matches,
+ * so this is its decision, made from the same live sets, in registers: no walk
+ * state, one rule lookup, one attempt at the bucket, and, for a bucket that
+ * exists, no call of a function of the program's own (each costs about 12 ns
+ * on the test VM, where every return goes through a return thunk). Anything
+ * else, untouched, is left to the walk
  * (VERDICT_WALK). `family` is a constant. Inline in the program: its frame
  * and the deepest chain of calls below walk_step (sluice_init_source keeps
  * the new-bucket arithmetic out of the insert's frame) fit in 512 bytes.
