@@ -491,7 +491,6 @@ struct sluice_addr6 {
 };
 SLUICE_ASSERT_SIZE(struct sluice_addr6, 16);
 
-/* Written once by the controller when it loads the program, read per packet. */
 /*
  * The program's coarse clock, constants the controller sets at load (the
  * program's read-only data, not a map): the CLOCK_MONOTONIC time of the last
@@ -510,6 +509,7 @@ struct sluice_tick_clock {
 };
 SLUICE_ASSERT_SIZE(struct sluice_tick_clock, 16);
 
+/* Written once by the controller when it loads the program, read per packet. */
 struct sluice_config {
 	__u64 hash_seed;  /* random: sources cannot be chosen to collide */
 	__u32 src4_sets;  /* sets in SLUICE_MAP_SOURCES_V4 */

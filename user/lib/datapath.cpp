@@ -23,8 +23,6 @@
 #include <memory>
 #include <sstream>
 
-#include <bpf/btf.h>
-
 #include "sluice_bpf.skel.h"
 #include "chain.h"
 #include "multiprog.h"
@@ -320,34 +318,6 @@ void configure(struct bpf_object *obj, const TableSizes &sizes)
 	meta.next_rule_id = 1;
 	meta.loaded_ns = static_cast<__u64>(now.tv_sec) * 1000000000ULL + now.tv_nsec;
 	map_update(map_fd_of(obj, SLUICE_STR(SLUICE_MAP_META)), &zero, &meta, "sluice metadata");
-}
-
-/// Sets the coarse clock's constants (struct sluice_tick_clock) in the
-/// object's read-only data, calibrated now; nothing for a build without
-/// them (the test-clock build).
-void set_tick_clock(struct bpf_object *obj)
-{
-	struct bpf_map *rodata = bpf_object__find_map_by_name(obj, ".rodata");
-	const struct btf *btf = bpf_object__btf(obj);
-	int sec = btf ? btf__find_by_name_kind(btf, ".rodata", BTF_KIND_DATASEC) : -1;
-	size_t size = 0;
-	const void *initial = rodata ? bpf_map__initial_value(rodata, &size) : nullptr;
-	if (sec < 0 || !initial)
-		return;
-	const struct btf_type *t = btf__type_by_id(btf, sec);
-	const struct btf_var_secinfo *v = btf_var_secinfos(t);
-	for (int i = 0; i < btf_vlen(t); i++, v++) {
-		const struct btf_type *var = btf__type_by_id(btf, v->type);
-		if (std::strcmp(btf__name_by_offset(btf, var->name_off), "sluice_tick_clock") != 0 ||
-		    v->size != sizeof(struct sluice_tick_clock) || v->offset + v->size > size)
-			continue;
-		std::vector<char> data(static_cast<const char *>(initial), static_cast<const char *>(initial) + size);
-		struct sluice_tick_clock clk = calibrate_tick_clock();
-		std::memcpy(data.data() + v->offset, &clk, sizeof(clk));
-		if (int err = bpf_map__set_initial_value(rodata, data.data(), size))
-			throw_errno("cannot set the program's clock", err);
-		return;
-	}
 }
 
 } // namespace

@@ -2,13 +2,16 @@
 #include "tick_clock.h"
 
 #include <algorithm>
+#include <cstring>
 #include <ctime>
 #include <unistd.h>
 
 #include <bpf/bpf.h>
+#include <bpf/btf.h>
 #include <bpf/libbpf.h>
 
 #include "clock_probe_bpf.skel.h"
+#include "error.h"
 #include "rule.h"
 
 namespace sluice {
@@ -72,6 +75,31 @@ struct sluice_tick_clock calibrate_tick_clock()
 	if (program > last.mono_ns || (coarse > program ? coarse - program : program - coarse) > 2 * tick)
 		return {};
 	return *clk;
+}
+
+void set_tick_clock(struct bpf_object *obj)
+{
+	struct bpf_map *rodata = bpf_object__find_map_by_name(obj, ".rodata");
+	const struct btf *btf = bpf_object__btf(obj);
+	int sec = btf ? btf__find_by_name_kind(btf, ".rodata", BTF_KIND_DATASEC) : -1;
+	size_t size = 0;
+	const void *initial = rodata ? bpf_map__initial_value(rodata, &size) : nullptr;
+	if (sec < 0 || !initial)
+		return;
+	const struct btf_type *t = btf__type_by_id(btf, sec);
+	const struct btf_var_secinfo *v = btf_var_secinfos(t);
+	for (int i = 0; i < btf_vlen(t); i++, v++) {
+		const struct btf_type *var = btf__type_by_id(btf, v->type);
+		if (std::strcmp(btf__name_by_offset(btf, var->name_off), "sluice_tick_clock") != 0 ||
+		    v->size != sizeof(struct sluice_tick_clock) || v->offset + v->size > size)
+			continue;
+		std::vector<char> data(static_cast<const char *>(initial), static_cast<const char *>(initial) + size);
+		struct sluice_tick_clock clk = calibrate_tick_clock();
+		std::memcpy(data.data() + v->offset, &clk, sizeof(clk));
+		if (int err = bpf_map__set_initial_value(rodata, data.data(), size))
+			throw_errno("cannot set the program's clock", err);
+		return;
+	}
 }
 
 uint64_t program_coarse_floor_ns()

@@ -9,6 +9,8 @@
 
 #include "sluice_abi.h"
 
+struct bpf_object;
+
 namespace sluice {
 
 /// One run of the probe: jiffies, then CLOCK_MONOTONIC, then jiffies again.
@@ -31,6 +33,12 @@ std::optional<struct sluice_tick_clock> tick_clock_from(const std::vector<TickSa
 /// constants; {0, 0}, which makes the program read CLOCK_MONOTONIC_COARSE,
 /// if the probe cannot run or its answer strays more than two ticks from that clock.
 struct sluice_tick_clock calibrate_tick_clock();
+
+/// Sets the coarse clock's constants in an opened, not yet loaded object's
+/// read-only data, calibrated now (calibrate_tick_clock); nothing for a build
+/// without them (the test-clock build). Every loader of the program calls it:
+/// the program and the libxdp dispatcher's copy read the same clock.
+void set_tick_clock(struct bpf_object *obj);
 
 /// The program's coarse clock read from userspace, never later than it
 /// reads: the earlier of CLOCK_MONOTONIC_COARSE (which a program loaded
