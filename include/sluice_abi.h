@@ -498,8 +498,8 @@ SLUICE_ASSERT_SIZE(struct sluice_addr6, 16);
  * jiffies at ticks that fall on whole multiples of a tick on CLOCK_MONOTONIC,
  * so this never reads later than CLOCK_MONOTONIC, and at most a tick (and the
  * tick's lateness) earlier; the verifier turns bpf_jiffies64 into one load,
- * where bpf_ktime_get_coarse_ns is a helper call (27 ns on the test VM, more
- * than the rest of a hot source's decision). tick_ns 0: not found at load;
+ * where bpf_ktime_get_coarse_ns is a helper call (about 27 ns on the test
+ * VM). tick_ns 0: not found at load;
  * the program reads bpf_ktime_get_coarse_ns (CLOCK_MONOTONIC_COARSE), which
  * is as coarse. jiffies_base is a two's complement: jiffies start near 2^32.
  */
