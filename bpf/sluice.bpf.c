@@ -2292,9 +2292,10 @@ static __always_inline __u32 decide_packet(struct xdp_md *ctx, struct packet_inf
  * deny, or a GCRA-form limit, its bucket charged or made at one attempt. With
  * every selector known the walk stops at the first terminal rule that matches,
  * so this is its decision, made from the same live sets, in registers: no walk
- * state, one rule lookup, one attempt at the bucket, and, for a bucket that
- * exists, no call of a function of the program's own (each costs about 12 ns
- * on the test VM, where every return goes through a return thunk). Anything
+ * state, one rule lookup, one attempt at the bucket, and, for an IPv4 bucket
+ * that exists, no call of a function of the program's own (each costs about
+ * 12 ns on the test VM, where every return goes through a return thunk; IPv6
+ * makes one, sluice_charge_v6). Anything
  * else, untouched, is left to the walk
  * (VERDICT_WALK). `family` is a constant. Inline in the program: its frame
  * and the deepest chain of calls below walk_step (sluice_init_source keeps
