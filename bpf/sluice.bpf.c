@@ -329,16 +329,21 @@ static __always_inline enum rule_match rule_matches(const struct sluice_rule *r,
 	return m;
 }
 
-/* The live sets (struct sluice_active): read once per packet, kept whole;
- * sluice_rule_index takes the rule set from it, sluice_lookup_set the
- * lookups'. */
-static __always_inline __u32 active_sets(void)
+/* The live-set word (struct sluice_active), with its count of switches. */
+static __always_inline __u32 active_word(void)
 {
 	const struct sluice_active *a;
 	__u32 zero = 0;
 
 	a = bpf_map_lookup_elem(&SLUICE_MAP_ACTIVE, &zero);
-	return a ? a->set & 3 : 0;
+	return a ? a->set : 0;
+}
+
+/* The live sets: read once per packet, kept whole; sluice_rule_index takes
+ * the rule set from it, sluice_lookup_set the lookups'. */
+static __always_inline __u32 active_sets(void)
+{
+	return active_word() & 3;
 }
 
 /* The first match list's index for an IPv4 source: at most three array
@@ -492,6 +497,12 @@ struct charge_req {
 	struct victim victim;
 	struct sluice_throttle_key tkey; /* sluice_note_drop's key */
 	__u8 tzero[sizeof(struct sluice_throttle)]; /* ...and a new entry's bytes */
+	/* A GCRA-form drop (charge_gcra): the bucket's word and offset it was
+	 * decided on, for the drop memo (remember_drop). */
+	__u64 drop_word;
+	__u64 drop_off;
+	__u32 dropped;
+	__u32 pad;
 };
 
 /*
@@ -849,6 +860,9 @@ static __always_inline int charge_gcra(struct sluice_source_state *st, struct sl
 		if (!sluice_gcra_admit(w - off, now_t, inc, rule->bucket.capacity, &next)) {
 			res = BUCKET_DROP;
 			tat = w - off;
+			req->drop_word = w;
+			req->drop_off = off;
+			req->dropped = 1;
 			break;
 		}
 		old = __sync_val_compare_and_swap(&st->word, w, next + off);
@@ -1058,6 +1072,7 @@ static __always_inline struct charge_req *new_req(const struct sluice_rule *rule
 	req->set_idx = 0;
 	req->way = 0;
 	req->table = SLUICE_TABLE_V4;
+	req->dropped = 0;
 	return req;
 }
 
@@ -2286,6 +2301,215 @@ static __always_inline __u32 decide_packet(struct xdp_md *ctx, struct packet_inf
 }
 
 /*
+ * The drop memo: per CPU, for each of SLUICE_MEMO_SLOTS source hashes, the
+ * last drop the fast path decided (decide_fast), with everything it was
+ * decided on: the source, its family, protocol and port; the live-set word,
+ * which changes with every change of the rules; the coarse clock's reading;
+ * for a byte rate, the length; and for a limit, the bucket's word and offset.
+ * A packet that shows the same, and is at least as long, while the bucket
+ * still holds that word and offset, would be dropped by the same rule on the
+ * same arithmetic: it is, and counted as that drop was (the rule's counters,
+ * the bucket's through this CPU's pending slot), without the lookups. Any
+ * other packet, and any packet at the next tick, takes the fast path or the
+ * walk. Only under the coarse clock the program reads from jiffies (or the
+ * test clock): a reading is one load, and a rule on the precise clock is
+ * never memoized.
+ */
+#define SLUICE_MEMO_BITS  10
+#define SLUICE_MEMO_SLOTS (1u << SLUICE_MEMO_BITS)
+
+struct drop_memo {
+	__u64 now;        /* the coarse clock's reading it holds for */
+	__u64 saddr[2];   /* packet_info.saddr */
+	__u64 name;       /* a limit: the pending slot's first word (pending_name) */
+	__u64 want;       /* a limit: the bucket's key */
+	__u64 word;       /* a limit: the bucket's word and offset (struct charge_req) */
+	__u64 off;
+	__u32 set;        /* the live-set word (active_word) */
+	__u32 slot;       /* the rule's slot: its counters */
+	__u32 bucket_set; /* a limit: the bucket's set, way and table */
+	__u32 min_len;    /* a byte rate: the length dropped; a shorter packet is decided afresh */
+	__u16 dport;
+	__u8  proto;
+	__u8  family;     /* 0: empty */
+	__u8  verdict;    /* SLUICE_CNT_DROP_RATE or SLUICE_CNT_DROP_DENY */
+	__u8  bucket_way;
+	__u8  bucket_table;
+	__u8  pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SLUICE_MEMO_SLOTS);
+	__type(key, __u32);
+	__type(value, struct drop_memo);
+} sluice_memo SEC(".maps");
+
+/* The clock the memo is keyed by, into *now: the coarse clock where the
+ * program reads it from jiffies; 0 where that would take a helper call. */
+static __always_inline int memo_clock(__u64 *now)
+{
+#ifdef SLUICE_TEST_CLOCK
+	*now = now_ns(NULL);
+	return 1;
+#else
+	if (!sluice_tick_clock.tick_ns)
+		return 0;
+	*now = coarse_ns();
+	return 1;
+#endif
+}
+
+/* A packet's memo slot: a hash of its source address. */
+static __always_inline struct drop_memo *memo_slot(const struct packet_info *pkt)
+{
+	__u64 lo, hi, x;
+	__u32 i;
+
+	__builtin_memcpy(&lo, pkt->saddr, 8);
+	__builtin_memcpy(&hi, pkt->saddr + 8, 8);
+	x = lo ^ hi;
+	x ^= x >> 32;
+	i = ((__u32)x * 0x9e3779b1u) >> (32 - SLUICE_MEMO_BITS);
+	return bpf_map_lookup_elem(&sluice_memo, &i);
+}
+
+/* The bucket a memo names (a limit's), or NULL. */
+static __always_inline struct sluice_source_state *memo_bucket(const struct drop_memo *m,
+							     const struct sluice_set_tags **t)
+{
+	__u32 set = m->bucket_set, w = SLUICE_WAY(m->bucket_way);
+
+	if (m->bucket_table == SLUICE_TABLE_V4) {
+		struct sluice_set_v4 *s4 = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V4, &set);
+
+		if (!s4)
+			return NULL;
+		*t = &s4->tag;
+		return &s4->way[w];
+	} else {
+		struct sluice_set_v6 *s6 = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V6, &set);
+
+		if (!s6)
+			return NULL;
+		*t = &s6->tag;
+		return &s6->way[w];
+	}
+}
+
+/* Remembers the fast path's drop of `pkt` by `rule` (in `slot`, under the
+ * live-set word `set`), verdict counter `verdict`, where the memo may hold
+ * it: a wire packet; for a limit, a GCRA-form drop on the coarse clock,
+ * counted in this CPU's pending slot. */
+static __always_inline void remember_drop(const struct packet_info *pkt, const struct sluice_rule *rule,
+					  __u32 slot, __u32 set, __u32 verdict)
+{
+	const struct sluice_pending_drops *p = NULL;
+	const struct charge_req *req = NULL;
+	struct drop_memo *m;
+	__u32 zero = 0;
+	__u64 now;
+
+	if (pkt->l3_len > SLUICE_DEFAULT_MTU)
+		return;
+	if (verdict == SLUICE_CNT_DROP_RATE) {
+#ifndef SLUICE_TEST_CLOCK
+		if (!(rule->flags & SLUICE_RULE_COARSE_CLOCK) || !sluice_tick_clock.tick_ns)
+			return;
+#endif
+		req = bpf_map_lookup_elem(&sluice_req, &zero);
+		p = bpf_map_lookup_elem(&SLUICE_MAP_PENDING, &zero);
+		if (!req || !p || !req->dropped || !p->packets || p->note_want != req->want ||
+		    p->set != req->set_idx || p->way != req->way || p->table != req->table)
+			return;
+		now = req->now;
+	} else if (!memo_clock(&now)) {
+		return;
+	}
+	m = memo_slot(pkt);
+	if (!m)
+		return;
+	m->now = now;
+	__builtin_memcpy(m->saddr, pkt->saddr, 16);
+	m->set = set;
+	m->slot = slot;
+	m->dport = pkt->dport;
+	m->proto = pkt->proto;
+	m->family = pkt->family;
+	m->verdict = verdict;
+	m->min_len = 0;
+	if (!req || !p)
+		return;
+	__builtin_memcpy(&m->name, p, sizeof(m->name));
+	m->want = req->want;
+	m->word = req->drop_word;
+	m->off = req->drop_off;
+	m->bucket_set = req->set_idx;
+	m->bucket_way = (__u8)req->way;
+	m->bucket_table = (__u8)req->table;
+	if (rule->unit == SLUICE_UNIT_BYTES)
+		m->min_len = pkt->l3_len;
+}
+
+/* Whether the bucket a limit's memo names holds the state its drop was
+ * decided on: the same word, key and offset, read as charge_gcra reads them
+ * (the word again last: a way's word only grows, over its buckets too). */
+static __always_inline int memo_bucket_held(const struct drop_memo *m)
+{
+	const struct sluice_set_tags *t = NULL;
+	struct sluice_source_state *st = memo_bucket(m, &t);
+	__u64 off;
+
+	if (!st || !t || SLUICE_READ_ONCE(st->word) != m->word)
+		return 0;
+	off = SLUICE_READ_ONCE(st->algo.gcra.off);
+	if (SLUICE_READ_ONCE(t->key[SLUICE_WAY(m->bucket_way)]) != m->want)
+		return 0;
+	return off == m->off && SLUICE_READ_ONCE(st->word) == m->word;
+}
+
+/* The drop the memo holds for `pkt` (a packet decide_fast may decide),
+ * counted as the drop it repeats: its verdict counter; else VERDICT_WALK,
+ * having changed nothing. */
+static __always_inline __u32 recall_drop(const struct packet_info *pkt)
+{
+	struct sluice_pending_drops *p;
+	struct sluice_rule_counters *rc;
+	const struct drop_memo *m;
+	__u64 now, lo, hi, have;
+	__u32 zero = 0;
+
+	if (pkt->l3_len > SLUICE_DEFAULT_MTU || !memo_clock(&now))
+		return VERDICT_WALK;
+	m = memo_slot(pkt);
+	if (!m || m->now != now || m->family != pkt->family || m->dport != pkt->dport || m->proto != pkt->proto ||
+	    pkt->l3_len < m->min_len)
+		return VERDICT_WALK;
+	__builtin_memcpy(&lo, pkt->saddr, 8);
+	__builtin_memcpy(&hi, pkt->saddr + 8, 8);
+	if (m->saddr[0] != lo || m->saddr[1] != hi || m->set != active_word())
+		return VERDICT_WALK;
+	if (m->verdict == SLUICE_CNT_DROP_RATE) {
+		/* Counted as count_source counts a flood: the slot names the
+		 * bucket, whose drop was noted lately. */
+		p = bpf_map_lookup_elem(&SLUICE_MAP_PENDING, &zero);
+		if (!p || !p->packets || p->note_want != m->want || now - p->noted_ns >= SLUICE_NOTE_EVERY_NS)
+			return VERDICT_WALK;
+		__builtin_memcpy(&have, p, sizeof(have));
+		if (have != m->name || !memo_bucket_held(m))
+			return VERDICT_WALK;
+		p->packets += 1;
+		p->bytes += pkt->l3_len;
+	}
+	rc = rule_counters(m->slot);
+	if (rc) {
+		rc->dropped_packets += 1;
+		rc->dropped_bytes += pkt->l3_len;
+	}
+	return m->verdict;
+}
+
+/*
  * The common case, decided without the walk: a packet that is not a
  * fragment, not encapsulated and shows its protocol and port, whose source's
  * first match list begins with a terminal rule that matches it: an allow, a
@@ -2305,9 +2529,10 @@ static __always_inline __u32 decide_fast_family(struct xdp_md *ctx, struct packe
 {
 	const struct sluice_match_list *list;
 	const struct sluice_rule *rule;
-	__u32 set, index, slot, verdict;
+	__u32 word, set, index, slot, verdict;
 
-	set = active_sets();
+	word = active_word();
+	set = word & 3;
 	if (family == 4) {
 		index = lookup_v4(pkt->saddr, sluice_lookup_set(set));
 		if (!index)
@@ -2329,6 +2554,8 @@ static __always_inline __u32 decide_fast_family(struct xdp_md *ctx, struct packe
 	verdict = apply_rule(ctx, pkt, rule, slot, 1);
 	if (verdict != VERDICT_WALK)
 		pkt->flags |= PKT_COVERED;
+	if (verdict == SLUICE_CNT_DROP_RATE || verdict == SLUICE_CNT_DROP_DENY)
+		remember_drop(pkt, rule, slot, word, verdict);
 	return verdict;
 }
 
@@ -2338,6 +2565,9 @@ static __always_inline int decide_fast(struct xdp_md *ctx, struct packet_info *p
 {
 	if (pkt->flags || !pkt->ports_known)
 		return 0;
+	*verdict = recall_drop(pkt);
+	if (*verdict != VERDICT_WALK)
+		return 1;
 	if (pkt->family == 4)
 		*verdict = decide_fast_family(ctx, pkt, 4);
 	else

@@ -180,7 +180,8 @@ SLUICE_ASSERT_SIZE(struct sluice_rule_counters, 48);
  * named one set for both, reads the same).
  */
 struct sluice_active {
-	__u32 set;      /* sluice_rules_set, sluice_lookup_set: the only field the data plane reads */
+	__u32 set;      /* sluice_rules_set, sluice_lookup_set (bits 0-1), and a count of switches
+			 * (sluice_sets_switch): the only field the data plane reads */
 	__u32 sync;     /* what the controller knows of the idle sets (SLUICE_SYNC_*); 0: nothing */
 	__u32 slots[2]; /* each rule set's highest used slot + 1: how far the controller reads */
 };
@@ -200,6 +201,14 @@ static inline __u32 sluice_lookup_set(__u32 set)
 static inline __u32 sluice_sets(__u32 rules, __u32 lookups)
 {
 	return (rules & 1) | (((rules ^ lookups) & 1) << 1);
+}
+
+/* The live-set word of a switch to rule set `rules` and lookup set `lookups`
+ * from the word `before`: its bits 2-31 count the switches, so that the word
+ * never reads as it did before a change (the program's drop memo keys on it). */
+static inline __u32 sluice_sets_switch(__u32 before, __u32 rules, __u32 lookups)
+{
+	return sluice_sets(rules, lookups) | ((before & ~3u) + 4);
 }
 
 /*

@@ -38,7 +38,6 @@ struct sluice_active read_active(const MapSet &maps)
 	struct sluice_active active = {};
 	if (bpf_map_lookup_elem(maps.active.get(), &zero, &active))
 		throw_errno("cannot read the live rule set's number", errno);
-	active.set &= 3;
 	return active;
 }
 
@@ -494,7 +493,7 @@ std::optional<InstalledRule> RuleTable::edit_in_place(std::string_view name_or_i
 	// slot. The lookups stay, and so does what is known of their idle set.
 	std::atomic_thread_fence(std::memory_order_seq_cst);
 	struct sluice_active next = active;
-	next.set = sluice_sets(idle, sluice_lookup_set(active.set));
+	next.set = sluice_sets_switch(active.set, idle, sluice_lookup_set(active.set));
 	next.slots[idle] = active.slots[live];
 	next.sync = (active.sync & SLUICE_SYNC_LOOKUPS) | SLUICE_SYNC_RULES | (slot + 1);
 	map_update(maps_.active.get(), &zero, &next, "the live rule set's number");
@@ -824,7 +823,7 @@ void RuleTable::write(const Snapshot &before, const std::vector<InstalledRule> &
 	//    can skip.
 	std::atomic_thread_fence(std::memory_order_seq_cst); // every write above before the flip
 	struct sluice_active active = before.active;
-	active.set = sluice_sets(rset, set);
+	active.set = sluice_sets_switch(active.set, rset, set);
 	active.slots[rset] = high;
 	active.sync = 0;
 	if (same_lookups(before.rules, after, n))

@@ -1,0 +1,245 @@
+// The drop memo (bpf/sluice.bpf.c, recall_drop): within one reading of the
+// coarse clock, a source's drop is repeated without the lookups, and only
+// while everything it was decided on holds. Under the test clock every packet
+// sent at one time is one reading; each test runs on one CPU, whose memo it is.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <linux/bpf.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "maps.h"
+#include "packet.h"
+#include "replay.h"
+#include "rule_table.h"
+#include "sluice_algos.h"
+#include "sources.h"
+#include "stats.h"
+
+using namespace sluice;
+using namespace sluice::test;
+
+namespace {
+
+constexpr uint64_t T = TRACE_START_NS + 5000000000ULL;
+constexpr uint64_t SEC_TICKS = 1000000000ULL << SLUICE_TICK_SHIFT;
+
+class DropMemo : public ::testing::Test {
+protected:
+	void SetUp() override
+	{
+		ASSERT_EQ(geteuid(), 0u) << "loads a real XDP program: run as root";
+		cpu_set_t set;
+		CPU_ZERO(&set);
+		CPU_SET(0, &set);
+		ASSERT_EQ(sched_setaffinity(0, sizeof(set), &set), 0) << "one CPU: the memo is per CPU";
+		// The replayer's own rule covers other addresses than the tests'.
+		RuleSpec other;
+		other.cidr = parse_cidr("172.16.0.0/12");
+		other.rate = parse_rate("1/h");
+		validate_rule(other);
+		kernel_ = std::make_unique<Replayer>(other);
+		table_ = std::make_unique<RuleTable>(kernel_->maps());
+	}
+
+	InstalledRule add(const char *name, const char *rate, uint64_t burst, uint16_t dport = 0)
+	{
+		RuleSpec r;
+		r.name = name;
+		r.cidr = parse_cidr("10.0.0.0/8");
+		r.rate = parse_rate(rate);
+		r.burst = burst;
+		r.algo = Algo::gcra;
+		if (dport) {
+			r.proto = Proto::udp;
+			r.dport = PortRange{dport, dport};
+		}
+		validate_rule(r);
+		return table_->add(r);
+	}
+
+	bool send(const char *src, uint64_t t = T, uint16_t dport = 53, size_t payload = 32)
+	{
+		return kernel_->send(build_packet({.src = src, .dport = dport, .payload = payload}), t);
+	}
+
+	Stats stats() { return collect_stats(kernel_->maps(), {}); }
+
+	uint64_t rule_dropped(const char *name)
+	{
+		for (const auto &r : stats().rules)
+			if (r.rule.spec.name == name)
+				return r.counters.dropped_packets;
+		ADD_FAILURE() << "no rule " << name;
+		return 0;
+	}
+
+	uint64_t source_dropped(const char *src)
+	{
+		for (const auto &s : stats().sources)
+			if (s.source == src)
+				return s.dropped_packets;
+		return 0;
+	}
+
+	std::unique_ptr<Replayer> kernel_;
+	std::unique_ptr<RuleTable> table_;
+};
+
+} // namespace
+
+// The memo is what decides: with the rule's live entry emptied under it (what
+// no change does without switching the live-set word), the source it holds is
+// still dropped at that reading and counted as every drop is; another source,
+// or the same one at the next reading, finds the rule gone and fails open.
+TEST_F(DropMemo, RepeatsADropWithinOneClockReadingAndCountsIt)
+{
+	InstalledRule r = add("limit", "1/h", 1);
+	EXPECT_TRUE(send("10.0.0.1"));
+	EXPECT_FALSE(send("10.0.0.1"));
+	EXPECT_FALSE(send("10.0.0.1"));
+
+	uint32_t zero = 0;
+	struct sluice_active active = {};
+	ASSERT_EQ(bpf_map_lookup_elem(kernel_->maps().active.get(), &zero, &active), 0);
+	uint32_t index = sluice_rule_index(r.slot, active.set);
+	struct sluice_rule live = {}, empty = {};
+	ASSERT_EQ(bpf_map_lookup_elem(kernel_->maps().rules.get(), &index, &live), 0);
+	ASSERT_EQ(bpf_map_update_elem(kernel_->maps().rules.get(), &index, &empty, BPF_ANY), 0);
+
+	EXPECT_FALSE(send("10.0.0.1")) << "repeated from the memo";
+	EXPECT_TRUE(send("10.0.0.2")) << "a source the memo does not hold";
+	EXPECT_TRUE(send("10.0.0.1", T + 1)) << "the next reading";
+
+	ASSERT_EQ(bpf_map_update_elem(kernel_->maps().rules.get(), &index, &live, BPF_ANY), 0);
+	Stats s = stats();
+	EXPECT_EQ(s.global[SLUICE_CNT_DROP_RATE].packets, 3u);
+	EXPECT_EQ(s.global[SLUICE_CNT_DROP_RATE].bytes, 3u * 60);
+	EXPECT_EQ(s.global[SLUICE_CNT_FAILOPEN_RULE].packets, 2u);
+	EXPECT_EQ(rule_dropped("limit"), 3u);
+	EXPECT_EQ(source_dropped("10.0.0.1"), 3u) << "through the CPU's pending slot";
+}
+
+// A deny's drop is memoized too, and a change of the rules reaches it at once.
+TEST_F(DropMemo, ADenyIsRepeatedUntilTheRulesChange)
+{
+	RuleSpec d;
+	d.name = "deny";
+	d.cidr = parse_cidr("10.0.0.0/8");
+	d.action = Action::deny;
+	validate_rule(d);
+	table_->add(d);
+	EXPECT_FALSE(send("10.0.0.1"));
+	EXPECT_FALSE(send("10.0.0.1"));
+	table_->remove("deny");
+	EXPECT_TRUE(send("10.0.0.1")) << "the rule is gone";
+	EXPECT_EQ(stats().global[SLUICE_CNT_DROP_DENY].packets, 2u);
+}
+
+// Two edits in place switch the live rule set twice, back to the set the
+// memo was made under: the word counts switches, so the memo is not taken
+// for the edited rule's.
+TEST_F(DropMemo, TwoEditsInPlaceAtOneReadingDecideAtOnce)
+{
+	add("limit", "1/h", 1);
+	EXPECT_TRUE(send("10.0.0.1"));
+	EXPECT_FALSE(send("10.0.0.1"));
+	RuleEdit e;
+	e.burst = 5;
+	ASSERT_TRUE(table_->edit_in_place("limit", e));
+	e.burst = 10;
+	ASSERT_TRUE(table_->edit_in_place("limit", e));
+	EXPECT_TRUE(send("10.0.0.1")) << "a burst of 10 admits the second packet";
+}
+
+// Credit the cluster sync gives a bucket (its offset moves) reaches the
+// bucket's next packet, at the same reading.
+TEST_F(DropMemo, CreditToTheBucketReachesItsNextPacket)
+{
+	InstalledRule r = add("limit", "1/min", 1);
+	EXPECT_TRUE(send("10.0.0.1"));
+	EXPECT_FALSE(send("10.0.0.1"));
+	EXPECT_FALSE(send("10.0.0.1"));
+	uint32_t zero = 0;
+	struct sluice_config cfg = {};
+	ASSERT_EQ(bpf_map_lookup_elem(kernel_->maps().config.get(), &zero, &cfg), 0);
+	uint8_t addr[16] = {};
+	ASSERT_EQ(inet_pton(AF_INET, "10.0.0.1", addr), 1);
+	ASSERT_TRUE(SourceTable4(kernel_->maps().src4.get())
+			    .shift_arrival(r.bucket_id ? r.bucket_id : r.id, addr, cfg.hash_seed, 60 * int64_t(SEC_TICKS),
+					   sluice_ns_to_ticks(T)));
+	EXPECT_TRUE(send("10.0.0.1")) << "a packet's worth of credit";
+	EXPECT_FALSE(send("10.0.0.1"));
+}
+
+// A purged bucket's way holds another word: the source's next packet makes a
+// fresh bucket and passes.
+TEST_F(DropMemo, APurgedBucketIsNotTakenForItsSuccessor)
+{
+	InstalledRule r = add("limit", "1/h", 1);
+	EXPECT_TRUE(send("10.0.0.1"));
+	EXPECT_FALSE(send("10.0.0.1"));
+	EXPECT_EQ(SourceTable4(kernel_->maps().src4.get()).purge(r.bucket_id ? r.bucket_id : r.id), 1u);
+	EXPECT_TRUE(send("10.0.0.1")) << "a fresh bucket";
+}
+
+// Under a byte rate the memo holds the length it dropped: a shorter packet
+// that fits the bucket passes.
+TEST_F(DropMemo, AShorterPacketUnderAByteRateIsDecidedAfresh)
+{
+	add("bytes", "1kB/s", 1500); // no refill within one reading
+	EXPECT_TRUE(send("10.0.0.1", T, 53, 1000));  // 1,028 bytes of 1,500
+	EXPECT_FALSE(send("10.0.0.1", T, 53, 1000)); // 2,056
+	EXPECT_FALSE(send("10.0.0.1", T, 53, 1000));
+	EXPECT_TRUE(send("10.0.0.1", T, 53, 32)) << "60 bytes fit in the 472 left";
+	EXPECT_FALSE(send("10.0.0.1", T, 53, 400)) << "428 more do not";
+}
+
+// The memo holds the port: the same source to another port is decided by
+// that port's rule.
+TEST_F(DropMemo, AnotherPortIsDecidedByItsOwnRule)
+{
+	add("dns", "1/h", 1, 53);
+	add("ntp", "1000/s", 1000, 123);
+	EXPECT_TRUE(send("10.0.0.1", T, 53));
+	EXPECT_FALSE(send("10.0.0.1", T, 53));
+	EXPECT_FALSE(send("10.0.0.1", T, 53));
+	EXPECT_TRUE(send("10.0.0.1", T, 123));
+	EXPECT_EQ(rule_dropped("dns"), 2u);
+	EXPECT_EQ(rule_dropped("ntp"), 0u);
+}
+
+// IPv6: the drop of a /64's bucket is repeated from the memo, and a purge of
+// the bucket reaches the source's next packet.
+TEST_F(DropMemo, AnIPv6SourcesDropIsRepeatedUntilItsBucketGoes)
+{
+	RuleSpec r;
+	r.name = "v6";
+	r.cidr = parse_cidr("2001:db8::/32");
+	r.rate = parse_rate("1/h");
+	r.burst = 1;
+	r.algo = Algo::gcra;
+	validate_rule(r);
+	InstalledRule installed = table_->add(r);
+	EXPECT_TRUE(send("2001:db8::1"));
+	EXPECT_FALSE(send("2001:db8::1"));
+
+	uint32_t zero = 0;
+	struct sluice_active active = {};
+	ASSERT_EQ(bpf_map_lookup_elem(kernel_->maps().active.get(), &zero, &active), 0);
+	uint32_t index = sluice_rule_index(installed.slot, active.set);
+	struct sluice_rule live = {}, empty = {};
+	ASSERT_EQ(bpf_map_lookup_elem(kernel_->maps().rules.get(), &index, &live), 0);
+	ASSERT_EQ(bpf_map_update_elem(kernel_->maps().rules.get(), &index, &empty, BPF_ANY), 0);
+	EXPECT_FALSE(send("2001:db8::1")) << "repeated from the memo";
+	EXPECT_TRUE(send("2001:db8::2")) << "another address of the /64: not in the memo, and the rule is gone";
+	ASSERT_EQ(bpf_map_update_elem(kernel_->maps().rules.get(), &index, &live, BPF_ANY), 0);
+	EXPECT_EQ(rule_dropped("v6"), 2u);
+
+	EXPECT_EQ(SourceTable6(kernel_->maps().src6.get()).purge(installed.bucket_id ? installed.bucket_id : installed.id),
+		  1u);
+	EXPECT_TRUE(send("2001:db8::1")) << "a fresh bucket";
+}
