@@ -2315,13 +2315,13 @@ static __always_inline __u32 decide_packet(struct xdp_md *ctx, struct packet_inf
  * test clock): a reading is one load, and a rule on the precise clock is
  * never memoized.
  */
-#define SLUICE_MEMO_BITS  10
+#define SLUICE_MEMO_BITS  11
 #define SLUICE_MEMO_SLOTS (1u << SLUICE_MEMO_BITS)
 
 struct drop_memo {
 	__u64 now;        /* the coarse clock's reading it holds for */
 	__u64 saddr[2];   /* packet_info.saddr */
-	__u64 name;       /* a limit: the pending slot's first word (pending_name) */
+	__u64 name;       /* a limit: the bucket as a pending slot names it (pending_name) */
 	__u64 want;       /* a limit: the bucket's key */
 	__u64 word;       /* a limit: the bucket's word and offset (struct charge_req) */
 	__u64 off;
@@ -2451,21 +2451,56 @@ static __always_inline void remember_drop(const struct packet_info *pkt, const s
 		m->min_len = pkt->l3_len;
 }
 
-/* Whether the bucket a limit's memo names holds the state its drop was
+/* The bucket a limit's memo names, if it holds the state its drop was
  * decided on: the same word, key and offset, read as charge_gcra reads them
  * (the word again last: a way's word only grows, over its buckets too). */
-static __always_inline int memo_bucket_held(const struct drop_memo *m)
+static __always_inline struct sluice_source_state *memo_bucket_held(const struct drop_memo *m)
 {
 	const struct sluice_set_tags *t = NULL;
 	struct sluice_source_state *st = memo_bucket(m, &t);
 	__u64 off;
 
 	if (!st || !t || SLUICE_READ_ONCE(st->word) != m->word)
-		return 0;
+		return NULL;
 	off = SLUICE_READ_ONCE(st->algo.gcra.off);
 	if (SLUICE_READ_ONCE(t->key[SLUICE_WAY(m->bucket_way)]) != m->want)
+		return NULL;
+	return off == m->off && SLUICE_READ_ONCE(st->word) == m->word ? st : NULL;
+}
+
+/* Counts a memoized limit's drop on its bucket `st` as count_source does:
+ * in this CPU's pending slot when it names the bucket, noted lately; else
+ * through sluice_count_drop (which notes it if due, and first adds what the
+ * slot held for another bucket to that one). 0 if it could not. */
+static __always_inline int memo_count(const struct drop_memo *m, struct sluice_source_state *st,
+				      const struct packet_info *pkt, __u64 now)
+{
+	struct sluice_pending_drops *p, name;
+	struct charge_req *req;
+	__u32 zero = 0;
+	__u64 have;
+
+	p = bpf_map_lookup_elem(&SLUICE_MAP_PENDING, &zero);
+	if (p && p->packets && p->note_want == m->want && now - p->noted_ns < SLUICE_NOTE_EVERY_NS) {
+		__builtin_memcpy(&have, p, sizeof(have));
+		if (have == m->name) {
+			p->packets += 1;
+			p->bytes += pkt->l3_len;
+			return 1;
+		}
+	}
+	req = bpf_map_lookup_elem(&sluice_req, &zero);
+	if (!req)
 		return 0;
-	return off == m->off && SLUICE_READ_ONCE(st->word) == m->word;
+	__builtin_memcpy(&name, &m->name, sizeof(m->name));
+	req->want = m->want;
+	req->now = now;
+	req->packets = 1;
+	req->bytes = pkt->l3_len;
+	req->set_idx = m->bucket_set;
+	req->way = m->bucket_way;
+	req->table = m->bucket_table;
+	return sluice_count_drop(&st->cnt, req, name.gen, 1);
 }
 
 /* The drop the memo holds for `pkt` (a packet decide_fast may decide),
@@ -2473,11 +2508,10 @@ static __always_inline int memo_bucket_held(const struct drop_memo *m)
  * having changed nothing. */
 static __always_inline __u32 recall_drop(const struct packet_info *pkt)
 {
-	struct sluice_pending_drops *p;
+	struct sluice_source_state *st;
 	struct sluice_rule_counters *rc;
 	const struct drop_memo *m;
-	__u64 now, lo, hi, have;
-	__u32 zero = 0;
+	__u64 now, lo, hi;
 
 	if (pkt->l3_len > SLUICE_DEFAULT_MTU || !memo_clock(&now))
 		return VERDICT_WALK;
@@ -2490,16 +2524,9 @@ static __always_inline __u32 recall_drop(const struct packet_info *pkt)
 	if (m->saddr[0] != lo || m->saddr[1] != hi || m->set != active_word())
 		return VERDICT_WALK;
 	if (m->verdict == SLUICE_CNT_DROP_RATE) {
-		/* Counted as count_source counts a flood: the slot names the
-		 * bucket, whose drop was noted lately. */
-		p = bpf_map_lookup_elem(&SLUICE_MAP_PENDING, &zero);
-		if (!p || !p->packets || p->note_want != m->want || now - p->noted_ns >= SLUICE_NOTE_EVERY_NS)
+		st = memo_bucket_held(m);
+		if (!st || !memo_count(m, st, pkt, now))
 			return VERDICT_WALK;
-		__builtin_memcpy(&have, p, sizeof(have));
-		if (have != m->name || !memo_bucket_held(m))
-			return VERDICT_WALK;
-		p->packets += 1;
-		p->bytes += pkt->l3_len;
 	}
 	rc = rule_counters(m->slot);
 	if (rc) {

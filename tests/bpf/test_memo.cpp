@@ -243,3 +243,33 @@ TEST_F(DropMemo, AnIPv6SourcesDropIsRepeatedUntilItsBucketGoes)
 		  1u);
 	EXPECT_TRUE(send("2001:db8::1")) << "a fresh bucket";
 }
+
+// Two sources dropped in turn: each memoized drop moves this CPU's pending
+// slot from the other source's bucket to its own, first adding what it held
+// to that bucket, so both count every drop.
+TEST_F(DropMemo, SourcesDroppedInTurnCountEveryDrop)
+{
+	InstalledRule r = add("limit", "1/h", 1);
+	EXPECT_TRUE(send("10.0.0.1"));
+	EXPECT_TRUE(send("10.0.0.2"));
+	for (int i = 0; i < 2; i++) {
+		EXPECT_FALSE(send("10.0.0.1"));
+		EXPECT_FALSE(send("10.0.0.2"));
+	}
+	uint32_t zero = 0;
+	struct sluice_active active = {};
+	ASSERT_EQ(bpf_map_lookup_elem(kernel_->maps().active.get(), &zero, &active), 0);
+	uint32_t index = sluice_rule_index(r.slot, active.set);
+	struct sluice_rule live = {}, empty = {};
+	ASSERT_EQ(bpf_map_lookup_elem(kernel_->maps().rules.get(), &index, &live), 0);
+	ASSERT_EQ(bpf_map_update_elem(kernel_->maps().rules.get(), &index, &empty, BPF_ANY), 0);
+	for (int i = 0; i < 3; i++) {
+		EXPECT_FALSE(send("10.0.0.1")) << "from the memo";
+		EXPECT_FALSE(send("10.0.0.2")) << "from the memo";
+	}
+	ASSERT_EQ(bpf_map_update_elem(kernel_->maps().rules.get(), &index, &live, BPF_ANY), 0);
+	EXPECT_EQ(source_dropped("10.0.0.1"), 5u);
+	EXPECT_EQ(source_dropped("10.0.0.2"), 5u);
+	EXPECT_EQ(rule_dropped("limit"), 10u);
+	EXPECT_EQ(stats().global[SLUICE_CNT_DROP_RATE].packets, 10u);
+}
