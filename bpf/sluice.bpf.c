@@ -138,10 +138,19 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, SLUICE_PENDING_SLOTS);
 	__type(key, __u32);
 	__type(value, struct sluice_pending_drops);
 } SLUICE_MAP_PENDING SEC(".maps");
+
+/* This CPU's pending-drops slot for the bucket in way `way` of set `set` of
+ * table `table` (sluice_pending_slot), its index kept in *key: a map value,
+ * not the stack, whose 512 bytes the program's calls share. */
+static __always_inline struct sluice_pending_drops *pending_slot(__u32 set, __u32 way, __u32 table, __u32 *key)
+{
+	*key = sluice_pending_slot(set, way, table);
+	return bpf_map_lookup_elem(&SLUICE_MAP_PENDING, key);
+}
 
 /* A new source bucket is built here before it is installed (see sluice_insert_v4). */
 struct {
@@ -502,7 +511,9 @@ struct charge_req {
 	__u64 drop_word;
 	__u64 drop_off;
 	__u32 dropped;
-	__u32 pad;
+	__u32 pending; /* pending_slot's key */
+	__u32 count_gen; /* sluice_count_drop's arguments, kept here across its calls */
+	__u32 count_pending;
 };
 
 /*
@@ -751,17 +762,24 @@ __noinline int sluice_count_drop(struct sluice_source_counters *c, struct charge
 {
 	struct sluice_pending_drops *p;
 	__u64 tag, n, l3_len;
-	__u32 zero = 0;
 
 	if (!c || !req)
 		return 0; /* the verifier: arguments of a global function may be NULL */
-	tag = sluice_gen_tag(gen);
-	n = req->packets;
-	l3_len = req->bytes;
-	p = bpf_map_lookup_elem(&SLUICE_MAP_PENDING, &zero);
+	/* Kept in req, and the slot looked up again, across the note, which
+	 * calls a function: in registers they would take stack that a chain
+	 * of calls down to here does not have. */
+	req->count_gen = gen;
+	req->count_pending = pending;
+	p = pending_slot(req->set_idx, req->way, req->table, &req->pending);
 	if (p && (p->note_want != req->want || p->note_table != req->table ||
 		  req->now - p->noted_ns >= SLUICE_NOTE_EVERY_NS))
 		note_if_due(req, p);
+	p = bpf_map_lookup_elem(&SLUICE_MAP_PENDING, &req->pending);
+	gen = req->count_gen;
+	pending = req->count_pending;
+	tag = sluice_gen_tag(gen);
+	n = req->packets;
+	l3_len = req->bytes;
 	if (!p || !pending) {
 		count_add(&c->dropped_packets, tag, n, SLUICE_CAS_RETRIES);
 		count_add(&c->dropped_bytes, tag, l3_len, SLUICE_CAS_RETRIES);
@@ -798,7 +816,6 @@ static __always_inline void count_source(struct sluice_source_counters *c, __u16
 {
 	__u64 tag = sluice_gen_tag(gen), l3_len = req->bytes, n = req->packets, have;
 	struct sluice_pending_drops *p;
-	__u32 zero = 0;
 
 	if (res != BUCKET_DROP) {
 		count_add(&c->passed_packets, tag, n, tries);
@@ -807,7 +824,7 @@ static __always_inline void count_source(struct sluice_source_counters *c, __u16
 	}
 	/* A flood's every packet: the slot names this very bucket, whose drop
 	 * was noted lately (its key names its table). */
-	p = bpf_map_lookup_elem(&SLUICE_MAP_PENDING, &zero);
+	p = pending_slot(req->set_idx, req->way, req->table, &req->pending);
 	if (p && pending && p->packets && p->note_want == req->want && req->now - p->noted_ns < SLUICE_NOTE_EVERY_NS) {
 		__builtin_memcpy(&have, p, sizeof(have));
 		if (have == pending_name(req->set_idx, req->way, req->table, gen)) {
@@ -2327,8 +2344,9 @@ struct drop_memo {
 	__u64 off;
 	__u32 set;        /* the live-set word (active_word) */
 	__u32 slot;       /* the rule's slot: its counters */
-	__u32 bucket_set; /* a limit: the bucket's set, way and table */
-	__u32 min_len;    /* a byte rate: the length dropped; a shorter packet is decided afresh */
+	__u32 bucket_set; /* a limit: the bucket's set, way, table and generation */
+	__u16 bucket_gen;
+	__u16 min_len;    /* a byte rate: the length dropped; a shorter packet is decided afresh */
 	__u16 dport;
 	__u8  proto;
 	__u8  family;     /* 0: empty */
@@ -2405,7 +2423,7 @@ static __always_inline void remember_drop(const struct packet_info *pkt, const s
 					  __u32 slot, __u32 set, __u32 verdict)
 {
 	const struct sluice_pending_drops *p = NULL;
-	const struct charge_req *req = NULL;
+	struct charge_req *req = NULL;
 	struct drop_memo *m;
 	__u32 zero = 0;
 	__u64 now;
@@ -2418,7 +2436,7 @@ static __always_inline void remember_drop(const struct packet_info *pkt, const s
 			return;
 #endif
 		req = bpf_map_lookup_elem(&sluice_req, &zero);
-		p = bpf_map_lookup_elem(&SLUICE_MAP_PENDING, &zero);
+		p = req ? pending_slot(req->set_idx, req->way, req->table, &req->pending) : NULL;
 		if (!req || !p || !req->dropped || !p->packets || p->note_want != req->want ||
 		    p->set != req->set_idx || p->way != req->way || p->table != req->table)
 			return;
@@ -2447,6 +2465,7 @@ static __always_inline void remember_drop(const struct packet_info *pkt, const s
 	m->bucket_set = req->set_idx;
 	m->bucket_way = (__u8)req->way;
 	m->bucket_table = (__u8)req->table;
+	m->bucket_gen = p->gen;
 	if (rule->unit == SLUICE_UNIT_BYTES)
 		m->min_len = pkt->l3_len;
 }
@@ -2475,12 +2494,15 @@ static __always_inline struct sluice_source_state *memo_bucket_held(const struct
 static __always_inline int memo_count(const struct drop_memo *m, struct sluice_source_state *st,
 				      const struct packet_info *pkt, __u64 now)
 {
-	struct sluice_pending_drops *p, name;
+	struct sluice_pending_drops *p;
 	struct charge_req *req;
 	__u32 zero = 0;
 	__u64 have;
 
-	p = bpf_map_lookup_elem(&SLUICE_MAP_PENDING, &zero);
+	req = bpf_map_lookup_elem(&sluice_req, &zero);
+	if (!req)
+		return 0;
+	p = pending_slot(m->bucket_set, m->bucket_way, m->bucket_table, &req->pending);
 	if (p && p->packets && p->note_want == m->want && now - p->noted_ns < SLUICE_NOTE_EVERY_NS) {
 		__builtin_memcpy(&have, p, sizeof(have));
 		if (have == m->name) {
@@ -2489,10 +2511,6 @@ static __always_inline int memo_count(const struct drop_memo *m, struct sluice_s
 			return 1;
 		}
 	}
-	req = bpf_map_lookup_elem(&sluice_req, &zero);
-	if (!req)
-		return 0;
-	__builtin_memcpy(&name, &m->name, sizeof(m->name));
 	req->want = m->want;
 	req->now = now;
 	req->packets = 1;
@@ -2500,7 +2518,7 @@ static __always_inline int memo_count(const struct drop_memo *m, struct sluice_s
 	req->set_idx = m->bucket_set;
 	req->way = m->bucket_way;
 	req->table = m->bucket_table;
-	return sluice_count_drop(&st->cnt, req, name.gen, 1);
+	return sluice_count_drop(&st->cnt, req, m->bucket_gen, 1);
 }
 
 /* The drop the memo holds for `pkt` (a packet decide_fast may decide),

@@ -669,14 +669,25 @@ SLUICE_ASSERT_SIZE(struct sluice_throttle, 48);
 
 /*
  * Drops not yet added to a bucket's counters (IPv4 and IPv6 source tables):
- * a per-CPU slot (one entry) naming one bucket by table, set, way and
- * generation. A CPU that drops a
- * packet of the bucket its slot names counts it there, without writing the
- * bucket's shared line; dropping one of another bucket, it first adds the
- * slot's counts to the bucket named (if that way still holds it). Readers
- * add the slots of every CPU to the buckets they name, so counts are exact.
- * Empty when packets is 0.
+ * per CPU, SLUICE_PENDING_SLOTS slots, each naming one bucket by table, set,
+ * way and generation. A bucket's drops on a CPU go to the slot its place
+ * hashes to (sluice_pending_slot). A CPU that drops a packet of the bucket
+ * that slot names counts it there, without writing the bucket's shared line;
+ * when the slot names another bucket, it first adds the slot's counts to that
+ * one (if its way still holds it). Readers add every slot of every CPU to the
+ * bucket it names, so counts are exact. Empty when packets is 0. (Before ABI
+ * 7 there was one slot per CPU; a carried one is counted and flushed as any.)
  */
+#define SLUICE_PENDING_SLOTS_LOG2 10
+#define SLUICE_PENDING_SLOTS      (1u << SLUICE_PENDING_SLOTS_LOG2)
+
+static inline __u32 sluice_pending_slot(__u32 set, __u32 way, __u32 table)
+{
+	__u64 place = ((__u64)set << 3) | ((way & (SLUICE_SET_WAYS - 1)) << 1) | (table & 1);
+
+	return (__u32)((place * 0x9e3779b97f4a7c15ULL) >> (64 - SLUICE_PENDING_SLOTS_LOG2));
+}
+
 struct sluice_pending_drops {
 	__u32 set;
 	__u8  way;

@@ -232,7 +232,8 @@ void section_per_packet(const Options &o, struct baselines_bpf *base)
 		uint32_t sources;
 	} many[] = {{"random of 1M present sources, IPv4", 4, 1000000},
 		    {"random of 1M present sources, IPv6", 6, 1000000},
-		    {"random of 4M sources, table of 1M (insert + evict), IPv4", 4, 4000000}};
+		    {"random of 4M sources, table of 1M (insert + evict), IPv4", 4, 4000000},
+		    {"random of 256 sources over their limits, IPv4", 4, 256}};
 	std::map<std::string, std::pair<double, double>> many_ns; // name: Sluice, baseline
 	for (const auto &m : many) {
 		Loaded sl(bench_image(), 1000000);

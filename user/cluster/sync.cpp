@@ -580,7 +580,7 @@ void ClusterSync::read_counters(Tables &tables, bool half_way)
 {
 	State &st = *state_;
 	std::vector<struct sluice_pending_drops> pending =
-		lookup_percpu<struct sluice_pending_drops>(tables.maps.pending.get(), 0);
+		read_pending(tables.maps.pending.get());
 	Clock::time_point now = Clock::now();
 	// Only this thread changes the map or the readings; the apply thread
 	// reads other fields, so no lock is taken here.

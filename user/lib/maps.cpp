@@ -185,6 +185,28 @@ int possible_cpus()
 
 uint32_t map_max_entries(int fd) { return map_info(fd).max_entries; }
 
+std::vector<struct sluice_pending_drops> read_pending(int fd)
+{
+	const uint32_t slots = map_max_entries(fd);
+	const size_t cpus = static_cast<size_t>(possible_cpus());
+	std::vector<uint32_t> keys(slots);
+	std::vector<struct sluice_pending_drops> values(size_t(slots) * cpus), out;
+	uint32_t count = slots, cursor = 0;
+	LIBBPF_OPTS(bpf_map_batch_opts, opts);
+	if (bpf_map_lookup_batch(fd, nullptr, &cursor, keys.data(), values.data(), &count, &opts) && errno != ENOENT) {
+		// Kernels without batch lookups of arrays: slot by slot.
+		count = slots;
+		for (uint32_t k = 0; k < slots; k++) {
+			std::vector<struct sluice_pending_drops> v = lookup_percpu<struct sluice_pending_drops>(fd, k);
+			std::copy(v.begin(), v.end(), values.begin() + long(size_t(k) * cpus));
+		}
+	}
+	for (size_t i = 0; i < size_t(count) * cpus; i++)
+		if (values[i].packets)
+			out.push_back(values[i]);
+	return out;
+}
+
 MappedArray::MappedArray(int fd, uint32_t begin, uint32_t end)
 {
 	struct bpf_map_info info = map_info(fd);

@@ -118,6 +118,10 @@ template <class V> std::vector<V> lookup_percpu(int fd, uint32_t key)
 	return values;
 }
 
+/// Every CPU's pending-drops slots (SLUICE_MAP_PENDING) that hold drops, read
+/// in one batch: what readers add to the buckets the slots name.
+std::vector<struct sluice_pending_drops> read_pending(int fd);
+
 /// Calls f(key, value) for every entry of a hash map, reading it in batches.
 template <class K, class V>
 void for_each_entry(int fd, const std::function<void(const K &, const V &)> &f)

@@ -262,7 +262,8 @@ template <class Bucket> void drop_tags(Bucket &b)
 	b.cnt.dropped_bytes = sluice_cnt_value(b.cnt.dropped_bytes);
 }
 
-/// Every CPU's pending-drops slot, as carried.
+/// Every CPU's pending-drops slots that hold drops, as carried (one slot per
+/// CPU before 1,024).
 std::vector<struct sluice_pending_drops> pending_of(const CarriedState &state)
 {
 	std::vector<struct sluice_pending_drops> out;
@@ -272,10 +273,11 @@ std::vector<struct sluice_pending_drops> pending_of(const CarriedState &state)
 	if (!m || m->value_size < counted || m->count == 0)
 		return out;
 	size_t step = (m->value_size + 7) & ~size_t(7);
-	for (size_t off = 0; off + step <= stride(*m); off += step) {
+	for (size_t off = 0; off + step <= m->values.size(); off += step) {
 		struct sluice_pending_drops p = {};
 		std::memcpy(&p, &m->values[off], counted);
-		out.push_back(p);
+		if (p.packets)
+			out.push_back(p);
 	}
 	return out;
 }
@@ -287,6 +289,10 @@ template <class Set, class F>
 void for_each_in_sets(const RawMap &m, const std::vector<struct sluice_pending_drops> &pending, F f)
 {
 	using Bucket = typename SetTraits<Set>::Bucket;
+	std::unordered_multimap<uint64_t, const struct sluice_pending_drops *> by_way;
+	for (const auto &p : pending)
+		if (SetTraits<Set>::table >= 0 && p.table == SetTraits<Set>::table)
+			by_way.emplace(uint64_t(p.set) * SLUICE_SET_WAYS + (p.way & (SLUICE_SET_WAYS - 1)), &p);
 	for (uint32_t i = 0; i < m.count; i++) {
 		uint32_t idx;
 		std::memcpy(&idx, &m.keys[size_t(i) * 4], 4);
@@ -306,11 +312,11 @@ void for_each_in_sets(const RawMap &m, const std::vector<struct sluice_pending_d
 			Bucket b;
 			std::memcpy(&b, &set.way[w], sizeof(b));
 			drop_tags(b);
-			for (const auto &p : pending)
-				if (SetTraits<Set>::table >= 0 && p.table == SetTraits<Set>::table && p.set == idx &&
-				    p.way == w && p.gen == set.tag.gen[w]) {
-					b.cnt.dropped_packets += p.packets;
-					b.cnt.dropped_bytes += p.bytes;
+			auto [from, to] = by_way.equal_range(uint64_t(idx) * SLUICE_SET_WAYS + w);
+			for (auto it = from; it != to; ++it)
+				if (it->second->way == w && it->second->gen == set.tag.gen[w]) {
+					b.cnt.dropped_packets += it->second->packets;
+					b.cnt.dropped_bytes += it->second->bytes;
 				}
 			f(static_cast<uint32_t>(key >> 32), addr, b);
 		}
@@ -460,7 +466,13 @@ std::vector<std::string> restore_state(const CarriedState &state, const MapSet &
 	if (as_they_are) {
 		for (size_t i = 0; i < std::size(tables); i++)
 			carry(tables[i], fds[i]);
-		carry(SLUICE_STR(SLUICE_MAP_PENDING), fresh.pending.get());
+		// Slots as they are: from a program of one slot per CPU, that one
+		// (slot 0), which readers count and the program flushes as any.
+		const RawMap *p = state.find(SLUICE_STR(SLUICE_MAP_PENDING));
+		struct bpf_map_info info = map_info(fresh.pending.get());
+		if (p && p->type == info.type && p->key_size == info.key_size && p->value_size == info.value_size &&
+		    p->max_entries <= info.max_entries)
+			write_raw(fresh.pending.get(), *p, SLUICE_STR(SLUICE_MAP_PENDING));
 	} else {
 		place_buckets(state, rules, fresh, restarted);
 	}
