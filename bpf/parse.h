@@ -65,10 +65,10 @@ enum parse_result {
 struct packet_info {
 	__u8  saddr[16];   /* network order; IPv4 in the first 4 bytes */
 	__u32 l3_len;      /* the IP total length: what byte rates charge (no Ethernet padding) */
-	__u16 hdr_len;     /* IP header, options and extension headers, plus the TCP/UDP header */
-	__u16 dport;       /* valid when ports_known */
+	__u16 dport;       /* valid when ports_known; with family and proto, one aligned word */
 	__u8  family;      /* 4 or 6 */
 	__u8  proto;       /* enum sluice_proto for TCP/UDP/ICMP(v6), else the IP protocol */
+	__u16 hdr_len;     /* IP header, options and extension headers, plus the TCP/UDP header */
 	__u8  proto_known;
 	__u8  ports_known;
 	__u8  flags;       /* PKT_* */

@@ -2347,14 +2347,22 @@ struct drop_memo {
 	__u32 bucket_set; /* a limit: the bucket's set, way, table and generation */
 	__u16 bucket_gen;
 	__u16 min_len;    /* a byte rate: the length dropped; a shorter packet is decided afresh */
-	__u16 dport;
-	__u8  proto;
-	__u8  family;     /* 0: empty */
+	__u32 selector;   /* the packet's port, family and protocol (packet_selector); 0: empty */
 	__u8  verdict;    /* SLUICE_CNT_DROP_RATE or SLUICE_CNT_DROP_DENY */
 	__u8  bucket_way;
 	__u8  bucket_table;
 	__u8  pad;
 };
+
+/* A packet's port, family and protocol as one word (struct packet_info keeps
+ * them together and aligned); never 0, the family being 4 or 6. */
+static __always_inline __u32 packet_selector(const struct packet_info *pkt)
+{
+	__u32 v;
+
+	__builtin_memcpy(&v, &pkt->dport, sizeof(v));
+	return v;
+}
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -2451,9 +2459,7 @@ static __always_inline void remember_drop(const struct packet_info *pkt, const s
 	__builtin_memcpy(m->saddr, pkt->saddr, 16);
 	m->set = set;
 	m->slot = slot;
-	m->dport = pkt->dport;
-	m->proto = pkt->proto;
-	m->family = pkt->family;
+	m->selector = packet_selector(pkt);
 	m->verdict = verdict;
 	m->min_len = 0;
 	if (!req || !p)
@@ -2534,8 +2540,7 @@ static __always_inline __u32 recall_drop(const struct packet_info *pkt)
 	if (pkt->l3_len > SLUICE_DEFAULT_MTU || !memo_clock(&now))
 		return VERDICT_WALK;
 	m = memo_slot(pkt);
-	if (!m || m->now != now || m->family != pkt->family || m->dport != pkt->dport || m->proto != pkt->proto ||
-	    pkt->l3_len < m->min_len)
+	if (!m || m->now != now || m->selector != packet_selector(pkt) || pkt->l3_len < m->min_len)
 		return VERDICT_WALK;
 	__builtin_memcpy(&lo, pkt->saddr, 8);
 	__builtin_memcpy(&hi, pkt->saddr + 8, 8);
