@@ -68,6 +68,24 @@ protected:
 
 	Stats stats() { return collect_stats(kernel_->maps(), {}); }
 
+	/// Empties rule r's live entry, as no change of the rules does without
+	/// switching the live-set word; restore_entry() puts it back.
+	void empty_entry(const InstalledRule &r)
+	{
+		uint32_t zero = 0;
+		struct sluice_active active = {};
+		ASSERT_EQ(bpf_map_lookup_elem(kernel_->maps().active.get(), &zero, &active), 0);
+		emptied_ = sluice_rule_index(r.slot, active.set);
+		struct sluice_rule empty = {};
+		ASSERT_EQ(bpf_map_lookup_elem(kernel_->maps().rules.get(), &emptied_, &saved_), 0);
+		ASSERT_EQ(bpf_map_update_elem(kernel_->maps().rules.get(), &emptied_, &empty, BPF_ANY), 0);
+	}
+
+	void restore_entry()
+	{
+		ASSERT_EQ(bpf_map_update_elem(kernel_->maps().rules.get(), &emptied_, &saved_, BPF_ANY), 0);
+	}
+
 	uint64_t rule_dropped(const char *name)
 	{
 		for (const auto &r : stats().rules)
@@ -87,6 +105,8 @@ protected:
 
 	std::unique_ptr<Replayer> kernel_;
 	std::unique_ptr<RuleTable> table_;
+	uint32_t emptied_ = 0;
+	struct sluice_rule saved_ = {};
 };
 
 } // namespace
@@ -102,19 +122,13 @@ TEST_F(DropMemo, RepeatsADropWithinOneClockReadingAndCountsIt)
 	EXPECT_FALSE(send("10.0.0.1"));
 	EXPECT_FALSE(send("10.0.0.1"));
 
-	uint32_t zero = 0;
-	struct sluice_active active = {};
-	ASSERT_EQ(bpf_map_lookup_elem(kernel_->maps().active.get(), &zero, &active), 0);
-	uint32_t index = sluice_rule_index(r.slot, active.set);
-	struct sluice_rule live = {}, empty = {};
-	ASSERT_EQ(bpf_map_lookup_elem(kernel_->maps().rules.get(), &index, &live), 0);
-	ASSERT_EQ(bpf_map_update_elem(kernel_->maps().rules.get(), &index, &empty, BPF_ANY), 0);
+	empty_entry(r);
 
 	EXPECT_FALSE(send("10.0.0.1")) << "repeated from the memo";
 	EXPECT_TRUE(send("10.0.0.2")) << "a source the memo does not hold";
 	EXPECT_TRUE(send("10.0.0.1", T + 1)) << "the next reading";
 
-	ASSERT_EQ(bpf_map_update_elem(kernel_->maps().rules.get(), &index, &live, BPF_ANY), 0);
+	restore_entry();
 	Stats s = stats();
 	EXPECT_EQ(s.global[SLUICE_CNT_DROP_RATE].packets, 3u);
 	EXPECT_EQ(s.global[SLUICE_CNT_DROP_RATE].bytes, 3u * 60);
@@ -227,16 +241,10 @@ TEST_F(DropMemo, AnIPv6SourcesDropIsRepeatedUntilItsBucketGoes)
 	EXPECT_TRUE(send("2001:db8::1"));
 	EXPECT_FALSE(send("2001:db8::1"));
 
-	uint32_t zero = 0;
-	struct sluice_active active = {};
-	ASSERT_EQ(bpf_map_lookup_elem(kernel_->maps().active.get(), &zero, &active), 0);
-	uint32_t index = sluice_rule_index(installed.slot, active.set);
-	struct sluice_rule live = {}, empty = {};
-	ASSERT_EQ(bpf_map_lookup_elem(kernel_->maps().rules.get(), &index, &live), 0);
-	ASSERT_EQ(bpf_map_update_elem(kernel_->maps().rules.get(), &index, &empty, BPF_ANY), 0);
+	empty_entry(installed);
 	EXPECT_FALSE(send("2001:db8::1")) << "repeated from the memo";
 	EXPECT_TRUE(send("2001:db8::2")) << "another address of the /64: not in the memo, and the rule is gone";
-	ASSERT_EQ(bpf_map_update_elem(kernel_->maps().rules.get(), &index, &live, BPF_ANY), 0);
+	restore_entry();
 	EXPECT_EQ(rule_dropped("v6"), 2u);
 
 	EXPECT_EQ(SourceTable6(kernel_->maps().src6.get()).purge(installed.bucket_id ? installed.bucket_id : installed.id),
@@ -256,18 +264,12 @@ TEST_F(DropMemo, SourcesDroppedInTurnCountEveryDrop)
 		EXPECT_FALSE(send("10.0.0.1"));
 		EXPECT_FALSE(send("10.0.0.2"));
 	}
-	uint32_t zero = 0;
-	struct sluice_active active = {};
-	ASSERT_EQ(bpf_map_lookup_elem(kernel_->maps().active.get(), &zero, &active), 0);
-	uint32_t index = sluice_rule_index(r.slot, active.set);
-	struct sluice_rule live = {}, empty = {};
-	ASSERT_EQ(bpf_map_lookup_elem(kernel_->maps().rules.get(), &index, &live), 0);
-	ASSERT_EQ(bpf_map_update_elem(kernel_->maps().rules.get(), &index, &empty, BPF_ANY), 0);
+	empty_entry(r);
 	for (int i = 0; i < 3; i++) {
 		EXPECT_FALSE(send("10.0.0.1")) << "from the memo";
 		EXPECT_FALSE(send("10.0.0.2")) << "from the memo";
 	}
-	ASSERT_EQ(bpf_map_update_elem(kernel_->maps().rules.get(), &index, &live, BPF_ANY), 0);
+	restore_entry();
 	EXPECT_EQ(source_dropped("10.0.0.1"), 5u);
 	EXPECT_EQ(source_dropped("10.0.0.2"), 5u);
 	EXPECT_EQ(rule_dropped("limit"), 10u);
