@@ -802,6 +802,23 @@ __noinline int sluice_count_drop(struct sluice_source_counters *c, struct charge
 	return 1;
 }
 
+/* A flood's every drop: adds one to pending slot `p` if it names the bucket
+ * `name` (pending_name) of key `want`, whose drop was noted lately; 0 if not. */
+static __always_inline int pending_add(struct sluice_pending_drops *p, __u64 name, __u64 want, __u64 now,
+				       __u64 packets, __u64 bytes)
+{
+	__u64 have;
+
+	if (!p || !p->packets || p->note_want != want || now - p->noted_ns >= SLUICE_NOTE_EVERY_NS)
+		return 0;
+	__builtin_memcpy(&have, p, sizeof(have));
+	if (have != name)
+		return 0;
+	p->packets += packets;
+	p->bytes += bytes;
+	return 1;
+}
+
 /*
  * Counts a packet on its bucket, of generation `gen`. A source bucket's drop
  * (`pending`) goes to this CPU's pending slot (struct sluice_pending_drops)
@@ -814,7 +831,7 @@ __noinline int sluice_count_drop(struct sluice_source_counters *c, struct charge
 static __always_inline void count_source(struct sluice_source_counters *c, __u16 gen, enum bucket_result res,
 					 struct charge_req *req, int pending, const int tries)
 {
-	__u64 tag = sluice_gen_tag(gen), l3_len = req->bytes, n = req->packets, have;
+	__u64 tag = sluice_gen_tag(gen), l3_len = req->bytes, n = req->packets;
 	struct sluice_pending_drops *p;
 
 	if (res != BUCKET_DROP) {
@@ -822,17 +839,12 @@ static __always_inline void count_source(struct sluice_source_counters *c, __u16
 		count_add(&c->passed_bytes, tag, l3_len, tries);
 		return;
 	}
-	/* A flood's every packet: the slot names this very bucket, whose drop
-	 * was noted lately (its key names its table). */
+	/* A flood's every packet: the slot names this very bucket (its key
+	 * names its table). */
 	p = pending_slot(req->set_idx, req->way, req->table, &req->pending);
-	if (p && pending && p->packets && p->note_want == req->want && req->now - p->noted_ns < SLUICE_NOTE_EVERY_NS) {
-		__builtin_memcpy(&have, p, sizeof(have));
-		if (have == pending_name(req->set_idx, req->way, req->table, gen)) {
-			p->packets += n;
-			p->bytes += l3_len;
-			return;
-		}
-	}
+	if (pending && pending_add(p, pending_name(req->set_idx, req->way, req->table, gen), req->want, req->now,
+				   n, l3_len))
+		return;
 	sluice_count_drop(c, req, gen, pending);
 }
 
@@ -2503,20 +2515,13 @@ static __always_inline int memo_count(const struct drop_memo *m, struct sluice_s
 	struct sluice_pending_drops *p;
 	struct charge_req *req;
 	__u32 zero = 0;
-	__u64 have;
 
 	req = bpf_map_lookup_elem(&sluice_req, &zero);
 	if (!req)
 		return 0;
 	p = pending_slot(m->bucket_set, m->bucket_way, m->bucket_table, &req->pending);
-	if (p && p->packets && p->note_want == m->want && now - p->noted_ns < SLUICE_NOTE_EVERY_NS) {
-		__builtin_memcpy(&have, p, sizeof(have));
-		if (have == m->name) {
-			p->packets += 1;
-			p->bytes += pkt->l3_len;
-			return 1;
-		}
-	}
+	if (pending_add(p, m->name, m->want, now, 1, pkt->l3_len))
+		return 1;
 	req->want = m->want;
 	req->now = now;
 	req->packets = 1;
