@@ -143,13 +143,15 @@ struct {
 	__type(value, struct sluice_pending_drops);
 } SLUICE_MAP_PENDING SEC(".maps");
 
-/* This CPU's pending-drops slot for the bucket in way `way` of set `set` of
- * table `table` (sluice_pending_slot), its index kept in *key: a map value,
- * not the stack, whose 512 bytes the program's calls share. */
-static __always_inline struct sluice_pending_drops *pending_slot(__u32 set, __u32 way, __u32 table, __u32 *key)
+/* The pending-drops slot of a packet's source (sluice_source_slot), which
+ * holds the drop memo of the sources that hash to it too. */
+static __always_inline __u32 source_slot(const struct packet_info *pkt)
 {
-	*key = sluice_pending_slot(set, way, table);
-	return bpf_map_lookup_elem(&SLUICE_MAP_PENDING, key);
+	__u64 lo, hi;
+
+	__builtin_memcpy(&lo, pkt->saddr, 8);
+	__builtin_memcpy(&hi, pkt->saddr + 8, 8);
+	return sluice_source_slot(lo, hi);
 }
 
 /* A new source bucket is built here before it is installed (see sluice_insert_v4). */
@@ -448,8 +450,9 @@ static __always_inline __u64 cost_ticks(const struct sluice_rule *rule, __u64 co
 /* What a packet is charged: the wire packets and bytes it carries (a
  * super-packet carries several), and its cost in the rule's unit. */
 struct charge {
-	__u64 packets;
 	__u64 bytes;
+	__u32 packets;
+	__u32 pending; /* the source's pending-drops slot (source_slot) */
 };
 
 /* The cost of a charge in the rule's unit. */
@@ -511,10 +514,16 @@ struct charge_req {
 	__u64 drop_word;
 	__u64 drop_off;
 	__u32 dropped;
-	__u32 pending; /* pending_slot's key */
+	__u32 pending; /* the source's pending-drops slot (source_slot): a key in a map value, not on the stack */
 	__u32 count_gen; /* sluice_count_drop's arguments, kept here across its calls */
 	__u32 count_pending;
 };
+
+/* This CPU's pending-drops slot of req's source. */
+static __always_inline struct sluice_pending_drops *pending_slot(struct charge_req *req)
+{
+	return bpf_map_lookup_elem(&SLUICE_MAP_PENDING, &req->pending);
+}
 
 /*
  * Whether the way a charger found its bucket in (its key and, for IPv6, its
@@ -770,11 +779,11 @@ __noinline int sluice_count_drop(struct sluice_source_counters *c, struct charge
 	 * of calls down to here does not have. */
 	req->count_gen = gen;
 	req->count_pending = pending;
-	p = pending_slot(req->set_idx, req->way, req->table, &req->pending);
+	p = pending_slot(req);
 	if (p && (p->note_want != req->want || p->note_table != req->table ||
 		  req->now - p->noted_ns >= SLUICE_NOTE_EVERY_NS))
 		note_if_due(req, p);
-	p = bpf_map_lookup_elem(&SLUICE_MAP_PENDING, &req->pending);
+	p = pending_slot(req);
 	gen = req->count_gen;
 	pending = req->count_pending;
 	tag = sluice_gen_tag(gen);
@@ -802,21 +811,17 @@ __noinline int sluice_count_drop(struct sluice_source_counters *c, struct charge
 	return 1;
 }
 
-/* A flood's every drop: adds one to pending slot `p` if it names the bucket
- * `name` (pending_name) of key `want`, whose drop was noted lately; 0 if not. */
-static __always_inline int pending_add(struct sluice_pending_drops *p, __u64 name, __u64 want, __u64 now,
-				       __u64 packets, __u64 bytes)
+/* Whether pending slot `p` names the bucket `name` (pending_name) of key
+ * `want`, whose drop this CPU noted lately (at `now`): a flood's every drop
+ * is then counted there. */
+static __always_inline int pending_holds(const struct sluice_pending_drops *p, __u64 name, __u64 want, __u64 now)
 {
 	__u64 have;
 
 	if (!p || !p->packets || p->note_want != want || now - p->noted_ns >= SLUICE_NOTE_EVERY_NS)
 		return 0;
 	__builtin_memcpy(&have, p, sizeof(have));
-	if (have != name)
-		return 0;
-	p->packets += packets;
-	p->bytes += bytes;
-	return 1;
+	return have == name;
 }
 
 /*
@@ -841,10 +846,12 @@ static __always_inline void count_source(struct sluice_source_counters *c, __u16
 	}
 	/* A flood's every packet: the slot names this very bucket (its key
 	 * names its table). */
-	p = pending_slot(req->set_idx, req->way, req->table, &req->pending);
-	if (pending && pending_add(p, pending_name(req->set_idx, req->way, req->table, gen), req->want, req->now,
-				   n, l3_len))
+	p = pending_slot(req);
+	if (pending && p && pending_holds(p, pending_name(req->set_idx, req->way, req->table, gen), req->want, req->now)) {
+		p->packets += n;
+		p->bytes += l3_len;
 		return;
+	}
 	sluice_count_drop(c, req, gen, pending);
 }
 
@@ -1102,6 +1109,7 @@ static __always_inline struct charge_req *new_req(const struct sluice_rule *rule
 	req->way = 0;
 	req->table = SLUICE_TABLE_V4;
 	req->dropped = 0;
+	req->pending = ch->pending;
 	return req;
 }
 
@@ -2019,6 +2027,7 @@ static __always_inline void wire_charge(const struct xdp_md *ctx, const struct p
 
 	ch->packets = 1;
 	ch->bytes = pkt->l3_len;
+	ch->pending = source_slot(pkt);
 	if (pkt->l3_len <= SLUICE_DEFAULT_MTU || !pkt->ports_known)
 		return;
 	/* Read here, not above: the verifier turns it into three dependent
@@ -2330,44 +2339,25 @@ static __always_inline __u32 decide_packet(struct xdp_md *ctx, struct packet_inf
 }
 
 /*
- * The drop memo: per CPU, for each of SLUICE_MEMO_SLOTS source hashes, the
- * last drop the fast path decided (decide_fast), with everything it was
- * decided on: the source, its family, protocol and port; the live-set word,
- * which changes with every change of the rules; the coarse clock's reading;
- * for a byte rate, the length; and for a limit, the bucket's word and offset.
- * A packet that shows the same, and is at least as long, while the bucket
- * still holds that word and offset, would be dropped by the same rule on the
- * same arithmetic: it is, and counted as that drop was (the rule's counters,
- * the bucket's through this CPU's pending slot), without the lookups. Any
- * other packet, and any packet at the next tick, takes the fast path or the
- * walk. Only under the coarse clock the program reads from jiffies (or the
- * test clock): a reading is one load, and a rule on the precise clock is
- * never memoized.
+ * The drop memo: per CPU, in each pending-drops slot (struct
+ * sluice_drop_memo), the last drop the fast path (decide_fast) decided for a
+ * source that hashes to the slot, with everything it was decided on: the
+ * source, its family, protocol and port; the live-set word, which changes
+ * with every change of the rules; the coarse clock's reading; for a byte
+ * rate, the length; and for a limit, the bucket's word and offset, and the
+ * slot's name of the bucket then. A packet that shows the same, and is at
+ * least as long, while the bucket still holds that word and offset, would be
+ * dropped by the same rule on the same arithmetic: it is, and counted as that
+ * drop was (the rule's counters, the bucket's in the very slot, which still
+ * names it), without the lookups. Any other packet, and any packet at the
+ * next tick, takes the fast path or the walk. Only under the coarse clock the
+ * program reads from jiffies (or the test clock): a reading is one load, and
+ * a rule on the precise clock is never memoized.
  */
-#define SLUICE_MEMO_BITS  11
-#define SLUICE_MEMO_SLOTS (1u << SLUICE_MEMO_BITS)
-
-struct drop_memo {
-	__u64 now;        /* the coarse clock's reading it holds for */
-	__u64 saddr[2];   /* packet_info.saddr */
-	__u64 name;       /* a limit: the bucket as a pending slot names it (pending_name) */
-	__u64 want;       /* a limit: the bucket's key */
-	__u64 word;       /* a limit: the bucket's word and offset (struct charge_req) */
-	__u64 off;
-	__u32 set;        /* the live-set word (active_word) */
-	__u32 slot;       /* the rule's slot: its counters */
-	__u32 bucket_set; /* a limit: the bucket's set, way, table and generation */
-	__u16 bucket_gen;
-	__u16 min_len;    /* a byte rate: the length dropped; a shorter packet is decided afresh */
-	__u32 selector;   /* the packet's port, family and protocol (packet_selector); 0: empty */
-	__u8  verdict;    /* SLUICE_CNT_DROP_RATE or SLUICE_CNT_DROP_DENY */
-	__u8  bucket_way;
-	__u8  bucket_table;
-	__u8  pad;
-};
 
 /* A packet's port, family and protocol as one word (struct packet_info keeps
- * them together and aligned); never 0, the family being 4 or 6. */
+ * them together and aligned, and parse_l4 stores them as one); never 0, the
+ * family being 4 or 6. */
 static __always_inline __u32 packet_selector(const struct packet_info *pkt)
 {
 	__u32 v;
@@ -2375,13 +2365,6 @@ static __always_inline __u32 packet_selector(const struct packet_info *pkt)
 	__builtin_memcpy(&v, &pkt->dport, sizeof(v));
 	return v;
 }
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, SLUICE_MEMO_SLOTS);
-	__type(key, __u32);
-	__type(value, struct drop_memo);
-} sluice_memo SEC(".maps");
 
 /* The clock the memo is keyed by, into *now: the coarse clock where the
  * program reads it from jiffies; 0 where that would take a helper call. */
@@ -2398,27 +2381,13 @@ static __always_inline int memo_clock(__u64 *now)
 #endif
 }
 
-/* A packet's memo slot: a hash of its source address. */
-static __always_inline struct drop_memo *memo_slot(const struct packet_info *pkt)
-{
-	__u64 lo, hi, x;
-	__u32 i;
-
-	__builtin_memcpy(&lo, pkt->saddr, 8);
-	__builtin_memcpy(&hi, pkt->saddr + 8, 8);
-	x = lo ^ hi;
-	x ^= x >> 32;
-	i = ((__u32)x * 0x9e3779b1u) >> (32 - SLUICE_MEMO_BITS);
-	return bpf_map_lookup_elem(&sluice_memo, &i);
-}
-
-/* The bucket a memo names (a limit's), or NULL. */
-static __always_inline struct sluice_source_state *memo_bucket(const struct drop_memo *m,
+/* The bucket a limit's memo in slot `p` names (the slot names it still), or NULL. */
+static __always_inline struct sluice_source_state *memo_bucket(const struct sluice_pending_drops *p,
 							     const struct sluice_set_tags **t)
 {
-	__u32 set = m->bucket_set, w = SLUICE_WAY(m->bucket_way);
+	__u32 set = p->set, w = SLUICE_WAY(p->way);
 
-	if (m->bucket_table == SLUICE_TABLE_V4) {
+	if (p->table == SLUICE_TABLE_V4) {
 		struct sluice_set_v4 *s4 = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V4, &set);
 
 		if (!s4)
@@ -2438,35 +2407,36 @@ static __always_inline struct sluice_source_state *memo_bucket(const struct drop
 /* Remembers the fast path's drop of `pkt` by `rule` (in `slot`, under the
  * live-set word `set`), verdict counter `verdict`, where the memo may hold
  * it: a wire packet; for a limit, a GCRA-form drop on the coarse clock,
- * counted in this CPU's pending slot. */
+ * counted in the source's pending slot. */
 static __always_inline void remember_drop(const struct packet_info *pkt, const struct sluice_rule *rule,
 					  __u32 slot, __u32 set, __u32 verdict)
 {
-	const struct sluice_pending_drops *p = NULL;
+	struct sluice_pending_drops *p;
 	struct charge_req *req = NULL;
-	struct drop_memo *m;
-	__u32 zero = 0;
+	struct sluice_drop_memo *m;
+	__u32 i = source_slot(pkt);
 	__u64 now;
 
 	if (pkt->l3_len > SLUICE_DEFAULT_MTU)
+		return;
+	p = bpf_map_lookup_elem(&SLUICE_MAP_PENDING, &i);
+	if (!p)
 		return;
 	if (verdict == SLUICE_CNT_DROP_RATE) {
 #ifndef SLUICE_TEST_CLOCK
 		if (!(rule->flags & SLUICE_RULE_COARSE_CLOCK) || !sluice_tick_clock.tick_ns)
 			return;
 #endif
-		req = bpf_map_lookup_elem(&sluice_req, &zero);
-		p = req ? pending_slot(req->set_idx, req->way, req->table, &req->pending) : NULL;
-		if (!req || !p || !req->dropped || !p->packets || p->note_want != req->want ||
-		    p->set != req->set_idx || p->way != req->way || p->table != req->table)
+		i = 0;
+		req = bpf_map_lookup_elem(&sluice_req, &i);
+		if (!req || !req->dropped ||
+		    !pending_holds(p, pending_name(req->set_idx, req->way, req->table, p->gen), req->want, req->now))
 			return;
 		now = req->now;
 	} else if (!memo_clock(&now)) {
 		return;
 	}
-	m = memo_slot(pkt);
-	if (!m)
-		return;
+	m = &p->memo;
 	m->now = now;
 	__builtin_memcpy(m->saddr, pkt->saddr, 16);
 	m->set = set;
@@ -2474,62 +2444,32 @@ static __always_inline void remember_drop(const struct packet_info *pkt, const s
 	m->selector = packet_selector(pkt);
 	m->verdict = verdict;
 	m->min_len = 0;
-	if (!req || !p)
+	if (!req)
 		return;
 	__builtin_memcpy(&m->name, p, sizeof(m->name));
 	m->want = req->want;
 	m->word = req->drop_word;
 	m->off = req->drop_off;
-	m->bucket_set = req->set_idx;
-	m->bucket_way = (__u8)req->way;
-	m->bucket_table = (__u8)req->table;
-	m->bucket_gen = p->gen;
 	if (rule->unit == SLUICE_UNIT_BYTES)
 		m->min_len = pkt->l3_len;
 }
 
-/* The bucket a limit's memo names, if it holds the state its drop was
+/* Whether the bucket a limit's memo names holds the state its drop was
  * decided on: the same word, key and offset, read as charge_gcra reads them
  * (the word again last: a way's word only grows, over its buckets too). */
-static __always_inline struct sluice_source_state *memo_bucket_held(const struct drop_memo *m)
+static __always_inline int memo_bucket_held(const struct sluice_pending_drops *p)
 {
 	const struct sluice_set_tags *t = NULL;
-	struct sluice_source_state *st = memo_bucket(m, &t);
+	struct sluice_source_state *st = memo_bucket(p, &t);
+	const struct sluice_drop_memo *m = &p->memo;
 	__u64 off;
 
 	if (!st || !t || SLUICE_READ_ONCE(st->word) != m->word)
-		return NULL;
-	off = SLUICE_READ_ONCE(st->algo.gcra.off);
-	if (SLUICE_READ_ONCE(t->key[SLUICE_WAY(m->bucket_way)]) != m->want)
-		return NULL;
-	return off == m->off && SLUICE_READ_ONCE(st->word) == m->word ? st : NULL;
-}
-
-/* Counts a memoized limit's drop on its bucket `st` as count_source does:
- * in this CPU's pending slot when it names the bucket, noted lately; else
- * through sluice_count_drop (which notes it if due, and first adds what the
- * slot held for another bucket to that one). 0 if it could not. */
-static __always_inline int memo_count(const struct drop_memo *m, struct sluice_source_state *st,
-				      const struct packet_info *pkt, __u64 now)
-{
-	struct sluice_pending_drops *p;
-	struct charge_req *req;
-	__u32 zero = 0;
-
-	req = bpf_map_lookup_elem(&sluice_req, &zero);
-	if (!req)
 		return 0;
-	p = pending_slot(m->bucket_set, m->bucket_way, m->bucket_table, &req->pending);
-	if (pending_add(p, m->name, m->want, now, 1, pkt->l3_len))
-		return 1;
-	req->want = m->want;
-	req->now = now;
-	req->packets = 1;
-	req->bytes = pkt->l3_len;
-	req->set_idx = m->bucket_set;
-	req->way = m->bucket_way;
-	req->table = m->bucket_table;
-	return sluice_count_drop(&st->cnt, req, m->bucket_gen, 1);
+	off = SLUICE_READ_ONCE(st->algo.gcra.off);
+	if (SLUICE_READ_ONCE(t->key[SLUICE_WAY(p->way)]) != m->want)
+		return 0;
+	return off == m->off && SLUICE_READ_ONCE(st->word) == m->word;
 }
 
 /* The drop the memo holds for `pkt` (a packet decide_fast may decide),
@@ -2537,24 +2477,31 @@ static __always_inline int memo_count(const struct drop_memo *m, struct sluice_s
  * having changed nothing. */
 static __always_inline __u32 recall_drop(const struct packet_info *pkt)
 {
-	struct sluice_source_state *st;
 	struct sluice_rule_counters *rc;
-	const struct drop_memo *m;
+	const struct sluice_drop_memo *m;
+	struct sluice_pending_drops *p;
+	__u32 i = source_slot(pkt);
 	__u64 now, lo, hi;
 
 	if (pkt->l3_len > SLUICE_DEFAULT_MTU || !memo_clock(&now))
 		return VERDICT_WALK;
-	m = memo_slot(pkt);
-	if (!m || m->now != now || m->selector != packet_selector(pkt) || pkt->l3_len < m->min_len)
+	p = bpf_map_lookup_elem(&SLUICE_MAP_PENDING, &i);
+	if (!p)
+		return VERDICT_WALK;
+	m = &p->memo;
+	if (m->now != now || m->selector != packet_selector(pkt) || pkt->l3_len < m->min_len)
 		return VERDICT_WALK;
 	__builtin_memcpy(&lo, pkt->saddr, 8);
 	__builtin_memcpy(&hi, pkt->saddr + 8, 8);
 	if (m->saddr[0] != lo || m->saddr[1] != hi || m->set != active_word())
 		return VERDICT_WALK;
 	if (m->verdict == SLUICE_CNT_DROP_RATE) {
-		st = memo_bucket_held(m);
-		if (!st || !memo_count(m, st, pkt, now))
+		/* The slot still names the bucket (a drop of another, after
+		 * this one, renames it), noted lately. */
+		if (!pending_holds(p, m->name, m->want, now) || !memo_bucket_held(p))
 			return VERDICT_WALK;
+		p->packets += 1;
+		p->bytes += pkt->l3_len;
 	}
 	rc = rule_counters(m->slot);
 	if (rc) {

@@ -670,23 +670,50 @@ SLUICE_ASSERT_SIZE(struct sluice_throttle, 48);
 /*
  * Drops not yet added to a bucket's counters (IPv4 and IPv6 source tables):
  * per CPU, SLUICE_PENDING_SLOTS slots, each naming one bucket by table, set,
- * way and generation. A bucket's drops on a CPU go to the slot its place
- * hashes to (sluice_pending_slot). A CPU that drops a packet of the bucket
- * that slot names counts it there, without writing the bucket's shared line;
- * when the slot names another bucket, it first adds the slot's counts to that
- * one (if its way still holds it). Readers add every slot of every CPU to the
- * bucket it names, so counts are exact. Empty when packets is 0. (Before ABI
- * 7 there was one slot per CPU; a carried one is counted and flushed as any.)
+ * way and generation. A packet's drop on a CPU goes to the slot its source
+ * address hashes to (sluice_source_slot). A CPU that drops a packet of
+ * the bucket that slot names counts it there, without writing the bucket's
+ * shared line; when the slot names another bucket, it first adds the slot's
+ * counts to that one (if its way still holds it). Readers add every slot of
+ * every CPU to the bucket it names, so counts are exact. Empty when packets is
+ * 0. (ABI 5 and earlier: slots of 48 bytes, without the drop memo, a bucket's
+ * in the slot its place hashed to, and before that one slot per CPU; a
+ * carried slot is counted and flushed as any.)
  */
-#define SLUICE_PENDING_SLOTS_LOG2 10
+#define SLUICE_PENDING_SLOTS_LOG2 11
 #define SLUICE_PENDING_SLOTS      (1u << SLUICE_PENDING_SLOTS_LOG2)
 
-static inline __u32 sluice_pending_slot(__u32 set, __u32 way, __u32 table)
+/* The slot of a source address whose 16 bytes (IPv4 in the first 4, the
+ * rest zero), read as two host-order words, are `lo` and `hi`. */
+static inline __u32 sluice_source_slot(__u64 lo, __u64 hi)
 {
-	__u64 place = ((__u64)set << 3) | ((way & (SLUICE_SET_WAYS - 1)) << 1) | (table & 1);
+	__u64 x = lo ^ hi;
 
-	return (__u32)((place * 0x9e3779b97f4a7c15ULL) >> (64 - SLUICE_PENDING_SLOTS_LOG2));
+	x ^= x >> 32;
+	return ((__u32)x * 0x9e3779b1u) >> (32 - SLUICE_PENDING_SLOTS_LOG2);
 }
+
+/*
+ * The last drop the program decided on the fast path for a source whose
+ * address hashes to the slot: the program's own (readers ignore it), kept
+ * beside the slot's counts so that a repeated drop is decided and counted on
+ * one line. See the program's recall_drop.
+ */
+struct sluice_drop_memo {
+	__u64 now;      /* the coarse clock's reading it holds for */
+	__u64 saddr[2]; /* the source address (IPv4 in the first 4 bytes) */
+	__u64 name;     /* a limit: the slot's first 8 bytes then (its bucket's place and generation) */
+	__u64 want;     /* a limit: the bucket's key */
+	__u64 word;     /* a limit: the bucket's word and offset its drop was decided on */
+	__u64 off;
+	__u32 set;      /* the live-set word (struct sluice_active) */
+	__u32 slot;     /* the rule's slot: its counters */
+	__u32 selector; /* the packet's port, family and protocol; 0: empty */
+	__u16 min_len;  /* a byte rate: the length dropped; a shorter packet is decided afresh */
+	__u8  verdict;  /* the verdict counter (SLUICE_CNT_DROP_RATE or SLUICE_CNT_DROP_DENY) */
+	__u8  pad;
+};
+SLUICE_ASSERT_SIZE(struct sluice_drop_memo, 72);
 
 struct sluice_pending_drops {
 	__u32 set;
@@ -702,8 +729,10 @@ struct sluice_pending_drops {
 	__u64 noted_ns;
 	__u32 note_table;
 	__u32 pad;
+	struct sluice_drop_memo memo;
 };
-SLUICE_ASSERT_SIZE(struct sluice_pending_drops, 48);
+SLUICE_ASSERT_SIZE(struct sluice_pending_drops, 120);
+#define SLUICE_PENDING_DROPS_ABI5_SIZE 48 /* the slot before the memo joined it */
 
 /* A sliding-log bucket: the times of the last `limit` passes as a ring. Its
  * word is a sequence lock (odd while held) that, like a source bucket's, only
@@ -736,10 +765,11 @@ SLUICE_ASSERT_SIZE(struct sluice_log_set_v6, 2368);
  * recorded here when the program loads: abi_version stays the first field of
  * every future layout, so any binary can read which layout it meets.
  */
-#define SLUICE_ABI_VERSION 5 /* 1: sluice 0.2, which recorded no layout; 2: IPv6 and
+#define SLUICE_ABI_VERSION 6 /* 1: sluice 0.2, which recorded no layout; 2: IPv6 and
                               * sliding-log buckets in LRU hashes, no sync word in sluice_active;
                               * 3: rule info of 80 bytes, no scope (every rule local);
-                              * 4: rules and lookups flip together (sluice_active.set 0 or 1) */
+                              * 4: rules and lookups flip together (sluice_active.set 0 or 1);
+                              * 5: pending-drops slots of 48 bytes, no drop memo in them */
 struct sluice_meta {
 	__u32 abi_version;  /* SLUICE_ABI_VERSION of the binary that loaded the program */
 	__u32 next_rule_id; /* ids are never reused, so no stale bucket meets a new rule */

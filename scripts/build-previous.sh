@@ -4,6 +4,7 @@
 #   build-previous/sluice  sluice 0.2, whose pinned state has no layout record (ABI 1)
 #   build-abi3/sluice      the last binary of ABI 3 (rule info of 80 bytes, no scope)
 #   build-abi4/sluice      the last binary of ABI 4 (rules and lookups flip together)
+#   build-abi5/sluice      the last binary of ABI 5 (pending-drops slots of 48 bytes, no memo in them)
 # `scripts/build-previous.sh issue8` builds only build-issue8/sluice, the
 # program as issue 8 was filed (df24dfa), which scripts/bench-hot.sh times.
 # Needs the repository's history (a shallow clone lacks it).
@@ -36,3 +37,4 @@ fi
 build b971b4a707d91f0282d8d58c7f43b5d4b66cf46a build-previous "sluice 0.2, the last commit before the state recorded its layout"
 build 60632a981fef7f5b59e639301766407d3a57156a build-abi3 "the last commit of ABI 3"
 build 6d07b18a0e18f2c9be710351e311afabecc1f479 build-abi4 "the last commit of ABI 4"
+build 1c74400adbf59cf0e419e38956eba05c3d78547b build-abi5 "the last commit of ABI 5"

@@ -9,6 +9,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <string>
 
 #include "maps.h"
@@ -252,9 +253,9 @@ TEST_F(DropMemo, AnIPv6SourcesDropIsRepeatedUntilItsBucketGoes)
 	EXPECT_TRUE(send("2001:db8::1")) << "a fresh bucket";
 }
 
-// Two sources dropped in turn: each memoized drop moves this CPU's pending
-// slot from the other source's bucket to its own, first adding what it held
-// to that bucket, so both count every drop.
+// Two sources dropped in turn: each has the pending slot its address hashes
+// to, which holds its memo and its drops, so both are repeated from the memo
+// and count every drop.
 TEST_F(DropMemo, SourcesDroppedInTurnCountEveryDrop)
 {
 	InstalledRule r = add("limit", "1/h", 1);
@@ -274,4 +275,50 @@ TEST_F(DropMemo, SourcesDroppedInTurnCountEveryDrop)
 	EXPECT_EQ(source_dropped("10.0.0.2"), 5u);
 	EXPECT_EQ(rule_dropped("limit"), 10u);
 	EXPECT_EQ(stats().global[SLUICE_CNT_DROP_RATE].packets, 10u);
+}
+
+// Two sources whose addresses hash to one pending slot: the second, dropped
+// by a rule the fast path leaves to the walk (a fixed window), renames the
+// slot for its bucket and leaves the first's memo in it. The first's next
+// packet at that reading is not counted on the memo (the slot names another
+// bucket now): it is decided afresh, and each source counts its own drops.
+TEST_F(DropMemo, ASlotRenamedForAnotherBucketIsNotCountedOnTheMemo)
+{
+	auto slot_of = [](const char *src) {
+		uint8_t addr[16] = {};
+		EXPECT_EQ(inet_pton(AF_INET, src, addr), 1);
+		uint64_t lo, hi;
+		std::memcpy(&lo, addr, 8);
+		std::memcpy(&hi, addr + 8, 8);
+		return sluice_source_slot(lo, hi);
+	};
+	std::string other;
+	for (uint32_t i = 2; other.empty() && i < (1u << 20); i++) {
+		std::string candidate = "10.1." + std::to_string(i >> 8 & 0xff) + "." + std::to_string(i & 0xff);
+		if (i >> 16 == 0 && slot_of(candidate.c_str()) == slot_of("10.0.0.1"))
+			other = candidate;
+	}
+	ASSERT_FALSE(other.empty()) << "no address of 10.1.0.0/16 shares 10.0.0.1's slot";
+
+	add("limit", "1/h", 1);
+	RuleSpec window;
+	window.name = "window";
+	window.cidr = parse_cidr(other + "/32");
+	window.rate = parse_rate("1/h");
+	window.algo = Algo::fixed_window;
+	validate_rule(window);
+	table_->add(window);
+
+	EXPECT_TRUE(send("10.0.0.1"));
+	EXPECT_TRUE(send(other.c_str()));
+	EXPECT_FALSE(send("10.0.0.1")) << "the memo is made";
+	EXPECT_FALSE(send(other.c_str())) << "the walk drops it and renames the slot";
+	for (int i = 0; i < 3; i++) {
+		EXPECT_FALSE(send("10.0.0.1"));
+		EXPECT_FALSE(send(other.c_str()));
+	}
+	EXPECT_EQ(source_dropped("10.0.0.1"), 4u);
+	EXPECT_EQ(source_dropped(other.c_str()), 4u);
+	EXPECT_EQ(rule_dropped("limit"), 4u);
+	EXPECT_EQ(rule_dropped("window"), 4u);
 }

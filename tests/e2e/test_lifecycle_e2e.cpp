@@ -196,6 +196,8 @@ protected:
 		return json::object();
 	}
 
+	void flood_and_upgrade(const std::string &binary);
+
 	/// An earlier binary run in the receiving namespace; fails the test if
 	/// it was not built.
 	std::function<CommandResult(std::vector<std::string>)> older_cli(const std::string &binary)
@@ -631,12 +633,12 @@ TEST_F(Lifecycle, UpgradeFromAbi3KeepsRulesBucketsAndCountersAndGainsScope)
 	EXPECT_EQ(send_and_count({PROBES[0]}, 3)["drop_rate"], 3u) << "made cluster-wide, the bucket stays limited";
 }
 
-// A deployment made by the last binary of ABI 4 (rules and lookups flipping
-// together), left with set 1 live by three changes, upgraded in place: rules,
-// buckets and counters come along, and an edit then goes in place.
-TEST_F(Lifecycle, UpgradeFromAbi4KeepsRulesBucketsAndCountersAndEditsInPlace)
+/// A deployment made by an earlier binary of ABI 4 or later: a limit (whose
+/// source then floods 20 packets: 5 pass), a deny and a wide limit,
+/// upgraded in place. Rules, buckets and counters come along, exactly.
+void Lifecycle::flood_and_upgrade(const std::string &binary)
 {
-	auto old_cli = older_cli(SLUICE_ABI4_BIN);
+	auto old_cli = older_cli(binary);
 	ASSERT_EQ(old_cli({"attach", DST_IF}).exit_code, 0);
 	ASSERT_EQ(old_cli({"rule", "add", PROBES[0], "--rate", "1/min", "--burst", "5", "--name", "lim"}).exit_code, 0);
 	ASSERT_EQ(old_cli({"rule", "add", PROBES[1], "--deny", "--name", "deny"}).exit_code, 0);
@@ -656,6 +658,14 @@ TEST_F(Lifecycle, UpgradeFromAbi4KeepsRulesBucketsAndCountersAndEditsInPlace)
 	json lim = rule_stats("lim");
 	EXPECT_EQ(lim["passed_packets"], 5u);
 	EXPECT_EQ(lim["dropped_packets"], 25u);
+}
+
+// A deployment made by the last binary of ABI 4 (rules and lookups flipping
+// together), upgraded in place: rules, buckets and counters come along, and
+// an edit then goes in place.
+TEST_F(Lifecycle, UpgradeFromAbi4KeepsRulesBucketsAndCountersAndEditsInPlace)
+{
+	flood_and_upgrade(SLUICE_ABI4_BIN);
 
 	// The edit goes in place and takes effect: the deny becomes a shadow.
 	CommandResult set = cli({"rule", "set", "deny", "--shadow"});
@@ -664,6 +674,24 @@ TEST_F(Lifecycle, UpgradeFromAbi4KeepsRulesBucketsAndCountersAndEditsInPlace)
 	EXPECT_EQ(s["pass_shadow"], 4u);
 	EXPECT_EQ(s["drop_deny"], 0u);
 	EXPECT_EQ(send_and_count({PROBES[0]}, 3)["drop_rate"], 3u) << "the limited source stays limited";
+}
+
+// A deployment made by the last binary of ABI 5 (pending-drops slots of 48
+// bytes, without the drop memo), upgraded in place: the drops its slots held
+// are the flooded source's, exactly, and new drops of it are counted there.
+TEST_F(Lifecycle, UpgradeFromAbi5KeepsEachSourcesPendingDrops)
+{
+	flood_and_upgrade(SLUICE_ABI5_BIN);
+
+	json source, stats = cli_json({"stats", "--json"});
+	for (const auto &s : stats["sources"])
+		if (s["source"] == PROBES[0])
+			source = s;
+	ASSERT_FALSE(source.is_null()) << "no stats for " << PROBES[0] << " in " << stats.dump();
+	EXPECT_EQ(source["passed_packets"], 5u);
+	EXPECT_EQ(source["dropped_packets"], 25u) << "15 dropped before the upgrade, 10 after";
+	EXPECT_EQ(send_and_count({PROBES[0]}, 3)["drop_rate"], 3u) << "the limited source stays limited";
+	EXPECT_EQ(rule_stats("lim")["dropped_packets"], 28u);
 }
 
 TEST_F(Lifecycle, ABadPolicyIsOneLineForCheckDiffAndApplyAndChangesNothing)

@@ -56,17 +56,26 @@ const MapRef MAP_REFS[] = {
 };
 
 
-/// Why a map does not have the layout this binary expects; empty if it does.
-std::string layout_mismatch(const MapRef &ref, int fd)
+/// The value size of `ref`'s map in the layout of ABI `abi` (4 to
+/// SLUICE_ABI_VERSION): only the pending-drops slot grew since ABI 4, by the
+/// drop memo in ABI 6.
+uint32_t value_size_at(const MapRef &ref, uint32_t abi)
+{
+	return ref.field == &MapSet::pending && abi < 6 ? SLUICE_PENDING_DROPS_ABI5_SIZE : ref.value_size;
+}
+
+/// Why a map does not have the layout ABI `abi` gives it; empty if it does.
+std::string layout_mismatch(const MapRef &ref, int fd, uint32_t abi = SLUICE_ABI_VERSION)
 {
 	struct bpf_map_info info = map_info(fd);
-	if (info.type != ref.type || info.key_size != ref.key_size || info.value_size != ref.value_size ||
+	const uint32_t value_size = value_size_at(ref, abi);
+	if (info.type != ref.type || info.key_size != ref.key_size || info.value_size != value_size ||
 	    (info.map_flags & ref.flags) != ref.flags)
 		return std::string("map ") + ref.name + " has type " + std::to_string(info.type) + ", key " +
 		       std::to_string(info.key_size) + ", value " + std::to_string(info.value_size) +
 		       " bytes and flags " + std::to_string(info.map_flags) + "; this sluice expects type " +
 		       std::to_string(ref.type) + ", key " + std::to_string(ref.key_size) + ", value " +
-		       std::to_string(ref.value_size) + " bytes and flags " + std::to_string(ref.flags);
+		       std::to_string(value_size) + " bytes and flags " + std::to_string(ref.flags);
 	return {};
 }
 
@@ -91,7 +100,7 @@ int open_pinned_object(const std::string &path)
 	return fd;
 }
 
-uint64_t layout_hash()
+uint64_t layout_hash(uint32_t abi)
 {
 	// FNV-1a over every map's name, type, key and value size, in ABI order.
 	uint64_t h = 0xcbf29ce484222325ULL;
@@ -103,7 +112,7 @@ uint64_t layout_hash()
 	};
 	for (const auto &ref : MAP_REFS) {
 		mix(ref.name, std::strlen(ref.name) + 1);
-		uint32_t fields[] = {static_cast<uint32_t>(ref.type), ref.key_size, ref.value_size, ref.flags};
+		uint32_t fields[] = {static_cast<uint32_t>(ref.type), ref.key_size, value_size_at(ref, abi), ref.flags};
 		mix(fields, sizeof(fields));
 	}
 	return h;
@@ -129,9 +138,9 @@ MapSet MapSet::open_pinned(const std::string &dir, uint32_t abi)
 	uint32_t zero = 0;
 	if (bpf_map_lookup_elem(meta.get(), &zero, &record))
 		throw_errno("cannot read " + meta_path, errno);
-	if (record.abi_version != abi || record.layout_hash != layout_hash())
+	if (record.abi_version != abi || record.layout_hash != layout_hash(abi))
 		throw refuse("it records ABI " + std::to_string(record.abi_version) + ", layout " +
-			     hex64(record.layout_hash) + " (this sluice: " + hex64(layout_hash()) + ")");
+			     hex64(record.layout_hash) + " (this sluice: " + hex64(layout_hash(abi)) + ")");
 
 	MapSet m;
 	for (const auto &ref : MAP_REFS) {
@@ -142,7 +151,7 @@ MapSet MapSet::open_pinned(const std::string &dir, uint32_t abi)
 		if (fd < 0)
 			throw_errno("cannot open pinned map " + path, errno);
 		(m.*ref.field).reset(fd);
-		if (std::string why = layout_mismatch(ref, fd); !why.empty())
+		if (std::string why = layout_mismatch(ref, fd, abi); !why.empty())
 			throw refuse(why);
 	}
 	return m;

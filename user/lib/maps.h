@@ -23,8 +23,8 @@ struct MapSet {
 
 	/// Opens the maps pinned under dir (by their ABI names). Refuses, with
 	/// one line, state whose layout record or maps differ from this binary's.
-	/// `abi` is the version expected (another, of the same layout, only
-	/// for `sluice upgrade` to read it).
+	/// `abi` is the version expected (an earlier one since ABI 4, with the
+	/// layout it had, only for `sluice upgrade` to read it).
 	static MapSet open_pinned(const std::string &dir, uint32_t abi = SLUICE_ABI_VERSION);
 	/// Duplicates the descriptors of a loaded object's maps.
 	static MapSet from_object(struct bpf_object *obj);
@@ -38,8 +38,9 @@ struct MapSet {
 };
 
 /// A hash of every map's name, type, key and value size as this binary
-/// expects them: recorded in struct sluice_meta when the program loads.
-uint64_t layout_hash();
+/// expects them (or as ABI `abi`, 4 or later, had them): recorded in struct
+/// sluice_meta when the program loads.
+uint64_t layout_hash(uint32_t abi = SLUICE_ABI_VERSION);
 
 /// "0x" and 16 hex digits.
 std::string hex64(uint64_t v);

@@ -217,9 +217,10 @@ CarriedState read_state(const std::string &dir)
 			throw_errno("cannot read " + dir + "/" SLUICE_STR(SLUICE_MAP_META), errno);
 		s.next_rule_id = record.next_rule_id;
 		s.rules = read_rules_abi2_3(dir, s.max_rules);
-	} else if (s.abi == 4 || s.abi == SLUICE_ABI_VERSION) {
-		// ABI 4's maps are this one's; its live-set word, 0 or 1, names the
-		// rule entries and the lookups together, as this one's reads.
+	} else if (s.abi >= 4 && s.abi <= SLUICE_ABI_VERSION) {
+		// ABI 4's and 5's maps are this one's but for the pending-drops
+		// slots (read raw, pending_of); ABI 4's live-set word, 0 or 1, names
+		// the rule entries and the lookups together, as this one's reads.
 		MapSet maps = MapSet::open_pinned(dir, s.abi); // checks the layout in full
 		uint32_t zero = 0;
 		struct sluice_meta meta = {};
@@ -262,8 +263,8 @@ template <class Bucket> void drop_tags(Bucket &b)
 	b.cnt.dropped_bytes = sluice_cnt_value(b.cnt.dropped_bytes);
 }
 
-/// Every CPU's pending-drops slots that hold drops, as carried (one slot per
-/// CPU before 1,024).
+/// Every CPU's pending-drops slots that hold drops, as carried (one per CPU,
+/// or 1,024, of 48 bytes, before ABI 6).
 std::vector<struct sluice_pending_drops> pending_of(const CarriedState &state)
 {
 	std::vector<struct sluice_pending_drops> out;
@@ -279,6 +280,24 @@ std::vector<struct sluice_pending_drops> pending_of(const CarriedState &state)
 		if (p.packets)
 			out.push_back(p);
 	}
+	return out;
+}
+
+/// A carried pending-drops map with values of `value_size` bytes: each
+/// slot's counts as they were (the first bytes, which every layout shares),
+/// the rest zero (no drop memo).
+RawMap resized_pending(const RawMap &m, uint32_t value_size)
+{
+	if (m.value_size == value_size)
+		return m;
+	const size_t cpus = static_cast<size_t>(possible_cpus());
+	const size_t from = (m.value_size + 7) & ~size_t(7), to = (value_size + 7) & ~size_t(7);
+	const size_t kept = std::min<size_t>(offsetof(struct sluice_pending_drops, memo), m.value_size);
+	RawMap out = m;
+	out.value_size = value_size;
+	out.values.assign(size_t(m.count) * cpus * to, 0);
+	for (size_t v = 0; v < size_t(m.count) * cpus && (v + 1) * from <= m.values.size(); v++)
+		std::memcpy(&out.values[v * to], &m.values[v * from], kept);
 	return out;
 }
 
@@ -466,13 +485,13 @@ std::vector<std::string> restore_state(const CarriedState &state, const MapSet &
 	if (as_they_are) {
 		for (size_t i = 0; i < std::size(tables); i++)
 			carry(tables[i], fds[i]);
-		// Slots as they are: from a program of one slot per CPU, that one
-		// (slot 0), which readers count and the program flushes as any.
+		// Slots where they are: from a program of one slot per CPU, that
+		// one (slot 0), which readers count and the program flushes as
+		// any; from one of smaller slots (ABI 5), each slot's counts.
 		const RawMap *p = state.find(SLUICE_STR(SLUICE_MAP_PENDING));
 		struct bpf_map_info info = map_info(fresh.pending.get());
-		if (p && p->type == info.type && p->key_size == info.key_size && p->value_size == info.value_size &&
-		    p->max_entries <= info.max_entries)
-			write_raw(fresh.pending.get(), *p, SLUICE_STR(SLUICE_MAP_PENDING));
+		if (p && p->type == info.type && p->key_size == info.key_size && p->max_entries <= info.max_entries)
+			write_raw(fresh.pending.get(), resized_pending(*p, info.value_size), SLUICE_STR(SLUICE_MAP_PENDING));
 	} else {
 		place_buckets(state, rules, fresh, restarted);
 	}

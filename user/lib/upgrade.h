@@ -23,7 +23,8 @@ struct RawMap {
 /// The state worth keeping, read from a pinned deployment of any layout this
 /// binary knows (ABI 1, sluice 0.2; ABI 2, the same layout as ABI 3 without
 /// the sync word; ABI 4, this layout with rules and lookups flipping
-/// together; or SLUICE_ABI_VERSION).
+/// together and pending-drops slots of 48 bytes; ABI 5, those slots; or
+/// SLUICE_ABI_VERSION).
 struct CarriedState {
 	uint32_t abi = 0;
 	uint32_t next_rule_id = 1;
