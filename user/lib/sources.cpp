@@ -30,6 +30,29 @@ template <class Set> void way_address(const Set &set, int w, uint64_t key, uint8
 
 } // namespace
 
+PendingDrops::PendingDrops(std::vector<struct sluice_pending_drops> slots) : slots_(std::move(slots))
+{
+	for (size_t i = 0; i < slots_.size(); i++)
+		if (slots_[i].packets)
+			by_way_.emplace(way_key(slots_[i].table, slots_[i].set, slots_[i].way), i);
+}
+
+void PendingDrops::add_to(struct sluice_source_counters &cnt, int table, uint32_t set, int way, uint16_t gen) const
+{
+	if (table < 0)
+		return;
+	auto [from, to] = by_way_.equal_range(way_key(table, set, way));
+	for (auto it = from; it != to; ++it) {
+		const struct sluice_pending_drops &p = slots_[it->second];
+		// The same table, set and way (the key folds them), and not
+		// counted for an earlier bucket of the way.
+		if (int(p.table) == table && p.set == set && (p.way & (SLUICE_SET_WAYS - 1)) == way && p.gen == gen) {
+			cnt.dropped_packets += p.packets;
+			cnt.dropped_bytes += p.bytes;
+		}
+	}
+}
+
 template <class Set> SetTable<Set>::SetTable(int fd) : sets_(map_max_entries(fd))
 {
 	long page = sysconf(_SC_PAGESIZE);
@@ -44,12 +67,8 @@ template <class Set> SetTable<Set>::~SetTable() { munmap(sets_ptr_, length_); }
 
 template <class Set>
 void SetTable<Set>::for_each(const std::function<void(uint32_t, const uint8_t *, const Bucket &)> &f,
-			     const std::vector<struct sluice_pending_drops> &pending) const
+			     const PendingDrops &pending) const
 {
-	std::unordered_multimap<uint64_t, const struct sluice_pending_drops *> by_way;
-	for (const auto &p : pending)
-		if (p.packets && p.table == SetTraits<Set>::table && p.set < sets_)
-			by_way.emplace(uint64_t(p.set) * SLUICE_SET_WAYS + (p.way & (SLUICE_SET_WAYS - 1)), &p);
 	for (uint32_t i = 0; i < sets_; i++) {
 		const Set &set = sets_ptr_[i];
 		for (int w = 0; w < SLUICE_SET_WAYS; w++) {
@@ -63,13 +82,7 @@ void SetTable<Set>::for_each(const std::function<void(uint32_t, const uint8_t *,
 			uint16_t gen = __atomic_load_n(&set.tag.gen[w], __ATOMIC_ACQUIRE);
 			if (__atomic_load_n(&set.tag.key[w], __ATOMIC_ACQUIRE) != key)
 				continue; // evicted while being copied
-			auto [from, to] = by_way.equal_range(uint64_t(i) * SLUICE_SET_WAYS + w);
-			for (auto it = from; it != to; ++it) {
-				if (it->second->gen != gen)
-					continue; // counted for an earlier bucket of the way
-				copy.cnt.dropped_packets += it->second->packets;
-				copy.cnt.dropped_bytes += it->second->bytes;
-			}
+			pending.add_to(copy.cnt, SetTraits<Set>::table, i, w, gen);
 			f(static_cast<uint32_t>(key >> 32), addr, copy);
 		}
 	}
@@ -121,7 +134,7 @@ std::optional<std::pair<uint32_t, int>> SetTable<Set>::locate(uint32_t rule_id, 
 template <class Set>
 std::optional<typename SetTable<Set>::Bucket>
 SetTable<Set>::find(uint32_t rule_id, const uint8_t *addr, uint64_t seed,
-		    const std::vector<struct sluice_pending_drops> &pending) const
+		    const PendingDrops &pending) const
 {
 	auto place = locate(rule_id, addr, seed);
 	if (!place)
@@ -149,12 +162,7 @@ SetTable<Set>::find(uint32_t rule_id, const uint8_t *addr, uint64_t seed,
 		// copied: the word and its offset may be of two buckets.
 		if (__atomic_load_n(&set.tag.gen[w], __ATOMIC_ACQUIRE) != gen)
 			continue;
-		for (const auto &p : pending)
-			if (p.packets && int(p.table) == SetTraits<Set>::table && p.set == idx &&
-			    (p.way & (SLUICE_SET_WAYS - 1)) == w && p.gen == gen) {
-				copy.cnt.dropped_packets += p.packets;
-				copy.cnt.dropped_bytes += p.bytes;
-			}
+		pending.add_to(copy.cnt, SetTraits<Set>::table, idx, w, gen);
 		return copy;
 	}
 	throw Error("the bucket's lock stayed held; try again");

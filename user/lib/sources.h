@@ -7,6 +7,7 @@
 #include <functional>
 #include <optional>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -38,6 +39,28 @@ template <> struct SetTraits<struct sluice_log_set_v6> {
 	static constexpr int table = -1;
 };
 
+/// Every CPU's pending-drops slots that hold drops (read_pending), indexed
+/// once by the way each names, so that a bucket's are found without a scan.
+class PendingDrops {
+public:
+	PendingDrops() = default;
+	explicit PendingDrops(std::vector<struct sluice_pending_drops> slots);
+
+	/// Adds to `cnt` the drops pending for the bucket of generation `gen`
+	/// in way `way` of set `set` of table `table` (enum sluice_table; -1,
+	/// a table without pending drops, adds nothing).
+	void add_to(struct sluice_source_counters &cnt, int table, uint32_t set, int way, uint16_t gen) const;
+
+private:
+	static uint64_t way_key(int table, uint32_t set, int way)
+	{
+		return (uint64_t(set) * SLUICE_SET_WAYS + uint64_t(way & (SLUICE_SET_WAYS - 1))) * 2 + uint64_t(table & 1);
+	}
+
+	std::vector<struct sluice_pending_drops> slots_;
+	std::unordered_multimap<uint64_t, size_t> by_way_;
+};
+
 /// One source table, mapped: `Set` is one of the four set types of sluice_abi.h.
 template <class Set> class SetTable {
 public:
@@ -55,7 +78,7 @@ public:
 	/// data plane reuses ways), with the drops pending in `pending` (every
 	/// CPU's slot) added.
 	void for_each(const std::function<void(uint32_t, const uint8_t *, const Bucket &)> &f,
-		      const std::vector<struct sluice_pending_drops> &pending = {}) const;
+		      const PendingDrops &pending = {}) const;
 
 	/// The bucket of `rule_id` for `addr` (4 or 16 bytes, network order,
 	/// masked to the rule's prefix), looked up as the program looks it up:
@@ -66,7 +89,7 @@ public:
 	/// such bucket (its source has sent nothing since the rule began, or
 	/// its bucket was evicted).
 	std::optional<Bucket> find(uint32_t rule_id, const uint8_t *addr, uint64_t seed,
-				   const std::vector<struct sluice_pending_drops> &pending = {}) const;
+				   const PendingDrops &pending = {}) const;
 
 	/// Source tables only, buckets of GCRA-form rules: moves the arrival
 	/// time of `rule_id`'s bucket for `addr` `ticks` earlier (credit: the

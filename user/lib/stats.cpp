@@ -57,7 +57,7 @@ void collect_one(uint32_t rule_id, const uint8_t *addr, size_t addr_len, int fam
 
 /// Counts every bucket of one source table, with the drops still pending.
 template <class Set>
-void collect_table(int fd, const std::vector<struct sluice_pending_drops> &pending,
+void collect_table(int fd, const PendingDrops &pending,
 		   const std::unordered_map<uint32_t, RuleStats *> &by_id, const StatsQuery &query,
 		   std::vector<RawSource> &out, uint64_t &tracked)
 {
@@ -110,7 +110,7 @@ Stats collect_stats(const MapSet &maps, const StatsQuery &query)
 		s.tables.push_back({family, sliding_log, s.tracked_sources - before, capacity});
 	};
 	// Every CPU's drops not yet added to their bucket.
-	std::vector<struct sluice_pending_drops> pending = read_pending(maps.pending.get());
+	const PendingDrops pending(read_pending(maps.pending.get()));
 	auto capacity = [](int fd) { return uint64_t(map_max_entries(fd)) * SLUICE_SET_WAYS; };
 	count_table(4, false, capacity(maps.src4.get()), [&] {
 		collect_table<struct sluice_set_v4>(maps.src4.get(), pending, by_id, query, raw, s.tracked_sources);

@@ -305,13 +305,9 @@ RawMap resized_pending(const RawMap &m, uint32_t value_size)
 /// (any ABI: the IPv4 table kept its layout), its counts untagged and its
 /// pending drops added.
 template <class Set, class F>
-void for_each_in_sets(const RawMap &m, const std::vector<struct sluice_pending_drops> &pending, F f)
+void for_each_in_sets(const RawMap &m, const PendingDrops &pending, F f)
 {
 	using Bucket = typename SetTraits<Set>::Bucket;
-	std::unordered_multimap<uint64_t, const struct sluice_pending_drops *> by_way;
-	for (const auto &p : pending)
-		if (SetTraits<Set>::table >= 0 && p.table == SetTraits<Set>::table)
-			by_way.emplace(uint64_t(p.set) * SLUICE_SET_WAYS + (p.way & (SLUICE_SET_WAYS - 1)), &p);
 	for (uint32_t i = 0; i < m.count; i++) {
 		uint32_t idx;
 		std::memcpy(&idx, &m.keys[size_t(i) * 4], 4);
@@ -331,12 +327,7 @@ void for_each_in_sets(const RawMap &m, const std::vector<struct sluice_pending_d
 			Bucket b;
 			std::memcpy(&b, &set.way[w], sizeof(b));
 			drop_tags(b);
-			auto [from, to] = by_way.equal_range(uint64_t(idx) * SLUICE_SET_WAYS + w);
-			for (auto it = from; it != to; ++it)
-				if (it->second->way == w && it->second->gen == set.tag.gen[w]) {
-					b.cnt.dropped_packets += it->second->packets;
-					b.cnt.dropped_bytes += it->second->bytes;
-				}
+			pending.add_to(b.cnt, SetTraits<Set>::table, idx, w, set.tag.gen[w]);
 			f(static_cast<uint32_t>(key >> 32), addr, b);
 		}
 	}
@@ -376,7 +367,7 @@ void place_buckets(const CarriedState &state, const std::vector<InstalledRule> &
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	uint64_t now = uint64_t(ts.tv_sec) * 1000000000ULL + uint64_t(ts.tv_nsec);
-	std::vector<struct sluice_pending_drops> pending = pending_of(state);
+	const PendingDrops pending(pending_of(state));
 
 	auto move = [&]<class Set>(const char *name, int fd) {
 		const RawMap *m = state.find(name);
