@@ -509,10 +509,11 @@ struct charge_req {
 	struct victim victim;
 	struct sluice_throttle_key tkey; /* sluice_note_drop's key */
 	__u8 tzero[sizeof(struct sluice_throttle)]; /* ...and a new entry's bytes */
-	/* A GCRA-form drop (charge_gcra): the bucket's word and offset it was
-	 * decided on, for the drop memo (remember_drop). */
+	/* A GCRA-form drop (charge_gcra): the bucket's word, offset and
+	 * generation it was decided on, for the drop memo (remember_drop). */
 	__u64 drop_word;
 	__u64 drop_off;
+	__u32 drop_gen;
 	__u32 dropped;
 	__u32 pending; /* the source's pending-drops slot (source_slot): a key in a map value, not on the stack */
 	__u32 count_gen; /* sluice_count_drop's arguments, kept here across its calls */
@@ -898,6 +899,7 @@ static __always_inline int charge_gcra(struct sluice_source_state *st, struct sl
 			tat = w - off;
 			req->drop_word = w;
 			req->drop_off = off;
+			req->drop_gen = g;
 			req->dropped = 1;
 			break;
 		}
@@ -2430,7 +2432,8 @@ static __always_inline void remember_drop(const struct packet_info *pkt, const s
 		i = 0;
 		req = bpf_map_lookup_elem(&sluice_req, &i);
 		if (!req || !req->dropped ||
-		    !pending_holds(p, pending_name(req->set_idx, req->way, req->table, p->gen), req->want, req->now))
+		    !pending_holds(p, pending_name(req->set_idx, req->way, req->table, req->drop_gen), req->want,
+				   req->now))
 			return;
 		now = req->now;
 	} else if (!memo_clock(&now)) {
