@@ -101,7 +101,6 @@ protected:
 		return {};
 	}
 
-	/// Runs `frame` `per_thread` times on CPU 0 and CPU 1 at once; returns the seconds taken.
 	/// Seconds a rule's clock may read late: a tick for the coarse clock.
 	double clock_lag(const InstalledRule &r)
 	{
@@ -109,11 +108,27 @@ protected:
 		return (dp.flags & SLUICE_RULE_COARSE_CLOCK) ? double(coarse_clock_tick_ns()) / 1e9 : 0;
 	}
 
+	/// Runs `frame` `per_thread` times on CPU 0 and CPU 1 at once; returns the seconds taken.
 	double flood_from_two_cpus(const std::vector<uint8_t> &frame, uint32_t per_thread)
 	{
 		auto start = std::chrono::steady_clock::now();
 		run_on_two_cpus([&](int) { run_frame(frame, per_thread); });
 		return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+	}
+
+	/// After a two-CPU flood of `sent` packets from one source into a fresh
+	/// table: each packet is on the source's counters, or passed fail-open
+	/// (failopen_table) because the other CPU, creating the source's bucket,
+	/// stayed in the middle of it through four lookups: preempted there (a
+	/// busy host). Returns those fail-open passes.
+	uint64_t expect_every_packet_counted(const SourceStats &src, const Stats &st, uint64_t sent)
+	{
+		uint64_t failopen = st.global[SLUICE_CNT_FAILOPEN_TABLE].packets;
+
+		EXPECT_EQ(src.passed_packets + src.dropped_packets + failopen, sent) << "no counter update lost";
+		EXPECT_EQ(st.rules.at(0).counters.failopen_table, failopen);
+		EXPECT_LT(double(failopen), 0.01 * double(sent)) << "only the bucket's making can fail open";
+		return failopen;
 	}
 
 	std::unique_ptr<LoadedProgram> prog_;
