@@ -426,7 +426,8 @@ TEST_F(Datapath, TwoCpusDrivingOneSourceKeepEveryLockedAlgorithmWithinItsLimit)
 		// The algorithm's bound, plus one packet per forced pass.
 		double bound = (c.limit ? double(c.limit) * (seconds * 1e9 / double(c.window_ns) + 1)
 					: 1000 + 200000 * (seconds + lag) + 2) + double(forced);
-		EXPECT_LE(double(src.passed_packets + failopen), bound) << "over " << seconds << " s, fail-open included";
+		EXPECT_LE(double(src.passed_packets + failopen), bound)
+			<< "over " << seconds << " s, fail-open included";
 		EXPECT_GT(src.passed_packets, 0u);
 		// A drop needs no lock; a vCPU preempted while it holds the lock to write a
 		// pass makes the other CPU pass uncharged. The margin is for busy hosts.
