@@ -60,6 +60,8 @@ enum parse_result {
 #define PKT_TINY_FRAG  0x4 /* a first fragment too short to hold its ports: an attack */
 #define PKT_ENCAP      0x8 /* IP in IP, GRE, ESP, PPPoE, MPLS: judged by the outer header */
 #define PKT_COVERED    0x10 /* set by the program: some rule covers the source address */
+#define PKT_LAST_FRAG  0x20 /* a later fragment that says no more follow */
+#define PKT_FRAG_JUDGED 0x40 /* set by the program: later fragments took this first fragment's ports */
 
 /* What the data plane knows about a packet once parsed. Host order unless named addr. */
 struct packet_info {
@@ -266,7 +268,7 @@ static __always_inline int parse_ipv4(struct xdp_md *ctx, void *data, void *data
 		__builtin_memcpy(fk->saddr, &iph->saddr, 4);
 		__builtin_memcpy(fk->daddr, &iph->daddr, 4);
 		if (frag & IPV4_FRAG_OFFSET_MASK) {
-			pkt->flags |= PKT_LATER_FRAG;
+			pkt->flags |= PKT_LATER_FRAG | (frag & IPV4_FRAG_MORE ? 0 : PKT_LAST_FRAG);
 			set_proto(pkt, iph->protocol);
 			return PARSE_IP;
 		}
@@ -376,7 +378,9 @@ __noinline int sluice_parse_ipv6(struct xdp_md *ctx, __u32 l3_off, struct packet
 		__builtin_memcpy(fk->saddr, &ip6h->saddr, 16);
 		__builtin_memcpy(fk->daddr, &ip6h->daddr, 16);
 		if (frag & IPV6_FRAG_OFFSET_MASK) {
-			pkt->flags |= PKT_LATER_FRAG;
+			/* After a first fragment's header too: a later fragment. */
+			pkt->flags &= ~PKT_FIRST_FRAG;
+			pkt->flags |= PKT_LATER_FRAG | (frag & IPV6_FRAG_MORE ? 0 : PKT_LAST_FRAG);
 			return PARSE_IP;
 		}
 		pkt->flags |= PKT_FIRST_FRAG;

@@ -1988,18 +1988,41 @@ static __always_inline int charge_v6_held(const struct packet_info *pkt, const s
 }
 
 /* A later fragment takes its datagram's protocol and port, remembered when
- * the first fragment passed. */
+ * the first fragment passed, until the datagram's last fragment. */
 static __always_inline void recall_first_fragment(struct packet_info *pkt)
 {
 	const struct sluice_frag_key *fk = frag_key();
-	const struct sluice_frag_info *fi = fk ? bpf_map_lookup_elem(&SLUICE_MAP_FRAGS, fk) : NULL;
+	struct sluice_frag_info *fi = fk ? bpf_map_lookup_elem(&SLUICE_MAP_FRAGS, fk) : NULL;
+	__u32 mark;
 
-	if (!fi || frag_clock() - fi->first_ns > SLUICE_FRAG_TIMEOUT_NS)
+	if (!fi || (fi->flags & SLUICE_FRAG_ENDED) || frag_clock() - fi->first_ns > SLUICE_FRAG_TIMEOUT_NS)
 		return;
 	pkt->proto = fi->proto;
 	pkt->proto_known = 1;
 	pkt->dport = fi->dport;
 	pkt->ports_known = fi->ports_known;
+	mark = SLUICE_FRAG_JUDGED | (pkt->flags & PKT_LAST_FRAG ? SLUICE_FRAG_ENDED : 0);
+	if ((fi->flags & mark) != mark)
+		__sync_fetch_and_or(&fi->flags, mark);
+}
+
+/* A first fragment whose key later fragments of another protocol or port
+ * took while their queue may still wait (struct sluice_frag_info): the
+ * datagram it would complete was judged by another rule. With the same
+ * ports, it marks the packet so that its entry stays judged. */
+static __always_inline int first_fragment_conflicts(struct packet_info *pkt)
+{
+	const struct sluice_frag_key *fk = frag_key();
+	const struct sluice_frag_info *fi = fk ? bpf_map_lookup_elem(&SLUICE_MAP_FRAGS, fk) : NULL;
+
+	if (!fi || !(fi->flags & SLUICE_FRAG_JUDGED) ||
+	    frag_clock() - fi->first_ns > SLUICE_FRAG_TIMEOUT_NS + SLUICE_FRAG_QUEUE_NS)
+		return 0;
+	if (fi->proto != pkt->proto || fi->ports_known != pkt->ports_known ||
+	    (pkt->ports_known && fi->dport != pkt->dport) || !pkt->proto_known)
+		return 1;
+	pkt->flags |= PKT_FRAG_JUDGED;
+	return 0;
 }
 
 static __always_inline void remember_first_fragment(const struct packet_info *pkt)
@@ -2010,6 +2033,7 @@ static __always_inline void remember_first_fragment(const struct packet_info *pk
 		.dport = pkt->dport,
 		.proto = pkt->proto,
 		.ports_known = pkt->ports_known,
+		.flags = pkt->flags & PKT_FRAG_JUDGED ? SLUICE_FRAG_JUDGED : 0,
 	};
 
 	if (fk)
@@ -2321,6 +2345,8 @@ static __always_inline __u32 decide_packet(struct xdp_md *ctx, struct packet_inf
 	struct walk w = {};
 	__u32 i;
 
+	if ((pkt->flags & PKT_FIRST_FRAG) && first_fragment_conflicts(pkt))
+		return SLUICE_CNT_DROP_MALFORMED;
 	if (!start_decision(pkt, &w))
 		return SLUICE_CNT_PASS_NO_MATCH;
 	for (i = 0; i < SLUICE_MAX_LIST_WALK + SLUICE_MAX_LAYERED + 1; i++) {

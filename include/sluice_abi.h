@@ -61,6 +61,10 @@
 #define SLUICE_MAX_IPV6_EXT_HDRS   12 /* extension headers walked; beyond, the protocol is unknown */
 #define SLUICE_FRAG_ENTRIES        8192 /* datagrams whose first fragment is remembered */
 #define SLUICE_FRAG_TIMEOUT_NS     30000000000ULL /* as the kernel's ipfrag_time */
+/* How long a reassembly queue can outlive its datagram's entry: the kernel
+ * keeps one up to ip6frag_time (60 s; IPv4's ipfrag_time is 30 s), and a
+ * second for its timer. */
+#define SLUICE_FRAG_QUEUE_NS       61000000000ULL
 #define SLUICE_MAX_IFACES          256
 #define SLUICE_DEFAULT_MTU         1500 /* of an interface the controller did not record */
 #define SLUICE_MAX_RULE_ID         0xfffffffeu /* a key with id 0xffffffff could be SLUICE_KEY_BUSY */
@@ -360,6 +364,15 @@ SLUICE_ASSERT_SIZE(struct sluice_match_list, 64);
  * Fragments: a later fragment carries no ports, so the first fragment's are
  * remembered (when it passes) under the datagram's reassembly key, and a later
  * fragment is judged as its datagram. An LRU hash of SLUICE_FRAG_ENTRIES.
+ *
+ * An entry cannot see the kernel's reassembly queue, which ends when the
+ * datagram is whole but also on an overlap or a timeout; later fragments of
+ * a new datagram with the same key must not take the old one's ports. So no
+ * later fragment takes them after the datagram's last fragment
+ * (SLUICE_FRAG_ENDED), and once later fragments have taken them
+ * (SLUICE_FRAG_JUDGED), a first fragment of another protocol or port under
+ * the key is dropped while a queue those fragments joined may still wait
+ * for it (SLUICE_FRAG_TIMEOUT_NS + SLUICE_FRAG_QUEUE_NS after the entry's).
  */
 struct sluice_frag_key {
 	__u8  family;
@@ -376,9 +389,12 @@ struct sluice_frag_info {
 	__u16 dport;      /* host order, when ports_known */
 	__u8  proto;      /* enum sluice_proto, or the IP protocol */
 	__u8  ports_known;
-	__u8  pad[4];
+	__u32 flags;      /* SLUICE_FRAG_* */
 };
 SLUICE_ASSERT_SIZE(struct sluice_frag_info, 16);
+
+#define SLUICE_FRAG_JUDGED 0x1 /* a later fragment took these ports */
+#define SLUICE_FRAG_ENDED  0x2 /* the last fragment was seen: no later one takes them */
 
 /* Bucket keys: one bucket per (rule, source address masked to per_prefix). */
 struct sluice_src_v4 {

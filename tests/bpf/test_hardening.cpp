@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "fixture.h"
+#include "replay.h"
 
 using namespace sluice;
 using namespace sluice::test;
@@ -94,14 +95,15 @@ TEST_F(Datapath, LaterFragmentsAreJudgedAsTheirDatagram)
 
 	// Port-53 datagrams: the first fragment's port follows its later fragments.
 	EXPECT_EQ(run({.frag = Frag::first, .frag_id = 1}), XDP_PASS);
-	EXPECT_EQ(run({.frag = Frag::later, .frag_id = 1}), XDP_PASS) << "the second token";
-	EXPECT_EQ(run({.frag = Frag::later, .frag_id = 1}), XDP_DROP) << "charged to dns, not allowed by ntp";
+	EXPECT_EQ(run({.frag = Frag::later, .frag_id = 1, .more_fragments = 1}), XDP_PASS) << "the second token";
+	EXPECT_EQ(run({.frag = Frag::later, .frag_id = 1, .more_fragments = 1}), XDP_DROP)
+		<< "charged to dns, not allowed by ntp";
 	// Later fragments whose first fragment was never seen: the strictest rule.
 	EXPECT_EQ(run({.frag = Frag::later, .frag_id = 2}), XDP_DROP);
 	// NTP datagrams: allowed in full, whatever the dns bucket holds.
 	EXPECT_EQ(run({.dport = 123, .frag = Frag::first, .frag_id = 3}), XDP_PASS);
-	for (int i = 0; i < 3; i++)
-		EXPECT_EQ(run({.dport = 123, .frag = Frag::later, .frag_id = 3}), XDP_PASS);
+	for (int more : {1, 1, 0})
+		EXPECT_EQ(run({.dport = 123, .frag = Frag::later, .frag_id = 3, .more_fragments = more}), XDP_PASS);
 	EXPECT_EQ(rule_counters("ntp").passed_packets, 4u);
 	EXPECT_EQ(rule_counters("dns").passed_packets, 2u);
 
@@ -113,6 +115,107 @@ TEST_F(Datapath, LaterFragmentsAreJudgedAsTheirDatagram)
 	EXPECT_EQ(run({.src = V6, .frag = Frag::first, .frag_id = 11}), XDP_DROP);
 	EXPECT_EQ(run({.src = V6, .frag = Frag::later, .frag_id = 11}), XDP_DROP)
 		<< "a denied first fragment is not remembered";
+}
+
+// An entry outlived its datagram: a whole port-123 datagram left its entry,
+// and the later fragments of a port-53 datagram under the same IP id passed
+// as the port-123 allow; with its first fragment sent last, the whole
+// port-53 datagram reached the host. Now no later fragment takes an entry's
+// ports after its datagram's last fragment, and a first fragment is dropped
+// where later fragments of another port took its key's entry (the kernel may
+// have dropped the first datagram's queue, on an overlap, before its end).
+TEST_F(Datapath, AFragmentEntryEndsWithItsDatagram)
+{
+	add("192.0.2.0/24", "1/h", 1, "dns", Proto::udp, {53, 53});
+	add_action("192.0.2.0/24", Action::allow, "ntp", Proto::udp, {123, 123});
+	add("2001:db8::/32", "1/h", 1, "dns6", Proto::udp, {53, 53});
+	add_action("2001:db8::/32", Action::allow, "ntp6", Proto::udp, {123, 123});
+
+	for (const char *src : {"192.0.2.10", "2001:db8::10"}) {
+		SCOPED_TRACE(src);
+		// Datagram A, to port 123 and whole: its first fragment, then its last.
+		EXPECT_EQ(run({.src = src, .dport = 123, .frag = Frag::first, .frag_id = 777}), XDP_PASS);
+		EXPECT_EQ(run({.src = src, .dport = 123, .frag = Frag::later, .frag_id = 777, .more_fragments = 0}),
+			  XDP_PASS);
+		// Datagram B, to port 53 under the same id, later fragments first.
+		int passed = 0;
+		for (int i = 1; i <= 5; i++)
+			passed += run({.src = src,
+				       .frag = Frag::later,
+				       .frag_id = 777,
+				       .frag_offset = 1400 * i,
+				       .more_fragments = i < 5}) == XDP_PASS;
+		EXPECT_EQ(passed, 1) << "charged to the port-53 limit (burst 1), not allowed as port 123";
+		EXPECT_EQ(run({.src = src, .frag = Frag::first, .frag_id = 777}), XDP_DROP) << "B's first fragment";
+	}
+	EXPECT_EQ(rule_counters("ntp").passed_packets, 2u);
+	EXPECT_EQ(rule_counters("ntp6").passed_packets, 2u);
+	EXPECT_EQ(rule_counters("dns").passed_packets, 1u);
+	EXPECT_EQ(rule_counters("dns6").passed_packets, 1u);
+
+	// An entry whose datagram never ended: port 123's first fragment, then
+	// later fragments (the kernel may have dropped its queue, so these may
+	// wait for a new first fragment), then a port-53 first fragment under
+	// the same id. Its bucket has a token; the fragment is dropped all the same.
+	const char *other = "192.0.2.11";
+	EXPECT_EQ(run({.src = other, .dport = 123, .frag = Frag::first, .frag_id = 778}), XDP_PASS);
+	for (int i = 1; i <= 3; i++)
+		EXPECT_EQ(run({.src = other, .frag = Frag::later, .frag_id = 778, .frag_offset = 1400 * i,
+			       .more_fragments = i < 3}),
+			  XDP_PASS)
+			<< "taken as port 123's: nothing in a later fragment says otherwise";
+	uint64_t malformed = global(SLUICE_CNT_DROP_MALFORMED);
+	auto dns = rule_counters("dns");
+	EXPECT_EQ(run({.src = other, .frag = Frag::first, .frag_id = 778}), XDP_DROP);
+	EXPECT_EQ(global(SLUICE_CNT_DROP_MALFORMED), malformed + 1);
+	EXPECT_EQ(rule_counters("dns").passed_packets, dns.passed_packets) << "dropped before any bucket";
+	EXPECT_EQ(rule_counters("dns").dropped_packets, dns.dropped_packets);
+	// The same first fragment again, to port 123 (a retransmission): passed.
+	EXPECT_EQ(run({.src = other, .dport = 123, .frag = Frag::first, .frag_id = 778}), XDP_PASS);
+}
+
+// How long a first fragment meets what later fragments did with its key: a
+// queue they joined lives up to 60 s (IPv6; IPv4 30 s), and the entry took
+// them for 30 s. On the test clock: a port-53 first fragment is dropped 90 s
+// after a port-123 entry whose later fragments came at 29 s, and passed at 92 s.
+TEST(FragmentTable, AFirstFragmentMeetsItsKeysLaterFragmentsForAQueuesLife)
+{
+	RuleSpec r;
+	r.cidr = parse_cidr("10.0.0.0/8");
+	r.rate = parse_rate("1/h");
+	r.burst = 100;
+	r.name = "limit";
+	validate_rule(r);
+	Replayer kernel(r, TableSizes{64, 64, 64});
+	const uint64_t SEC = 1000000000ULL, t0 = 1000 * SEC;
+	auto frame = [](int frag_id, uint16_t dport, PacketSpec::Frag frag) {
+		return build_packet({.src = "10.0.0.5", .dport = dport, .frag = frag, .frag_id = uint32_t(frag_id),
+				     .more_fragments = 1});
+	};
+	for (int id : {1, 2}) {
+		EXPECT_TRUE(kernel.send(frame(id, 123, Frag::first), t0));
+		EXPECT_TRUE(kernel.send(frame(id, 123, Frag::later), t0 + 29 * SEC)) << "taken as port 123's";
+	}
+	EXPECT_FALSE(kernel.send(frame(1, 53, Frag::first), t0 + 90 * SEC));
+	EXPECT_TRUE(kernel.send(frame(2, 53, Frag::first), t0 + 92 * SEC));
+}
+
+// A datagram whose last fragment overtakes its middle ones: those are judged
+// as if their first fragment were unseen, by the strictest rule they may meet.
+TEST_F(Datapath, FragmentsAfterTheLastOneAreJudgedAsUnknown)
+{
+	add("192.0.2.0/24", "1/h", 1, "dns", Proto::udp, {53, 53});
+	add_action("192.0.2.0/24", Action::allow, "ntp", Proto::udp, {123, 123});
+	EXPECT_EQ(run({.dport = 123, .frag = Frag::first, .frag_id = 5}), XDP_PASS);
+	EXPECT_EQ(run({.dport = 123, .frag = Frag::later, .frag_id = 5, .frag_offset = 2960, .more_fragments = 0}),
+		  XDP_PASS);
+	EXPECT_EQ(run({.dport = 123, .frag = Frag::later, .frag_id = 5, .frag_offset = 1480, .more_fragments = 1}),
+		  XDP_PASS)
+		<< "the port-53 limit's one token";
+	EXPECT_EQ(run({.dport = 123, .frag = Frag::later, .frag_id = 5, .frag_offset = 1480, .more_fragments = 1}),
+		  XDP_DROP);
+	EXPECT_EQ(rule_counters("ntp").passed_packets, 2u);
+	EXPECT_EQ(rule_counters("dns").passed_packets, 1u);
 }
 
 // Defect 2: three or more priority tags failed open, and the kernel strips

@@ -100,6 +100,7 @@ FrameFacts inspect_frame(const std::vector<uint8_t> &frame)
 		if (frag & 0x1fff) {
 			// A later fragment keeps its protocol (reassembly keys on it), not its ports.
 			f.frag = FrameFacts::Frag::later;
+			f.last_frag = !(frag & 0x2000);
 			f.proto_known = true;
 			f.encapsulated = is_encap(f.proto);
 			return f;
@@ -144,6 +145,7 @@ FrameFacts inspect_frame(const std::vector<uint8_t> &frame)
 			if (fo & 0xfff8) {
 				f.frag = FrameFacts::Frag::later; // RFC 8200: only the first fragment names the protocol
 				f.frag_id = id;
+				f.last_frag = !(fo & 1);
 				return f;
 			}
 			if (fo & 1) {
@@ -264,8 +266,23 @@ void Oracle::remember_fragment(const FrameFacts &f)
 	// the bound, a tiny header) names nothing and is not remembered.
 	bool port_proto = f.proto == 6 || f.proto == 17;
 	if (f.kind == FrameFacts::Kind::ip && f.frag == FrameFacts::Frag::first && f.proto_known &&
-	    (f.ports_known || !port_proto))
-		frags_[frag_key(f)] = {f.proto, f.dport, f.ports_known};
+	    (f.ports_known || !port_proto)) {
+		// The same ports again keep what later fragments did with them.
+		auto it = frags_.find(frag_key(f));
+		bool judged = it != frags_.end() && it->second.judged;
+		frags_[frag_key(f)] = {f.proto, f.dport, f.ports_known, judged};
+	}
+}
+
+void Oracle::follow_later_fragment(const FrameFacts &f)
+{
+	auto it = frags_.find(frag_key(f));
+	if (f.kind != FrameFacts::Kind::ip || f.frag != FrameFacts::Frag::later || it == frags_.end() ||
+	    it->second.ended)
+		return;
+	// An expired entry may still be live in the program: judged all the same.
+	it->second.judged = true;
+	it->second.ended = f.last_frag && !it->second.expired;
 }
 
 uint64_t &Oracle::tokens(size_t rule, const FrameFacts &f)
@@ -306,14 +323,29 @@ Expected Oracle::decide(const FrameFacts &in, bool track_state)
 
 	std::vector<size_t> cands = candidates(in);
 	FrameFacts f = in;
+	if (f.frag == FrameFacts::Frag::first) {
+		// Later fragments of another port took this key: the datagram
+		// this one would complete was judged by another rule.
+		auto it = frags_.find(frag_key(f));
+		if (it != frags_.end() && it->second.judged &&
+		    (!f.proto_known || it->second.proto != f.proto || it->second.ports_known != f.ports_known ||
+		     (f.ports_known && it->second.dport != f.dport))) {
+			e.xdp = 1;
+			e.counter = "drop_malformed";
+			e.why = "first fragment of another port than its key's later fragments took";
+			return e;
+		}
+	}
 	if (f.frag == FrameFacts::Frag::later) {
 		auto it = frags_.find(frag_key(f));
-		if (it != frags_.end()) {
+		if (it != frags_.end() && !it->second.ended && !it->second.expired) {
 			f.proto_known = true;
 			f.ports_known = it->second.ports_known;
 			f.proto = it->second.proto;
 			f.dport = it->second.dport;
 			e.why = "later fragment judged as its first; ";
+			if (track_state)
+				follow_later_fragment(in);
 		} else if (f.family == 6) {
 			f.proto_known = false;
 			e.why = "later fragment, first unseen: protocol and ports unknown; ";
@@ -343,11 +375,12 @@ Expected Oracle::decide(const FrameFacts &in, bool track_state)
 		}
 	}
 	if (pool.empty()) {
-		// Passed: a first fragment is remembered here too, so that its later
-		// fragments are not charged to a port rule of another port.
+		// Passed: where a rule covers the source, a first fragment is
+		// remembered here too, so that its later fragments are not charged
+		// to a port rule of another port.
 		e.counter = "pass_no_match";
 		e.why += cands.empty() ? "no rule covers it" : "no rule matches";
-		if (track_state)
+		if (track_state && !cands.empty())
 			remember_fragment(in);
 		return e;
 	}

@@ -36,6 +36,7 @@ struct FrameFacts {
 	uint16_t dport = 0;
 	enum class Frag { none, first, later } frag = Frag::none;
 	uint32_t frag_id = 0;
+	bool last_frag = false;      ///< a later fragment that says no more follow
 	bool tiny_first = false;     ///< a first fragment too short to hold the ports
 	bool chain_too_long = false; ///< IPv6: an extension header after the 12th
 	bool encapsulated = false;   ///< IPIP, IPv6-in-IP, GRE, ESP or PPPoE
@@ -91,14 +92,30 @@ public:
 	/// The fragment table, written when a first fragment that names its
 	/// datagram (ports read, or a protocol without ports) passes: keyed by (family, IPv4 protocol or 0, id, source, destination).
 	using FragKey = std::tuple<int, uint8_t, uint32_t, std::array<uint8_t, 16>, std::array<uint8_t, 16>>;
+	/// `judged`: a later fragment took the ports; `ended`: the last one was
+	/// seen, so no later fragment takes them; `expired`: forgotten by
+	/// forget_fragments, so no later fragment takes them either, but a
+	/// first fragment still meets `judged` (the program keeps that 91 s,
+	/// longer than a fuzzing run).
 	struct FragEntry {
 		uint8_t proto;
 		uint16_t dport;
 		bool ports_known;
+		bool judged = false;
+		bool ended = false;
+		bool expired = false;
 	};
 	void remember_fragment(const FrameFacts &f);
-	void forget_fragments() { frags_.clear(); }
-	size_t fragments_remembered() const { return frags_.size(); }
+	/// What a later fragment does to its entry: taken (judged) until the
+	/// datagram's last fragment (ended). decide() does it when tracking state.
+	void follow_later_fragment(const FrameFacts &f);
+	/// What the program may have let expire: later fragments no longer take
+	/// any entry's ports.
+	void forget_fragments()
+	{
+		for (auto &[key, entry] : frags_)
+			entry.expired = true;
+	}
 	static FragKey frag_key(const FrameFacts &f);
 
 	/// Sets a bucket's remaining passes (the fuzzer follows the program's own).
