@@ -2166,8 +2166,11 @@ struct walk {
 	__u8  set;   /* struct sluice_active.set: the live rule and lookup sets */
 	__u8  flags;
 	__u8  verdict;
-	__u8  pos;   /* where in that list the walk goes on */
+	/* Two nibbles: one byte more would take the call chain's stack past 512. */
+	__u8  pos : 4;             /* where in that list the walk goes on */
+	__u8  unknown_charged : 4; /* rules charged as a candidate that may match */
 };
+_Static_assert(SLUICE_LIST_SLOTS < 16 && SLUICE_MAX_UNKNOWN_CHARGED < 16, "struct walk's nibbles");
 
 enum walk_step {
 	STEP_END,     /* the walk is over */
@@ -2178,13 +2181,15 @@ enum walk_step {
 /*
  * Walks one match list from w->pos. Of the terminal rules, with every
  * selector known, the first that matches decides. A candidate that may match
- * (an unknown protocol or port) is weighed with the rest, up to the first
- * that surely matches: an allow never matches on an unknown selector, and of
- * the others the strictest decides (the earlier on a tie), so hiding a header
- * never moves a packet to a laxer rule. A layered rule that may match stops
- * the walk to be applied. Inlined into walk_step, which the verifier checks
- * once; the best candidate is kept as a slot, not a pointer, so that its
- * states converge.
+ * (an unknown protocol or port) is charged as a layered rule is, up to the
+ * first that surely matches: an allow never matches on an unknown selector,
+ * and each other candidate must pass the packet, so hiding a header never
+ * spends another rule's budget in place of its own. Past
+ * SLUICE_MAX_UNKNOWN_CHARGED such rules, the rest are weighed, and the
+ * strictest decides (the earlier on a tie). A layered rule, or a candidate
+ * to charge, stops the walk to be applied. Inlined into walk_step, which the
+ * verifier checks once; the best candidate is kept as a slot, not a
+ * pointer, so that its states converge.
  */
 static __always_inline int walk_list(const struct packet_info *pkt, const struct sluice_match_list *list,
 				     struct walk *w)
@@ -2218,7 +2223,10 @@ static __always_inline int walk_list(const struct packet_info *pkt, const struct
 			w->flags |= WALK_DONE;
 			return STEP_END;
 		}
-		if (r->flags & SLUICE_RULE_CONTINUE) {
+		if ((r->flags & SLUICE_RULE_CONTINUE) ||
+		    (m == MATCH_MAYBE && w->unknown_charged < SLUICE_MAX_UNKNOWN_CHARGED)) {
+			if (!(r->flags & SLUICE_RULE_CONTINUE))
+				w->unknown_charged++;
 			w->slot = slot;
 			w->pos = i + 1;
 			return STEP_LAYERED;
@@ -2338,8 +2346,9 @@ static __always_inline int start_decision(struct packet_info *pkt, struct walk *
  * the walk found decides. Inlined into the program, each step a global
  * function (walk_step): the call chain to the bucket code stays within the
  * 512-byte stack. The controller keeps every walk within
- * SLUICE_MAX_LIST_WALK lists and SLUICE_MAX_LAYERED layered rules, so the
- * loop's last step is never needed; it ends the walk all the same. */
+ * SLUICE_MAX_LIST_WALK lists and SLUICE_MAX_LAYERED layered rules, and the
+ * walk charges at most SLUICE_MAX_UNKNOWN_CHARGED candidates that may match,
+ * so the loop's last step is never needed; it ends the walk all the same. */
 static __always_inline __u32 decide_packet(struct xdp_md *ctx, struct packet_info *pkt)
 {
 	struct walk w = {};
@@ -2349,10 +2358,10 @@ static __always_inline __u32 decide_packet(struct xdp_md *ctx, struct packet_inf
 		return SLUICE_CNT_DROP_MALFORMED;
 	if (!start_decision(pkt, &w))
 		return SLUICE_CNT_PASS_NO_MATCH;
-	for (i = 0; i < SLUICE_MAX_LIST_WALK + SLUICE_MAX_LAYERED + 1; i++) {
+	for (i = 0; i < SLUICE_MAX_LIST_WALK + SLUICE_MAX_LAYERED + SLUICE_MAX_UNKNOWN_CHARGED + 1; i++) {
 		int step;
 
-		if (i == SLUICE_MAX_LIST_WALK + SLUICE_MAX_LAYERED)
+		if (i == SLUICE_MAX_LIST_WALK + SLUICE_MAX_LAYERED + SLUICE_MAX_UNKNOWN_CHARGED)
 			w.flags |= WALK_LAST;
 		step = walk_step(ctx, pkt, &w);
 		if (w.flags & WALK_NO_COVER)

@@ -57,6 +57,7 @@
 #define SLUICE_LIST_SLOTS          14 /* rules per match list; longer lists chain */
 #define SLUICE_MAX_LIST_WALK       128 /* match lists walked per packet: the cover limit */
 #define SLUICE_MAX_LAYERED         32  /* layered rules that may apply to one packet */
+#define SLUICE_MAX_UNKNOWN_CHARGED 8   /* rules a packet that hides its port is charged to, before the strictest of the rest */
 #define SLUICE_MAX_VLAN_DEPTH      8  /* VLAN tags walked; a deeper stack is dropped */
 #define SLUICE_MAX_IPV6_EXT_HDRS   12 /* extension headers walked; beyond, the protocol is unknown */
 #define SLUICE_FRAG_ENTRIES        8192 /* datagrams whose first fragment is remembered */

@@ -271,9 +271,9 @@ TEST(Explain, AnIpv6SlashSixtyFourSharesOneBucket)
 }
 
 // A later fragment whose first fragment was not seen hides its port: the
-// program charges the strictest candidate, and explain without --dport says
-// which, and that an allow for port 53 never matches it.
-TEST(Explain, AnUnknownPortIsChargedToTheStrictestCandidate)
+// program charges every candidate it may meet, and explain without --dport
+// says which, and that an allow for port 53 never matches it.
+TEST(Explain, AnUnknownPortIsChargedToEveryCandidate)
 {
 	require_root();
 	Explained x(rule("10.0.0.0/8", "1000/s", "wide"));
@@ -290,9 +290,11 @@ TEST(Explain, AnUnknownPortIsChargedToTheStrictestCandidate)
 	x.add(ntp);
 	const uint64_t t = TRACE_START_NS;
 	Explanation e = explain(x.kernel_.maps(), make_explain_packet("10.4.4.4", "udp", std::nullopt, 1000), {t, t});
-	EXPECT_EQ(Explained::decider(e), "slow-ntp");
+	EXPECT_EQ(Explained::decider(e), "wide");
 	EXPECT_EQ(e.walk.candidates.at(0).rule.spec.name, "dns-ok");
 	EXPECT_EQ(e.walk.candidates.at(0).role, Role::allow_unknown);
+	EXPECT_EQ(e.walk.candidates.at(1).rule.spec.name, "slow-ntp");
+	EXPECT_EQ(e.walk.candidates.at(1).role, Role::unknown);
 	auto frag = build_packet({.src = "10.4.4.4", .dport = 53, .frag = PacketSpec::Frag::later, .payload = PAYLOAD});
 	for (int i = 0; i < 3; i++) {
 		Explanation before = explain(x.kernel_.maps(),
@@ -305,6 +307,10 @@ TEST(Explain, AnUnknownPortIsChargedToTheStrictestCandidate)
 			<< "slow-ntp did not count fragment " << i;
 	}
 	EXPECT_EQ(x.counters("slow-ntp").dropped_packets, 1u) << "a burst of 2: the third fragment is dropped";
+	EXPECT_EQ(x.counters("wide").passed_packets, 2u) << "charged after slow-ntp passed it";
+	Explanation last = explain(x.kernel_.maps(), make_explain_packet("10.4.4.4", "udp", std::nullopt, 1000), {t, t});
+	EXPECT_EQ(last.walk.candidates.at(1).role, Role::unknown_drop);
+	EXPECT_EQ(Explained::decider(last), "slow-ntp");
 }
 
 TEST(Explain, ChangesNothing)

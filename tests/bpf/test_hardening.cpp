@@ -218,6 +218,37 @@ TEST_F(Datapath, FragmentsAfterTheLastOneAreJudgedAsUnknown)
 	EXPECT_EQ(rule_counters("dns").passed_packets, 1u);
 }
 
+// Hidden-port fragments spent another rule's budget: a later fragment whose
+// port is unknown went to the rule of the slowest long-run rate and was
+// charged there alone, so a port-54 datagram sent later fragments first
+// passed whole on port 53's burst of 1,000. Now it is charged to every rule
+// it may belong to, and passes only if each passes.
+TEST_F(Datapath, AHiddenPortIsChargedToEveryRuleItMayMeet)
+{
+	add("192.0.2.0/24", "10/s", 1000, "p53", Proto::udp, {53, 53});
+	add("192.0.2.0/24", "20/s", 1, "p54", Proto::udp, {54, 54});
+	int passed = 0;
+	for (int i = 1; i <= 44; i++)
+		passed += run({.dport = 54, .frag = Frag::later, .frag_id = 1, .frag_offset = 1480 * i,
+			       .more_fragments = i < 44}) == XDP_PASS;
+	passed += run({.dport = 54, .frag = Frag::first, .frag_id = 1}) == XDP_PASS;
+	EXPECT_EQ(passed, 1) << "port 54's burst of 1, not port 53's 1,000";
+	EXPECT_EQ(rule_counters("p54").passed_packets, 1u);
+
+	// Two rules alike, ports 53 and 54, 1/min with a burst of 5: ten
+	// two-fragment port-54 datagrams, each later fragment first, get no more
+	// than port 54's own 5 packets through (they got 10, 5 charged to each).
+	add("198.51.100.0/24", "1/min", 5, "q53", Proto::udp, {53, 53});
+	add("198.51.100.0/24", "1/min", 5, "q54", Proto::udp, {54, 54});
+	passed = 0;
+	for (uint32_t id = 1; id <= 10; id++) {
+		passed += run({.src = "198.51.100.7", .dport = 54, .frag = Frag::later, .frag_id = id}) == XDP_PASS;
+		passed += run({.src = "198.51.100.7", .dport = 54, .frag = Frag::first, .frag_id = id}) == XDP_PASS;
+	}
+	EXPECT_LE(passed, 5);
+	EXPECT_LE(rule_counters("q54").passed_packets, 5u);
+}
+
 // Defect 2: three or more priority tags failed open, and the kernel strips
 // them and delivers the packet.
 TEST_F(Datapath, VlanStacksUpToEightTagsAreJudged)

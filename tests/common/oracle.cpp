@@ -392,42 +392,52 @@ Expected Oracle::decide(const FrameFacts &in, bool track_state)
 		e.why += "tiny first fragment that a rule may decide";
 		return e;
 	}
-	size_t win = pool.back(); // the definite one, if any
-	if (!definite || pool.size() > 1) {
-		win = pool[0];
-		for (size_t i : pool)
+	// Each candidate that may match is charged, in walk order, up to 8 of
+	// them; of any further ones and the definite one, the strictest (the
+	// definite one alone, if there is none). A drop ends it.
+	std::vector<size_t> charge, weigh;
+	for (size_t k = 0; k < pool.size(); k++) {
+		bool maybe = !(definite && k + 1 == pool.size());
+		(maybe && charge.size() < SPEC_MAX_UNKNOWN_CHARGED ? charge : weigh).push_back(pool[k]);
+	}
+	if (!weigh.empty()) {
+		size_t win = weigh[0];
+		for (size_t i : weigh)
 			if (rules_[i].spec.strictness() > rules_[win].spec.strictness())
 				win = i;
+		charge.push_back(win);
 	}
-	e.rule = static_cast<int>(win);
-	const ModelRule &r = rules_[win].spec;
-	e.why += (definite ? "decided by " : "strictest possible rule ") + r.name;
-	switch (r.action) {
-	case ModelRule::Action::allow:
-		e.counter = "pass_allow";
-		e.allowed = true;
-		break;
-	case ModelRule::Action::deny:
-		e.xdp = 1;
-		e.counter = "drop_deny";
-		break;
-	case ModelRule::Action::limit: {
+	for (size_t i : charge) {
+		const ModelRule &r = rules_[i].spec;
+		bool decides = i == charge.back();
+		e.rule = static_cast<int>(i);
+		e.why += (decides ? (definite ? "decided by " : "strictest possible rule ") : "charged as it may match: ") +
+			 r.name + (decides ? "" : "; ");
+		if (r.action == ModelRule::Action::allow) {
+			e.counter = "pass_allow";
+			e.allowed = true;
+			break;
+		}
+		if (r.action == ModelRule::Action::deny) {
+			e.xdp = 1;
+			e.counter = "drop_deny";
+			break;
+		}
 		e.charged = true;
 		if (!track_state) {
+			// Whether it passes depends on buckets the oracle does not track.
 			e.xdp = -1;
 			e.counter = "limit";
 			return e;
 		}
-		uint64_t &t = tokens(win, f);
-		if (t > 0) {
-			t--;
-			e.counter = "pass_limit";
-		} else {
+		uint64_t &t = tokens(i, f);
+		if (t == 0) {
 			e.xdp = 1;
 			e.counter = "drop_rate";
+			break;
 		}
-		break;
-	}
+		t--;
+		e.counter = "pass_limit";
 	}
 	if (e.xdp == 2 && track_state)
 		remember_fragment(in);

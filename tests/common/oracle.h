@@ -16,6 +16,8 @@ namespace sluice::test {
 /// Limits of the specified parser.
 constexpr int SPEC_MAX_VLAN_TAGS = 8;
 constexpr int SPEC_MAX_IPV6_EXT_HDRS = 12;
+/// Rules a packet that hides its port is charged to before the strictest of the rest.
+constexpr size_t SPEC_MAX_UNKNOWN_CHARGED = 8;
 
 /// What the specified parser learns from a frame.
 struct FrameFacts {

@@ -148,9 +148,9 @@ TEST(ExplainWalk, ANonMatchingPrefixFallsThrough)
 	EXPECT_FALSE(walk_rules(r.all(), packet("2001:db8::1")).prefix) << "IPv4 rules never meet IPv6";
 }
 
-// An unknown port: an allow never matches on it, and of the candidates up
-// to the first sure match the strictest decides.
-TEST(ExplainWalk, AnUnknownSelectorIsJudgedByTheStrictestCandidate)
+// An unknown port: an allow never matches on it, and every other candidate
+// up to the first sure match is charged as it is met.
+TEST(ExplainWalk, AnUnknownSelectorIsChargedToEveryCandidate)
 {
 	Rules r;
 	r.limit("wide", "10.0.0.0/8", "1000/s")
@@ -158,14 +158,20 @@ TEST(ExplainWalk, AnUnknownSelectorIsJudgedByTheStrictestCandidate)
 		.limit("slow-ntp", "10.0.0.0/8", "10/s", Proto::udp, "123")
 		.action("no-tftp", "10.0.0.0/8", Action::deny, Proto::udp, "69");
 	RuleWalk w = walk_rules(r.all(), packet("10.0.0.1", "udp"));
-	EXPECT_EQ(roles(w), (std::vector<std::string>{"dns-ok:allow_unknown", "slow-ntp:weighed", "no-tftp:decides",
-						      "wide:weighed"}));
+	EXPECT_EQ(roles(w), (std::vector<std::string>{"dns-ok:allow_unknown", "slow-ntp:unknown", "no-tftp:unknown",
+						      "wide:decides"}));
+	EXPECT_EQ(w.applied.size(), 3u);
 	// Known, the port decides exactly.
 	EXPECT_EQ(decider(walk_rules(r.all(), packet("10.0.0.1", "udp", 53))), "dns-ok");
-	// Without the deny, the slower limit.
-	Rules limits;
-	limits.limit("wide", "10.0.0.0/8", "1000/s").limit("slow-ntp", "10.0.0.0/8", "10/s", Proto::udp, "123");
-	EXPECT_EQ(decider(walk_rules(limits.all(), packet("10.0.0.1"))), "slow-ntp");
+	// Past SLUICE_MAX_UNKNOWN_CHARGED candidates, the strictest of the rest decides.
+	Rules many;
+	for (int port = 1; port <= SLUICE_MAX_UNKNOWN_CHARGED + 2; port++)
+		many.limit(("p" + std::to_string(port)).c_str(), "10.0.0.0/8", port == SLUICE_MAX_UNKNOWN_CHARGED + 2 ? "1/s" : "100/s",
+			   Proto::udp, std::to_string(port).c_str());
+	many.limit("wide", "10.0.0.0/8", "1000/s");
+	RuleWalk m = walk_rules(many.all(), packet("10.0.0.1", "udp"));
+	EXPECT_EQ(m.applied.size(), SLUICE_MAX_UNKNOWN_CHARGED + 1u);
+	EXPECT_EQ(decider(m), "p" + std::to_string(SLUICE_MAX_UNKNOWN_CHARGED + 2));
 }
 
 // Layered rules apply as they are met, in match order; the walk goes on

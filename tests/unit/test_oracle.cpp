@@ -119,7 +119,7 @@ TEST(Oracle, EncapsulationIsJudgedByTheOuterHeader)
 	EXPECT_TRUE(pppoe.encapsulated);
 }
 
-TEST(Oracle, UnknownSelectorsNeverMatchAnAllowAndTheStrictestRuleDecides)
+TEST(Oracle, UnknownSelectorsNeverMatchAnAllowAndEveryOtherCandidateIsCharged)
 {
 	Oracle o;
 	const uint64_t hour = 3600000000000ull;
@@ -134,12 +134,15 @@ TEST(Oracle, UnknownSelectorsNeverMatchAnAllowAndTheStrictestRuleDecides)
 	later.frag_id = 9;
 	Expected e = o.decide(inspect_frame(build_packet(later)));
 	EXPECT_EQ(o.rule(static_cast<size_t>(e.rule)).name, "dns");
-	// IPv6 later fragment: protocol unknown too; dns (1/h) is stricter than ssh (2/h).
+	// IPv6 later fragment: protocol unknown too; charged to ssh and dns both.
 	Oracle o6;
-	o6.add_rule({"ssh", "2001:db8::/32", 6, 22, 22, ModelRule::Action::limit, 3, hour / 2});
-	o6.add_rule({"dns", "2001:db8::/32", 17, 53, 53, ModelRule::Action::limit, 3, hour});
-	e = o6.decide(inspect_frame(build_packet({.src = "2001:db8::1", .frag = Frag::later})));
-	EXPECT_EQ(o6.rule(static_cast<size_t>(e.rule)).name, "dns");
+	size_t ssh = o6.add_rule({"ssh", "2001:db8::/32", 6, 22, 22, ModelRule::Action::limit, 3, hour / 2});
+	size_t dns = o6.add_rule({"dns", "2001:db8::/32", 17, 53, 53, ModelRule::Action::limit, 3, hour});
+	FrameFacts hidden = inspect_frame(build_packet({.src = "2001:db8::1", .frag = Frag::later}));
+	e = o6.decide(hidden);
+	EXPECT_EQ(e.counter, "pass_limit");
+	EXPECT_EQ(o6.tokens(ssh, hidden), 2u);
+	EXPECT_EQ(o6.tokens(dns, hidden), 2u);
 	// After its first fragment passed, a later fragment is judged as the datagram.
 	auto frags = build_fragments(p, {{0, 24, true}, {24, 48, false}});
 	EXPECT_EQ(o.decide(inspect_frame(frags[0])).counter, "pass_allow");

@@ -216,6 +216,8 @@ std::string_view role_name(Role r)
 	case Role::allow_unknown: return "skipped: an allow never matches an unknown selector";
 	case Role::layered: return "layered: charged, the walk goes on";
 	case Role::layered_drop: return "layered: drops it, the walk ends";
+	case Role::unknown: return "may match: charged, the walk goes on";
+	case Role::unknown_drop: return "may match: drops it, the walk ends";
 	case Role::weighed: return "weighed: a stricter candidate decides";
 	case Role::decides: return "decides";
 	case Role::not_reached: break;
@@ -230,6 +232,8 @@ std::string_view role_key(Role r)
 	case Role::allow_unknown: return "allow_unknown";
 	case Role::layered: return "layered";
 	case Role::layered_drop: return "layered_drop";
+	case Role::unknown: return "unknown";
+	case Role::unknown_drop: return "unknown_drop";
 	case Role::weighed: return "weighed";
 	case Role::decides: return "decides";
 	case Role::not_reached: break;
@@ -264,6 +268,7 @@ RuleWalk walk_rules(const std::vector<InstalledRule> &rules, const ExplainPacket
 	// The program's walk_list, candidate by candidate.
 	std::optional<size_t> best;
 	uint64_t best_strictness = 0;
+	unsigned charged_unknown = 0;
 	for (size_t i = 0; i < walk.candidates.size(); i++) {
 		Candidate &c = walk.candidates[i];
 		const RuleSpec &s = c.rule.spec;
@@ -278,6 +283,12 @@ RuleWalk walk_rules(const std::vector<InstalledRule> &rules, const ExplainPacket
 		if (s.layered) {
 			c.role = Role::layered;
 			walk.applied.push_back(i);
+			continue;
+		}
+		if (c.match == Match::maybe && charged_unknown < SLUICE_MAX_UNKNOWN_CHARGED) {
+			c.role = Role::unknown;
+			walk.applied.push_back(i);
+			charged_unknown++;
 			continue;
 		}
 		c.role = Role::weighed;
@@ -462,9 +473,11 @@ Explanation explain(const MapSet &maps, const ExplainPacket &pkt, const ClockRea
 		e.applied.push_back(a);
 		e.decided_by = e.applied.size() - 1;
 		e.verdict = verdict;
-		// A layered rule that drops ends the walk: no later rule sees the packet.
-		if (((SLUICE_DROP_VERDICTS >> verdict) & 1) && s.layered) {
-			e.walk.candidates[index].role = Role::layered_drop;
+		// A layered rule, or one charged as it may match, that drops ends
+		// the walk: no later rule sees the packet.
+		Role &role = e.walk.candidates[index].role;
+		if (((SLUICE_DROP_VERDICTS >> verdict) & 1) && (role == Role::layered || role == Role::unknown)) {
+			role = role == Role::layered ? Role::layered_drop : Role::unknown_drop;
 			for (size_t i = index + 1; i < e.walk.candidates.size(); i++)
 				e.walk.candidates[i].role = Role::not_reached;
 			break;

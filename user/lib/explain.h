@@ -52,6 +52,8 @@ enum class Role : uint8_t {
 	allow_unknown, ///< an allow whose selector the packet hides: an allow never matches then
 	layered,       ///< a layered (--continue) rule: charged, then the walk goes on
 	layered_drop,  ///< a layered rule whose bucket drops the packet: the walk ends there (explain only)
+	unknown,       ///< may match (a selector unknown): charged, then the walk goes on
+	unknown_drop,  ///< may match, and its bucket or deny drops the packet: the walk ends there (explain only)
 	weighed,       ///< may match, but a stricter candidate (or an earlier equal one) decides
 	decides,       ///< the terminal rule the walk chose
 	not_reached,   ///< after the walk stopped
@@ -83,8 +85,9 @@ struct RuleWalk {
 /// Walks `rules` (any order; both families) for `pkt` as the program walks
 /// its match lists: layered rules apply as they are met; of the terminal
 /// rules, with every selector known, the first that matches decides; with a
-/// selector unknown, an allow never matches and the strictest candidate up
-/// to the first sure match decides.
+/// selector unknown, an allow never matches, and each candidate up to the
+/// first sure match is charged as it is met (SLUICE_MAX_UNKNOWN_CHARGED of
+/// them; then the strictest of the rest and the sure match decides).
 RuleWalk walk_rules(const std::vector<InstalledRule> &rules, const ExplainPacket &pkt);
 
 /// The clock readings a bucket's state is judged at: a rule reads the
