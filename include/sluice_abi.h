@@ -68,6 +68,7 @@
 #define SLUICE_FRAG_QUEUE_NS       61000000000ULL
 #define SLUICE_MAX_IFACES          256
 #define SLUICE_DEFAULT_MTU         1500 /* of an interface the controller did not record */
+#define SLUICE_MTU_WIRE_FRAMES     0xffffffffu /* recorded for native mode: every frame is one wire packet */
 #define SLUICE_MAX_RULE_ID         0xfffffffeu /* a key with id 0xffffffff could be SLUICE_KEY_BUSY */
 #define SLUICE_CAS_RETRIES         8  /* compare-and-swap attempts per packet */
 #define SLUICE_LOCK_RETRIES        256 /* reads of a held bucket lock before giving up */

@@ -731,6 +731,28 @@ TEST_F(EndToEnd, SuperPacketsAreChargedAsTheirDatagramsInBothModes)
 	EXPECT_NEAR(double(passed["generic"]), double(passed["native"]), 0.1 * double(passed["native"]));
 }
 
+// In native mode a frame is one wire packet, whatever its length: veth takes
+// a frame up to 18 bytes over its MTU, and a 1,504-byte datagram on a
+// 1,500-byte link was charged as two (the second of two such, under a burst
+// of 2, was dropped).
+TEST_F(EndToEnd, ANativeFrameOverTheMtuIsOnePacket)
+{
+	shell("ip -n " + SRC_NS + " link set " + SRC_IF + " mtu 1504");
+	attach("native");
+	expect_ok(cli({"rule", "add", "10.200.0.0/24", "--proto", "udp", "--dport", std::to_string(PORT), "--rate",
+		       "2/min", "--burst", "2", "--name", "two"}));
+	UdpCounter counter;
+	counter.start();
+	ASSERT_EQ(send_udp_in(SRC_NS, V4_SOURCES[0], DST_V4, PORT, 2, 1504 - 28), 2);
+	std::map<std::string, int> received = counter.finish();
+	json stats = cli_json({"stats", "--json"});
+	ASSERT_EQ(stats["sources"].size(), 1u);
+	EXPECT_EQ(stats["sources"][0]["passed_packets"].get<uint64_t>(), 2u);
+	EXPECT_EQ(stats["sources"][0]["dropped_packets"].get<uint64_t>(), 0u);
+	EXPECT_EQ(stats["sources"][0]["passed_bytes"].get<uint64_t>(), 2u * 1504);
+	EXPECT_EQ(received[V4_SOURCES[0]], 2);
+}
+
 // TCP in generic mode: GRO hands XDP super-packets of MSS-sized segments, each
 // charged as the segments it carries, so a packet limit holds as in native
 // mode. (Before, a 100/s limit let 6.0 MB/s through in generic mode, at 45,122

@@ -137,8 +137,8 @@ uint32_t resolve_ifindex(const std::string &ifname, const char *verb)
 	return idx;
 }
 
-// The interface's MTU: the data plane charges a longer frame (a GRO or BIG
-// TCP super-packet) as the wire packets it carries.
+// The interface's MTU: in generic mode the data plane charges a longer frame
+// (a GRO or BIG TCP super-packet) as the wire packets it carries.
 uint32_t interface_mtu(const std::string &ifname)
 {
 	UniqueFd sock(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
@@ -503,6 +503,26 @@ void Instance::check_sizes(const MapSet &m, const TableSizes &sizes)
 	differs(sets_of(sizes.max_log_sources), m.max_log_sources(), "--max-log-sources");
 }
 
+bool Instance::attached_in(uint32_t ifindex, XdpMode mode) const
+{
+	std::string name = link_pin_name(current_netns(), ifindex, mode);
+	return access((links_dir() + "/" + name).c_str(), F_OK) == 0 ||
+	       access((links_dir() + "/" DISPATCHED_PREFIX + name).c_str(), F_OK) == 0;
+}
+
+// How the data plane sizes an interface's frames. In native mode the driver
+// hands XDP each frame as it came off the wire (GRO comes after XDP, and XDP
+// turns LRO off), so a frame is one packet whatever its length: a NIC may
+// take a few bytes over its MTU (veth takes MTU + 18). In generic mode a
+// frame longer than the MTU is a GRO or BIG TCP super-packet. Both modes on
+// one interface: generic's rule, for the frames that mode sees.
+void Instance::record_frame_size(const MapSet &m, uint32_t ifindex, const std::string &ifname, XdpMode mode) const
+{
+	uint32_t size = mode == XdpMode::generic || attached_in(ifindex, XdpMode::generic) ? interface_mtu(ifname)
+											   : SLUICE_MTU_WIRE_FRAMES;
+	map_update(m.iface_mtu.get(), &ifindex, &size, "interface MTU");
+}
+
 void Instance::attach(const std::string &ifname, XdpMode mode, const TableSizes &sizes, bool beside_other_mode,
 		      const std::string &then)
 {
@@ -552,8 +572,7 @@ void Instance::attach(const std::string &ifname, XdpMode mode, const TableSizes 
 	});
 	if (next)
 		put_in_prog_array(m.then.get(), ifindex, next.get(), "chain " + then + " after sluice on " + ifname);
-	uint32_t mtu = interface_mtu(ifname);
-	map_update(m.iface_mtu.get(), &ifindex, &mtu, "interface MTU");
+	record_frame_size(m, ifindex, ifname, mode);
 
 	LIBBPF_OPTS(bpf_link_create_opts, opts,
 		    .flags = mode == XdpMode::native ? XDP_FLAGS_DRV_MODE : XDP_FLAGS_SKB_MODE);
@@ -595,6 +614,7 @@ void Instance::attach_multiprog(const std::string &ifname, XdpMode mode, const T
 		if (fresh)
 			remove_pins(dir_);
 	});
+	record_frame_size(maps(), ifindex, ifname, mode);
 	attach_through_dispatcher(maps(), ifindex, ifname, mode == XdpMode::generic, priority,
 				  links_dir() + "/" DISPATCHED_PREFIX + name);
 	unload_fresh.dismiss();
@@ -713,6 +733,8 @@ void Instance::detach(const std::string &ifname)
 					throw_errno("cannot remove " + d, errno);
 				if (link_pins().empty())
 					remove_pins(dir_);
+				else if (m == XdpMode::generic && attached_in(ifindex, XdpMode::native))
+					record_frame_size(maps(), ifindex, ifname, XdpMode::native);
 				return;
 			}
 		}
@@ -731,8 +753,13 @@ void Instance::detach(const std::string &ifname)
 			throw_errno("cannot detach from " + ifname, errno);
 		if (unlink(pin.c_str()))
 			throw_errno("cannot remove " + pin, errno);
-		if (parse_link_pin_name(pin.substr(pin.rfind('/') + 1), netns, pinned_ifindex, pinned_mode))
+		if (parse_link_pin_name(pin.substr(pin.rfind('/') + 1), netns, pinned_ifindex, pinned_mode)) {
 			unchain(pinned_ifindex, netns);
+			// Native mode left alone on the interface: its frames are wire packets again.
+			if (pinned_mode == XdpMode::generic && netns == current_netns() && !link_pins().empty() &&
+			    attached_in(pinned_ifindex, XdpMode::native))
+				record_frame_size(maps(), pinned_ifindex, ifname, XdpMode::native);
+		}
 	}
 	if (link_pins().empty())
 		remove_pins(dir_);
@@ -771,6 +798,23 @@ std::vector<std::string> Instance::upgrade(const TableSizes &sizes)
 			   sizes.max_log_sources ? sizes.max_log_sources : state.max_log_sources};
 	LoadedProgram fresh(want);
 	std::vector<std::string> restarted = restore_state(state, fresh.maps());
+	// A native link's frames are wire packets (record_frame_size), whatever
+	// an older program recorded for its interface.
+	for (const auto &name : link_pins()) {
+		uint64_t netns = 0;
+		uint32_t ifindex = 0;
+		XdpMode mode;
+		bool dispatched = name.rfind(DISPATCHED_PREFIX, 0) == 0;
+		std::string bare = dispatched ? name.substr(strlen(DISPATCHED_PREFIX)) : name;
+		if (!parse_link_pin_name(bare, netns, ifindex, mode) || mode != XdpMode::native)
+			continue;
+		std::string generic = link_pin_name(netns, ifindex, XdpMode::generic);
+		if (access((links_dir() + "/" + generic).c_str(), F_OK) &&
+		    access((links_dir() + "/" DISPATCHED_PREFIX + generic).c_str(), F_OK)) {
+			uint32_t size = SLUICE_MTU_WIRE_FRAMES;
+			map_update(fresh.maps().iface_mtu.get(), &ifindex, &size, "interface frame size");
+		}
+	}
 	// Chains (`--then`) hold programs: carried by id, not by bytes.
 	if (UniqueFd old_then(open_pinned_object(dir_ + "/" SLUICE_STR(SLUICE_MAP_THEN))); old_then) {
 		MapSet fm = fresh.maps();
