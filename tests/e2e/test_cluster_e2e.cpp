@@ -404,7 +404,14 @@ TEST_F(Cluster, ThroughARedisClusterWhoseMasterOfTheRuleGoesDown)
 	// Restarting waits for the cluster to say it is whole again (Redis
 	// holds a master back about 2 s); the shares return after that.
 	Clock::time_point whole;
-	auto t = send_phases({{9, {3 * RATE, 0, 0}}}, {{1.5, [&] { redis.kill(owner); }},
+	// h1's sync figures as the first phase ends: if it reads short, they say
+	// whether a round failed (degraded) or ran slow.
+	std::string first_phase;
+	auto t = send_phases({{9, {3 * RATE, 0, 0}}}, {{1.5,
+							[&] {
+								first_phase = agents_[0]->scrape();
+								redis.kill(owner);
+							}},
 						       {4, [&] {
 								redis.restart(owner);
 								whole = Clock::now();
@@ -416,7 +423,13 @@ TEST_F(Cluster, ThroughARedisClusterWhoseMasterOfTheRuleGoesDown)
 	std::printf("through the cluster, all traffic on h1: %.0f/s; the rule's master killed: %.0f/s after the "
 		    "lease; restarted: %.0f/s\n",
 		    before, fallback, again);
-	EXPECT_NEAR(before, RATE, 0.05 * RATE);
+	EXPECT_NEAR(before, RATE, 0.05 * RATE)
+		<< "h1 at the first phase's end: degraded_total "
+		<< metric_sample(first_phase, "sluice_cluster_degraded_total") << ", rounds ok "
+		<< metric_sample(first_phase, "sluice_cluster_rounds_total{result=\"ok\"}") << " and failed "
+		<< metric_sample(first_phase, "sluice_cluster_rounds_total{result=\"failed\"}") << ", last round "
+		<< metric_sample(first_phase, "sluice_cluster_round_seconds") << " s, rounds' total "
+		<< metric_sample(first_phase, "sluice_cluster_round_seconds_total") << " s";
 	EXPECT_NEAR(fallback, RATE / HOSTS, 0.1 * RATE / HOSTS);
 	EXPECT_NEAR(again, RATE, 0.05 * RATE);
 }
