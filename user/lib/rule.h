@@ -142,8 +142,8 @@ bool edit_restarts_buckets(const RuleSpec &before, const RuleSpec &after);
 bool rule_is(const InstalledRule &r, std::string_view key);
 
 /// How few packets a rule lets through (struct sluice_rule's strictness):
-/// when a packet's protocol or port cannot be read, the strictest rule it may
-/// belong to decides.
+/// when a packet's protocol or port cannot be read and it may belong to more
+/// than SLUICE_MAX_UNKNOWN_CHARGED rules, the strictest of the rest decides.
 uint64_t strictness(const RuleSpec &spec);
 /// The data plane's view of a rule (its id field is the rule's bucket id).
 struct sluice_rule to_datapath(const InstalledRule &r);
