@@ -393,8 +393,8 @@ Expected Oracle::decide(const FrameFacts &in, bool track_state)
 		return e;
 	}
 	// Each candidate that may match is charged, in walk order, up to 8 of
-	// them; of any further ones and the definite one, the strictest (the
-	// definite one alone, if there is none). A drop ends it.
+	// them; then the strictest of any further ones and the definite one (the
+	// definite one alone, if no further one may match). A drop ends it.
 	std::vector<size_t> charge, weigh;
 	for (size_t k = 0; k < pool.size(); k++) {
 		bool maybe = !(definite && k + 1 == pool.size());
