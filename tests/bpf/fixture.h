@@ -25,6 +25,21 @@
 
 namespace sluice::test {
 
+/// A limit rule's spec, for a test to change further before adding it.
+inline RuleSpec limit_spec(const char *cidr, const char *rate, uint64_t burst, const char *name = "",
+			   Proto proto = Proto::any, PortRange ports = {}, int per = -1)
+{
+	RuleSpec s;
+	s.name = name;
+	s.cidr = parse_cidr(cidr);
+	s.rate = parse_rate(rate);
+	s.burst = burst;
+	s.proto = proto;
+	s.dport = ports;
+	s.per_prefix = per;
+	return s;
+}
+
 class Datapath : public ::testing::Test {
 protected:
 	void SetUp() override
@@ -47,20 +62,6 @@ protected:
 	}
 	int run(const PacketSpec &spec, uint32_t repeat = 1) { return run_frame(test::build_packet(spec), repeat); }
 
-	/// A limit rule's spec, for a test to change further before adding it.
-	static RuleSpec limit_spec(const char *cidr, const char *rate, uint64_t burst, const char *name = "",
-				   Proto proto = Proto::any, PortRange ports = {}, int per = -1)
-	{
-		RuleSpec s;
-		s.name = name;
-		s.cidr = parse_cidr(cidr);
-		s.rate = parse_rate(rate);
-		s.burst = burst;
-		s.proto = proto;
-		s.dport = ports;
-		s.per_prefix = per;
-		return s;
-	}
 	InstalledRule add(const char *cidr, const char *rate, uint64_t burst, const char *name = "",
 			  Proto proto = Proto::any, PortRange ports = {}, int per = -1)
 	{

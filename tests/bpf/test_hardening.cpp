@@ -180,11 +180,7 @@ TEST_F(Datapath, AFragmentEntryEndsWithItsDatagram)
 // after a port-123 entry whose later fragments came at 29 s, and passed at 92 s.
 TEST(FragmentTable, AFirstFragmentMeetsItsKeysLaterFragmentsForAQueuesLife)
 {
-	RuleSpec r;
-	r.cidr = parse_cidr("10.0.0.0/8");
-	r.rate = parse_rate("1/h");
-	r.burst = 100;
-	r.name = "limit";
+	RuleSpec r = limit_spec("10.0.0.0/8", "1/h", 100, "limit");
 	validate_rule(r);
 	Replayer kernel(r, TableSizes{64, 64, 64});
 	const uint64_t SEC = 1000000000ULL, t0 = 1000 * SEC;

@@ -503,9 +503,9 @@ void Instance::check_sizes(const MapSet &m, const TableSizes &sizes)
 	differs(sets_of(sizes.max_log_sources), m.max_log_sources(), "--max-log-sources");
 }
 
-bool Instance::attached_in(uint32_t ifindex, XdpMode mode) const
+bool Instance::attached_in(uint64_t netns, uint32_t ifindex, XdpMode mode) const
 {
-	std::string name = link_pin_name(current_netns(), ifindex, mode);
+	std::string name = link_pin_name(netns, ifindex, mode);
 	return access((links_dir() + "/" + name).c_str(), F_OK) == 0 ||
 	       access((links_dir() + "/" DISPATCHED_PREFIX + name).c_str(), F_OK) == 0;
 }
@@ -518,8 +518,8 @@ bool Instance::attached_in(uint32_t ifindex, XdpMode mode) const
 // one interface: generic's rule, for the frames that mode sees.
 void Instance::record_frame_size(const MapSet &m, uint32_t ifindex, const std::string &ifname, XdpMode mode) const
 {
-	uint32_t size = mode == XdpMode::generic || attached_in(ifindex, XdpMode::generic) ? interface_mtu(ifname)
-											   : SLUICE_MTU_WIRE_FRAMES;
+	bool generic = mode == XdpMode::generic || attached_in(current_netns(), ifindex, XdpMode::generic);
+	uint32_t size = generic ? interface_mtu(ifname) : SLUICE_MTU_WIRE_FRAMES;
 	map_update(m.iface_mtu.get(), &ifindex, &size, "interface MTU");
 }
 
@@ -733,7 +733,7 @@ void Instance::detach(const std::string &ifname)
 					throw_errno("cannot remove " + d, errno);
 				if (link_pins().empty())
 					remove_pins(dir_);
-				else if (m == XdpMode::generic && attached_in(ifindex, XdpMode::native))
+				else if (m == XdpMode::generic && attached_in(current_netns(), ifindex, XdpMode::native))
 					record_frame_size(maps(), ifindex, ifname, XdpMode::native);
 				return;
 			}
@@ -757,7 +757,7 @@ void Instance::detach(const std::string &ifname)
 			unchain(pinned_ifindex, netns);
 			// Native mode left alone on the interface: its frames are wire packets again.
 			if (pinned_mode == XdpMode::generic && netns == current_netns() && !link_pins().empty() &&
-			    attached_in(pinned_ifindex, XdpMode::native))
+			    attached_in(netns, pinned_ifindex, XdpMode::native))
 				record_frame_size(maps(), pinned_ifindex, ifname, XdpMode::native);
 		}
 	}
@@ -808,9 +808,7 @@ std::vector<std::string> Instance::upgrade(const TableSizes &sizes)
 		std::string bare = dispatched ? name.substr(strlen(DISPATCHED_PREFIX)) : name;
 		if (!parse_link_pin_name(bare, netns, ifindex, mode) || mode != XdpMode::native)
 			continue;
-		std::string generic = link_pin_name(netns, ifindex, XdpMode::generic);
-		if (access((links_dir() + "/" + generic).c_str(), F_OK) &&
-		    access((links_dir() + "/" DISPATCHED_PREFIX + generic).c_str(), F_OK)) {
+		if (!attached_in(netns, ifindex, XdpMode::generic)) {
 			uint32_t size = SLUICE_MTU_WIRE_FRAMES;
 			map_update(fresh.maps().iface_mtu.get(), &ifindex, &size, "interface frame size");
 		}

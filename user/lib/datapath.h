@@ -178,8 +178,9 @@ public:
 
 private:
 	std::string links_dir() const { return dir_ + "/links"; }
-	/// True if sluice is attached to the interface in `mode`, alone or through the dispatcher.
-	bool attached_in(uint32_t ifindex, XdpMode mode) const;
+	/// True if sluice is attached to the interface (of network namespace
+	/// `netns`) in `mode`, alone or through the dispatcher.
+	bool attached_in(uint64_t netns, uint32_t ifindex, XdpMode mode) const;
 	/// Records how the data plane sizes the interface's frames (see SLUICE_MTU_WIRE_FRAMES).
 	void record_frame_size(const MapSet &m, uint32_t ifindex, const std::string &ifname, XdpMode mode) const;
 	std::string prog_pin() const { return dir_ + "/prog"; }
