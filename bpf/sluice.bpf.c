@@ -143,6 +143,15 @@ struct {
 	__type(value, struct sluice_pending_drops);
 } SLUICE_MAP_PENDING SEC(".maps");
 
+/* What each CPU owes its GCRA-form buckets (struct sluice_owed), slotted as
+ * the pending-drops slots are. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SLUICE_PENDING_SLOTS);
+	__type(key, __u32);
+	__type(value, struct sluice_owed);
+} SLUICE_MAP_OWED SEC(".maps");
+
 /* The pending-drops slot of a packet's source (sluice_source_slot), which
  * holds the drop memo of the sources that hash to it too. */
 static __always_inline __u32 source_slot(const struct packet_info *pkt)
@@ -518,6 +527,7 @@ struct charge_req {
 	__u32 pending; /* the source's pending-drops slot (source_slot): a key in a map value, not on the stack */
 	__u32 count_gen; /* sluice_count_drop's arguments, kept here across its calls */
 	__u32 count_pending;
+	__u64 written; /* charge_gcra: the word a pass wrote (sluice_owed_wrote) */
 };
 
 /* This CPU's pending-drops slot of req's source. */
@@ -587,6 +597,76 @@ __noinline int sluice_flush_pending(const struct sluice_pending_drops *p)
 		return 0;
 	count_add(&oc->dropped_packets, sluice_gen_tag(p->gen), p->packets, SLUICE_CAS_RETRIES);
 	count_add(&oc->dropped_bytes, sluice_gen_tag(p->gen), p->bytes, SLUICE_CAS_RETRIES);
+	return 1;
+}
+
+/*
+ * Writes what owed slot `o` holds to the bucket it names, if its way still
+ * holds that bucket (the key and generation), and empties the slot: the
+ * charges onto the word, from max(arrival time, since), by compare-and-swap;
+ * the passes onto the bucket's counters. The charges are written even past
+ * the capacity: their packets have passed, and the bucket pays for them with
+ * the drops that follow. A global function: called when a CPU's slot moves on
+ * to another bucket.
+ */
+__noinline int sluice_flush_owed(struct sluice_owed *o)
+{
+	struct sluice_source_state *st = NULL;
+	struct sluice_set_tags *t = NULL;
+	__u64 name, w, old, off, tat, base;
+	__u32 set;
+	__u16 gen;
+	int way, i;
+
+	if (!o || !o->packets)
+		return 0; /* the verifier: arguments of a global function may be NULL */
+	name = o->name;
+	set = (__u32)name;
+	way = SLUICE_WAY((int)(name >> 32));
+	gen = (__u16)(name >> 48);
+	if (((name >> 40) & 0xff) == SLUICE_TABLE_V6) {
+		struct sluice_set_v6 *s6 = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V6, &set);
+
+		if (!s6)
+			goto out;
+		barrier_var(s6); /* no pointer arithmetic before the check */
+		t = &s6->tag;
+		st = &s6->way[way];
+	} else {
+		struct sluice_set_v4 *s4 = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V4, &set);
+
+		if (!s4)
+			goto out;
+		barrier_var(s4); /* no pointer arithmetic before the check */
+		t = &s4->tag;
+		st = &s4->way[way];
+	}
+	if (t && st) {
+		w = SLUICE_READ_ONCE(st->word);
+		for (i = 0; i < SLUICE_CAS_RETRIES; i++) {
+			off = SLUICE_READ_ONCE(st->algo.gcra.off);
+			if (SLUICE_READ_ONCE(t->gen[way]) != gen || SLUICE_READ_ONCE(t->key[way]) != o->want)
+				break; /* evicted: its charges and counts went with it */
+			old = SLUICE_READ_ONCE(st->word);
+			if (old != w) {
+				w = old;
+				continue;
+			}
+			tat = w - off;
+			base = (__s64)(tat - o->since) > 0 ? tat : o->since;
+			old = __sync_val_compare_and_swap(&st->word, w, base + o->ticks + off);
+			if (old == w) {
+				count_add(&st->cnt.passed_packets, sluice_gen_tag(gen), o->packets, SLUICE_CAS_RETRIES);
+				count_add(&st->cnt.passed_bytes, sluice_gen_tag(gen), o->bytes, SLUICE_CAS_RETRIES);
+				break;
+			}
+			w = old;
+		}
+	}
+out:
+	o->packets = 0;
+	o->bytes = 0;
+	o->ticks = 0;
 	return 1;
 }
 
@@ -856,6 +936,167 @@ static __always_inline void count_source(struct sluice_source_counters *c, __u16
 	sluice_count_drop(c, req, gen, pending);
 }
 
+/* Owed slot `o`, which names the bucket of counters `c` (generation `gen`),
+ * was paid with this CPU's write of `written`: its passes go to the
+ * counters, and the slot is empty. */
+static __always_inline void settle_owed(struct sluice_owed *o, struct sluice_source_counters *c, __u16 gen,
+					__u64 written)
+{
+	if (o->packets) {
+		count_add(&c->passed_packets, sluice_gen_tag(gen), o->packets, SLUICE_CAS_RETRIES);
+		count_add(&c->passed_bytes, sluice_gen_tag(gen), o->bytes, SLUICE_CAS_RETRIES);
+	}
+	o->written = written;
+	o->packets = 0;
+	o->bytes = 0;
+	o->ticks = 0;
+}
+
+/* Whether a pass may go on this CPU's account (struct sluice_owed) rather
+ * than be written: another CPU wrote the bucket's word `w` since this one
+ * did, and after the pass the account stays within SLUICE_OWED_MAX packets
+ * and an eighth of the capacity, and the bucket (with the account) at least
+ * half full: `next` is its arrival time after the pass. */
+static __always_inline int may_owe(const struct sluice_owed *o, __u64 w, __u64 owed, __u64 inc, __u64 next,
+				   __u64 now_t, const struct sluice_rule *rule, const struct charge_req *req)
+{
+	__u64 cap = rule->bucket.capacity;
+
+	return (o->written != w || (__s64)(o->shared_until - req->now) > 0) &&
+	       o->packets + req->packets <= SLUICE_OWED_MAX && owed + inc <= cap / 8 && next - now_t <= cap / 2;
+}
+
+/*
+ * charge_gcra for a bucket this CPU's owed slot names, shared with another
+ * CPU, or owed passes (struct sluice_owed): the decision includes what this
+ * CPU owes; a pass goes on account where may_owe allows, or is written with
+ * the account; a drop first pays the account. The caller read the way's
+ * generation (req->count_gen): -1 if the way holds another bucket now.
+ * Counts the packet and ranks the way, as charge_gcra does. A global
+ * function: only buckets charged from several CPUs at once come here, and
+ * the fast path keeps its registers and stack.
+ */
+__noinline int sluice_charge_owed(struct sluice_source_state *st, struct sluice_set_tags *t,
+				  const struct sluice_rule *rule, struct charge_req *req)
+{
+	__u64 w, off, next, old, eff, owed, now_t;
+	struct sluice_owed *o;
+	int i, res = BUCKET_FORCED;
+
+	if (!st || !t || !rule || !req)
+		return -1; /* the verifier: arguments of a global function may be NULL */
+	o = bpf_map_lookup_elem(&SLUICE_MAP_OWED, &req->pending);
+	if (!o)
+		return -1;
+	now_t = sluice_ns_to_ticks(req->now);
+	w = SLUICE_READ_ONCE(st->word);
+	for (i = 0; i < SLUICE_CAS_RETRIES; i++) {
+		off = SLUICE_READ_ONCE(st->algo.gcra.off);
+		if (SLUICE_READ_ONCE(t->gen[SLUICE_WAY(req->way)]) != (__u16)req->count_gen ||
+		    SLUICE_READ_ONCE(t->key[SLUICE_WAY(req->way)]) != req->want)
+			return -1;
+		old = SLUICE_READ_ONCE(st->word);
+		if (old != w) {
+			w = old;
+			continue;
+		}
+		owed = o->packets ? o->ticks : 0;
+		eff = w - off;
+		if (owed)
+			eff = ((__s64)(eff - o->since) > 0 ? eff : o->since) + owed;
+		/* sluice_gcra_admit, spelled out: its result's address would take stack. */
+		next = ((__s64)(eff - now_t) > 0 ? eff : now_t) + cost_ticks(rule, req->cost);
+		if (next - now_t > rule->bucket.capacity) {
+			if (owed) {
+				/* Pay what this CPU owes, then decide again. */
+				old = __sync_val_compare_and_swap(&st->word, w, eff + off);
+				if (old == w) {
+					old = eff + off;
+					settle_owed(o, &st->cnt, (__u16)req->count_gen, old);
+				}
+				w = old;
+				continue;
+			}
+			req->full = sluice_tick_stamp(w - off);
+			req->drop_word = w;
+			req->drop_off = off;
+			req->drop_gen = (__u16)req->count_gen;
+			req->dropped = 1;
+			res = BUCKET_DROP;
+			break;
+		}
+		req->full = sluice_tick_stamp(next);
+		if (may_owe(o, w, owed, next - ((__s64)(eff - now_t) > 0 ? eff : now_t), next, now_t, rule, req)) {
+			/* On account: nothing shared is written. A bucket that was
+			 * full even with the account forgets its charges, as GCRA
+			 * does (not its passes). */
+			if (!owed || (__s64)(eff - now_t) < 0) {
+				o->since = (__s64)(w - off - now_t) > 0 ? w - off : now_t;
+				o->ticks = next - ((__s64)(w - off - now_t) > 0 ? w - off : now_t);
+			} else {
+				o->ticks = next - ((__s64)(o->since - (w - off)) > 0 ? o->since : w - off);
+			}
+			o->packets += req->packets;
+			o->bytes += req->bytes;
+			/* Counted on account. */
+			sluice_way_touch(t, req->way, req->want, req->now, req->full);
+			return BUCKET_PASS;
+		}
+		old = __sync_val_compare_and_swap(&st->word, w, next + off);
+		if (old == w) {
+			settle_owed(o, &st->cnt, (__u16)req->count_gen, next + off);
+			res = BUCKET_PASS;
+			break;
+		}
+		w = old;
+	}
+	count_source(&st->cnt, (__u16)req->count_gen, res, req, 1, SLUICE_CAS_RETRIES);
+	sluice_way_touch(t, req->way, req->want, req->now, req->full);
+	return res;
+}
+
+/* Whether this CPU's owed slot names the bucket of req (generation
+ * req->count_gen), whose word reads `w`, and the bucket is shared (another
+ * CPU wrote the word since this one did, now or within SLUICE_OWED_SHARED_NS),
+ * or this CPU owes it passes: then sluice_charge_owed charges it. */
+static __always_inline int owed_due(struct charge_req *req, __u64 w)
+{
+	struct sluice_owed *o = bpf_map_lookup_elem(&SLUICE_MAP_OWED, &req->pending);
+
+	if (!o || o->want != req->want ||
+	    o->name != pending_name(req->set_idx, req->way, req->table, (__u16)req->count_gen))
+		return 0;
+	if (o->written != w)
+		o->shared_until = req->now + SLUICE_OWED_SHARED_NS;
+	return o->packets || (__s64)(o->shared_until - req->now) > 0;
+}
+
+/* This CPU wrote `written` to the bucket of req (generation req->count_gen),
+ * which its owed slot does not name: it names that bucket now, first paying
+ * the one it named. A global function: the fast path's frame stays as it
+ * was. */
+__noinline int sluice_owed_wrote(struct charge_req *req, __u64 written)
+{
+	struct sluice_owed *o;
+	__u64 name;
+
+	if (!req)
+		return 0; /* the verifier: arguments of a global function may be NULL */
+	o = bpf_map_lookup_elem(&SLUICE_MAP_OWED, &req->pending);
+	if (!o)
+		return 0;
+	name = pending_name(req->set_idx, req->way, req->table, (__u16)req->count_gen);
+	if (o->want != req->want || o->name != name) {
+		if (o->packets)
+			sluice_flush_owed(o);
+		o->name = name;
+		o->want = req->want;
+		o->shared_until = 0;
+	}
+	o->written = written;
+	return 1;
+}
+
 /*
  * GCRA form: the arrival time is word - off. The word, the offset, the
  * generation and the key are read, then the word again: if it did not move,
@@ -871,6 +1112,12 @@ static __always_inline void count_source(struct sluice_source_counters *c, __u16
  * (decide_fast), whose charge returns -1, having changed nothing, where the
  * word kept moving under it, for the walk to charge with every try: the
  * verifier follows each try for every path of the program that reaches it.
+ * On the fast path (tries below SLUICE_CAS_RETRIES) a pass written here
+ * names the bucket in this CPU's owed slot, with the word written; a bucket
+ * that slot names, shared with another CPU or owed passes, is charged by
+ * sluice_charge_owed (struct sluice_owed). The walk and IPv6 charge the word
+ * alone: a call more there exceeds the 512 bytes of stack the deepest chain
+ * has, and the fast path decides a flood's packets.
  */
 static __always_inline int charge_gcra(struct sluice_source_state *st, struct sluice_set_tags *t, int way,
 				       const struct sluice_addr6 *addr, const struct sluice_rule *rule,
@@ -884,6 +1131,11 @@ static __always_inline int charge_gcra(struct sluice_source_state *st, struct sl
 	__u16 g = 0;
 	int i;
 
+	if (tries < SLUICE_CAS_RETRIES) {
+		req->count_gen = SLUICE_READ_ONCE(*gen);
+		if (owed_due(req, w))
+			return sluice_charge_owed(st, t, rule, req);
+	}
 	for (i = 0; i < tries; i++) {
 		off = SLUICE_READ_ONCE(st->algo.gcra.off);
 		g = SLUICE_READ_ONCE(*gen);
@@ -907,12 +1159,23 @@ static __always_inline int charge_gcra(struct sluice_source_state *st, struct sl
 		if (old == w) {
 			res = BUCKET_PASS;
 			tat = next;
+			if (tries < SLUICE_CAS_RETRIES)
+				req->written = next + off;
 			break;
 		}
 		w = old;
 	}
 	if (res == BUCKET_FORCED && tries < SLUICE_CAS_RETRIES)
 		return -1;
+	if (tries < SLUICE_CAS_RETRIES && res == BUCKET_PASS) {
+		struct sluice_owed *o = bpf_map_lookup_elem(&SLUICE_MAP_OWED, &req->pending);
+
+		req->count_gen = g;
+		if (o && o->want == req->want && o->name == pending_name(req->set_idx, req->way, req->table, g))
+			o->written = req->written; /* the slot names the bucket already */
+		else
+			sluice_owed_wrote(req, req->written);
+	}
 	count_source(&st->cnt, g, res, req, 1, tries);
 	sluice_way_touch(t, way, req->want, req->now, sluice_tick_stamp(tat));
 	return res;

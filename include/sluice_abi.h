@@ -42,6 +42,7 @@
 #define SLUICE_MAP_EVENTS        sluice_events
 #define SLUICE_MAP_THROTTLED     sluice_thrott
 #define SLUICE_MAP_THEN          sluice_then
+#define SLUICE_MAP_OWED          sluice_owed
 #define SLUICE_PROG_NAME         sluice_xdp
 
 #define SLUICE_STR_(x) #x
@@ -752,6 +753,43 @@ struct sluice_pending_drops {
 SLUICE_ASSERT_SIZE(struct sluice_pending_drops, 120);
 #define SLUICE_PENDING_DROPS_ABI5_SIZE 48 /* the slot before the memo joined it */
 
+/*
+ * Passes owed to a GCRA-form bucket (GCRA, and a token bucket without
+ * warm-up) by one CPU: per CPU, SLUICE_PENDING_SLOTS slots indexed as the
+ * pending-drops slots are. Every pass writes its bucket's word, which moves
+ * the bucket's line from CPU to CPU when one source is charged from several
+ * at once. So on the fast path (an IPv4 source whose first rule decides), a
+ * CPU that finds the word written by another CPU since its own last write
+ * counts the bucket as shared for SLUICE_OWED_SHARED_NS, and while it is
+ * shared and more than half full passes a packet on account: it adds the
+ * charge here and writes nothing shared. It writes what it owes with its
+ * next write to the bucket: when the account holds SLUICE_OWED_MAX packets
+ * or an eighth of the capacity, when the bucket would fall below half, when a
+ * packet would be dropped (the account is paid, then the packet decided), or
+ * when the slot is wanted for another bucket. A CPU's decisions include its
+ * own account, so a CPU alone on a bucket decides exactly as GCRA does (and
+ * never owes: it finds only its own writes). Other CPUs' accounts are not
+ * seen: each may pass beyond the bound burst + rate x T, by at most
+ * SLUICE_OWED_MAX packets and an eighth of the burst. Readers add every CPU's
+ * owed passes to the bucket the slot names, as they add pending drops. Empty
+ * when packets is 0.
+ */
+#define SLUICE_OWED_MAX 32
+/* A CPU that finds another's write keeps owing for this long after. */
+#define SLUICE_OWED_SHARED_NS 1000000ULL
+
+struct sluice_owed {
+	__u64 name;    /* the bucket: a pending-drops slot's first 8 bytes (set, way, table, generation) */
+	__u64 want;    /* ...and its key */
+	__u64 written; /* the word this CPU last wrote to it */
+	__u64 since;   /* ticks: the owed charges are written from max(arrival time, since) */
+	__u64 ticks;   /* the charges owed */
+	__u64 packets; /* the passes owed: not yet in the bucket's counters */
+	__u64 bytes;
+	__u64 shared_until; /* ns: till then the bucket counts as charged from several CPUs */
+};
+SLUICE_ASSERT_SIZE(struct sluice_owed, 64);
+
 /* A sliding-log bucket: the times of the last `limit` passes as a ring. Its
  * word is a sequence lock (odd while held) that, like a source bucket's, only
  * grows across the buckets its way holds. */
@@ -783,11 +821,12 @@ SLUICE_ASSERT_SIZE(struct sluice_log_set_v6, 2368);
  * recorded here when the program loads: abi_version stays the first field of
  * every future layout, so any binary can read which layout it meets.
  */
-#define SLUICE_ABI_VERSION 6 /* 1: sluice 0.2, which recorded no layout; 2: IPv6 and
+#define SLUICE_ABI_VERSION 7 /* 1: sluice 0.2, which recorded no layout; 2: IPv6 and
                               * sliding-log buckets in LRU hashes, no sync word in sluice_active;
                               * 3: rule info of 80 bytes, no scope (every rule local);
                               * 4: rules and lookups flip together (sluice_active.set 0 or 1);
-                              * 5: pending-drops slots of 48 bytes, no drop memo in them */
+                              * 5: pending-drops slots of 48 bytes, no drop memo in them;
+                              * 6: no owed passes (SLUICE_MAP_OWED) */
 struct sluice_meta {
 	__u32 abi_version;  /* SLUICE_ABI_VERSION of the binary that loaded the program */
 	__u32 next_rule_id; /* ids are never reused, so no stale bucket meets a new rule */

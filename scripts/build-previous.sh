@@ -5,6 +5,7 @@
 #   build-abi3/sluice      the last binary of ABI 3 (rule info of 80 bytes, no scope)
 #   build-abi4/sluice      the last binary of ABI 4 (rules and lookups flip together)
 #   build-abi5/sluice      the last binary of ABI 5 (pending-drops slots of 48 bytes, no memo in them)
+#   build-abi6/sluice      the last binary of ABI 6 (no owed passes)
 # `scripts/build-previous.sh issue8` builds only build-issue8/sluice, the
 # program as issue 8 was filed (df24dfa), which scripts/bench-hot.sh times.
 # Needs the repository's history (a shallow clone lacks it).
@@ -38,3 +39,4 @@ build b971b4a707d91f0282d8d58c7f43b5d4b66cf46a build-previous "sluice 0.2, the l
 build 60632a981fef7f5b59e639301766407d3a57156a build-abi3 "the last commit of ABI 3"
 build 6d07b18a0e18f2c9be710351e311afabecc1f479 build-abi4 "the last commit of ABI 4"
 build 1c74400adbf59cf0e419e38956eba05c3d78547b build-abi5 "the last commit of ABI 5"
+build a2dba1b35a3fa742166d02a21564e4ed6cd63d34 build-abi6 "the last commit of ABI 6"

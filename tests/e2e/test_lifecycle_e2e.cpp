@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "process.h"
+#include "sluice_abi.h"
 #include "sockaddr.h"
 
 using nlohmann::json;
@@ -692,6 +693,23 @@ TEST_F(Lifecycle, UpgradeFromAbi5KeepsEachSourcesPendingDrops)
 	EXPECT_EQ(source["dropped_packets"], 25u) << "15 dropped before the upgrade, 10 after";
 	EXPECT_EQ(send_and_count({PROBES[0]}, 3)["drop_rate"], 3u) << "the limited source stays limited";
 	EXPECT_EQ(rule_stats("lim")["dropped_packets"], 28u);
+}
+
+// A deployment made by the last binary of ABI 6 (no owed passes), upgraded
+// in place: rules, buckets and counters come along exactly, the new program
+// has its owed slots, and a same-layout upgrade after it keeps the counts.
+TEST_F(Lifecycle, UpgradeFromAbi6KeepsBucketsAndCountersAndGainsOwedSlots)
+{
+	flood_and_upgrade(SLUICE_ABI6_BIN);
+
+	EXPECT_EQ(access((pin_dir() + "/" + SLUICE_STR(SLUICE_MAP_OWED)).c_str(), F_OK), 0) << "the owed slots are pinned";
+	EXPECT_EQ(send_and_count({PROBES[0]}, 3)["drop_rate"], 3u) << "the limited source stays limited";
+	CommandResult again = cli_dst({"upgrade"});
+	ASSERT_EQ(again.exit_code, 0) << again.err;
+	json lim = rule_stats("lim");
+	EXPECT_EQ(lim["passed_packets"], 5u);
+	EXPECT_EQ(lim["dropped_packets"], 28u);
+	EXPECT_EQ(send_and_count({PROBES[0]}, 2)["drop_rate"], 2u) << "still limited after a same-layout upgrade";
 }
 
 TEST_F(Lifecycle, ABadPolicyIsOneLineForCheckDiffAndApplyAndChangesNothing)

@@ -2,6 +2,8 @@
 // each bucket gets exactly the drops of the slots that name it.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "sources.h"
 
 using namespace sluice;
@@ -48,4 +50,29 @@ TEST(PendingDrops, EachBucketGetsTheSlotsThatNameItOnEveryCpu)
 	EXPECT_EQ(added(pending, SLUICE_TABLE_V4, 7, 3, 5).dropped_packets, 41u);
 	EXPECT_EQ(added(pending, SLUICE_TABLE_V4, 8, 2, 5).dropped_packets, 1u);
 	EXPECT_EQ(added(pending, -1, 7, 2, 5).dropped_packets, 1u) << "a table without pending drops";
+}
+
+TEST(PendingDrops, EachBucketGetsThePassesOwedToItOnEveryCpu)
+{
+	auto owed = [](int table, uint32_t set, int way, uint16_t gen, uint64_t packets) {
+		struct sluice_pending_drops name = slot(table, set, way, gen, 0);
+		struct sluice_owed o = {};
+		std::memcpy(&o.name, &name, sizeof(o.name));
+		o.packets = packets;
+		o.bytes = packets * 100;
+		return o;
+	};
+	const PendingDrops pending({slot(SLUICE_TABLE_V4, 7, 2, 5, 10)},
+				   {
+					   owed(SLUICE_TABLE_V4, 7, 2, 5, 3),  // CPU 0
+					   owed(SLUICE_TABLE_V4, 7, 2, 5, 4),  // CPU 1, the same bucket
+					   owed(SLUICE_TABLE_V4, 7, 2, 4, 50), // an earlier bucket of the way
+					   owed(SLUICE_TABLE_V6, 7, 2, 5, 20), // the other table's set 7
+				   });
+	struct sluice_source_counters c = added(pending, SLUICE_TABLE_V4, 7, 2, 5);
+	EXPECT_EQ(c.passed_packets, 7u);
+	EXPECT_EQ(c.passed_bytes, 700u);
+	EXPECT_EQ(c.dropped_packets, 11u) << "and the drops pending as before";
+	EXPECT_EQ(added(pending, SLUICE_TABLE_V6, 7, 2, 5).passed_packets, 20u);
+	EXPECT_EQ(added(pending, SLUICE_TABLE_V4, 7, 3, 5).passed_packets, 0u);
 }

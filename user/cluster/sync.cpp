@@ -579,7 +579,7 @@ void ClusterSync::track_buckets(const std::shared_ptr<Tables> &tables, Clock::ti
 void ClusterSync::read_counters(Tables &tables, bool half_way)
 {
 	State &st = *state_;
-	const PendingDrops pending(read_pending(tables.maps.pending.get()));
+	const PendingDrops pending(read_pending(tables.maps.pending.get()), read_owed(tables.maps.owed.get()));
 	Clock::time_point now = Clock::now();
 	// Only this thread changes the map or the readings; the apply thread
 	// reads other fields, so no lock is taken here.

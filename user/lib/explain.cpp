@@ -427,7 +427,7 @@ Explanation explain(const MapSet &maps, const ExplainPacket &pkt, const ClockRea
 	uint32_t zero = 0;
 	if (bpf_map_lookup_elem(maps.config.get(), &zero, &cfg))
 		throw_errno("cannot read the program's configuration", errno);
-	const PendingDrops pending(read_pending(maps.pending.get()));
+	const PendingDrops pending(read_pending(maps.pending.get()), read_owed(maps.owed.get()));
 
 	e.verdict = SLUICE_CNT_PASS_NO_MATCH;
 	for (size_t index : e.walk.applied) {

@@ -22,6 +22,7 @@ struct MapRef {
 	enum bpf_map_type type;
 	uint32_t key_size, value_size;
 	uint32_t flags = 0; ///< the map flags the controller relies on (BPF_F_MMAPABLE)
+	uint32_t since_abi = 4; ///< the first ABI (of those upgrade reads, 4 on) with this map
 };
 
 const MapRef MAP_REFS[] = {
@@ -53,6 +54,7 @@ const MapRef MAP_REFS[] = {
 	{SLUICE_STR(SLUICE_MAP_THROTTLED), &MapSet::throttled, BPF_MAP_TYPE_HASH, sizeof(struct sluice_throttle_key),
 	 sizeof(struct sluice_throttle)},
 	{SLUICE_STR(SLUICE_MAP_THEN), &MapSet::then, BPF_MAP_TYPE_PROG_ARRAY, 4, 4},
+	{SLUICE_STR(SLUICE_MAP_OWED), &MapSet::owed, BPF_MAP_TYPE_PERCPU_ARRAY, 4, sizeof(struct sluice_owed), 0, 7},
 };
 
 
@@ -111,6 +113,8 @@ uint64_t layout_hash(uint32_t abi)
 		}
 	};
 	for (const auto &ref : MAP_REFS) {
+		if (ref.since_abi > abi)
+			continue;
 		mix(ref.name, std::strlen(ref.name) + 1);
 		uint32_t fields[] = {static_cast<uint32_t>(ref.type), ref.key_size, value_size_at(ref, abi), ref.flags};
 		mix(fields, sizeof(fields));
@@ -144,6 +148,8 @@ MapSet MapSet::open_pinned(const std::string &dir, uint32_t abi)
 
 	MapSet m;
 	for (const auto &ref : MAP_REFS) {
+		if (ref.since_abi > abi)
+			continue; // not in that layout: left empty
 		std::string path = dir + "/" + ref.name;
 		int fd = open_pinned_object(path);
 		if (fd < 0 && errno == ENOENT)
@@ -194,26 +200,44 @@ int possible_cpus()
 
 uint32_t map_max_entries(int fd) { return map_info(fd).max_entries; }
 
-std::vector<struct sluice_pending_drops> read_pending(int fd)
+namespace {
+
+/// Every CPU's value of every slot of per-CPU array `fd` for which keep(value)
+/// holds, read in one batch where the kernel can.
+template <class V> std::vector<V> read_slots(int fd, bool (*keep)(const V &))
 {
 	const uint32_t slots = map_max_entries(fd);
 	const size_t cpus = static_cast<size_t>(possible_cpus());
 	std::vector<uint32_t> keys(slots);
-	std::vector<struct sluice_pending_drops> values(size_t(slots) * cpus), out;
+	std::vector<V> values(size_t(slots) * cpus), out;
 	uint32_t count = slots, cursor = 0;
 	LIBBPF_OPTS(bpf_map_batch_opts, opts);
 	if (bpf_map_lookup_batch(fd, nullptr, &cursor, keys.data(), values.data(), &count, &opts) && errno != ENOENT) {
 		// Kernels without batch lookups of arrays: slot by slot.
 		count = slots;
 		for (uint32_t k = 0; k < slots; k++) {
-			std::vector<struct sluice_pending_drops> v = lookup_percpu<struct sluice_pending_drops>(fd, k);
+			std::vector<V> v = lookup_percpu<V>(fd, k);
 			std::copy(v.begin(), v.end(), values.begin() + long(size_t(k) * cpus));
 		}
 	}
 	for (size_t i = 0; i < size_t(count) * cpus; i++)
-		if (values[i].packets)
+		if (keep(values[i]))
 			out.push_back(values[i]);
 	return out;
+}
+
+} // namespace
+
+std::vector<struct sluice_pending_drops> read_pending(int fd)
+{
+	return read_slots<struct sluice_pending_drops>(fd, [](const struct sluice_pending_drops &p) { return p.packets != 0; });
+}
+
+std::vector<struct sluice_owed> read_owed(int fd)
+{
+	if (fd < 0)
+		return {};
+	return read_slots<struct sluice_owed>(fd, [](const struct sluice_owed &o) { return o.packets != 0; });
 }
 
 MappedArray::MappedArray(int fd, uint32_t begin, uint32_t end)

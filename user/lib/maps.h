@@ -19,7 +19,7 @@ namespace sluice {
 /// Descriptors of every map the program uses, in one place.
 struct MapSet {
 	UniqueFd active, rules, rule_info, rule_counters, dir4_top, dir4_blocks, lists, match6, src4, src6,
-		logs4, logs6, counters, meta, config, pending, frags, iface_mtu, events, throttled, then;
+		logs4, logs6, counters, meta, config, pending, frags, iface_mtu, events, throttled, then, owed;
 
 	/// Opens the maps pinned under dir (by their ABI names). Refuses, with
 	/// one line, state whose layout record or maps differ from this binary's.
@@ -122,6 +122,11 @@ template <class V> std::vector<V> lookup_percpu(int fd, uint32_t key)
 /// Every CPU's pending-drops slots (SLUICE_MAP_PENDING) that hold drops, read
 /// in one batch: what readers add to the buckets the slots name.
 std::vector<struct sluice_pending_drops> read_pending(int fd);
+
+/// Every CPU's owed slots (SLUICE_MAP_OWED) that hold passes, read in one
+/// batch: what readers add to the buckets the slots name. None from an empty
+/// descriptor (state of ABI 6 or earlier, which had no owed passes).
+std::vector<struct sluice_owed> read_owed(int fd);
 
 /// Calls f(key, value) for every entry of a hash map, reading it in batches.
 template <class K, class V>

@@ -30,25 +30,46 @@ template <class Set> void way_address(const Set &set, int w, uint64_t key, uint8
 
 } // namespace
 
-PendingDrops::PendingDrops(std::vector<struct sluice_pending_drops> slots) : slots_(std::move(slots))
+PendingDrops::PendingDrops(std::vector<struct sluice_pending_drops> slots, std::vector<struct sluice_owed> owed)
+	: slots_(std::move(slots)), owed_(std::move(owed))
 {
 	for (size_t i = 0; i < slots_.size(); i++)
 		if (slots_[i].packets)
 			by_way_.emplace(way_key(slots_[i].table, slots_[i].set, slots_[i].way), i);
+	for (size_t i = 0; i < owed_.size(); i++) {
+		// The name is a pending-drops slot's first 8 bytes.
+		struct sluice_pending_drops name = {};
+		std::memcpy(&name, &owed_[i].name, sizeof(owed_[i].name));
+		if (owed_[i].packets)
+			owed_by_way_.emplace(way_key(name.table, name.set, name.way), i);
+	}
 }
 
 void PendingDrops::add_to(struct sluice_source_counters &cnt, int table, uint32_t set, int way, uint16_t gen) const
 {
 	if (table < 0)
 		return;
+	// The same table, set and way (the key folds them), and not counted
+	// for an earlier bucket of the way.
+	auto names = [&](const struct sluice_pending_drops &p) {
+		return int(p.table) == table && p.set == set && (p.way & (SLUICE_SET_WAYS - 1)) == way && p.gen == gen;
+	};
 	auto [from, to] = by_way_.equal_range(way_key(table, set, way));
 	for (auto it = from; it != to; ++it) {
 		const struct sluice_pending_drops &p = slots_[it->second];
-		// The same table, set and way (the key folds them), and not
-		// counted for an earlier bucket of the way.
-		if (int(p.table) == table && p.set == set && (p.way & (SLUICE_SET_WAYS - 1)) == way && p.gen == gen) {
+		if (names(p)) {
 			cnt.dropped_packets += p.packets;
 			cnt.dropped_bytes += p.bytes;
+		}
+	}
+	auto [ofrom, oto] = owed_by_way_.equal_range(way_key(table, set, way));
+	for (auto it = ofrom; it != oto; ++it) {
+		const struct sluice_owed &o = owed_[it->second];
+		struct sluice_pending_drops name = {};
+		std::memcpy(&name, &o.name, sizeof(o.name));
+		if (names(name)) {
+			cnt.passed_packets += o.packets;
+			cnt.passed_bytes += o.bytes;
 		}
 	}
 }

@@ -39,16 +39,17 @@ template <> struct SetTraits<struct sluice_log_set_v6> {
 	static constexpr int table = -1;
 };
 
-/// Every CPU's pending-drops slots that hold drops (read_pending), indexed
-/// once by the way each names, so that a bucket's are found without a scan.
+/// Every CPU's pending-drops slots that hold drops (read_pending) and owed
+/// slots that hold passes (read_owed), indexed once by the way each names, so
+/// that a bucket's are found without a scan.
 class PendingDrops {
 public:
 	PendingDrops() = default;
-	explicit PendingDrops(std::vector<struct sluice_pending_drops> slots);
+	explicit PendingDrops(std::vector<struct sluice_pending_drops> slots, std::vector<struct sluice_owed> owed = {});
 
-	/// Adds to `cnt` the drops pending for the bucket of generation `gen`
-	/// in way `way` of set `set` of table `table` (enum sluice_table; -1,
-	/// a table without pending drops, adds nothing).
+	/// Adds to `cnt` the drops pending and the passes owed for the bucket of
+	/// generation `gen` in way `way` of set `set` of table `table` (enum
+	/// sluice_table; -1, a table without either, adds nothing).
 	void add_to(struct sluice_source_counters &cnt, int table, uint32_t set, int way, uint16_t gen) const;
 
 private:
@@ -58,7 +59,8 @@ private:
 	}
 
 	std::vector<struct sluice_pending_drops> slots_;
-	std::unordered_multimap<uint64_t, size_t> by_way_;
+	std::vector<struct sluice_owed> owed_;
+	std::unordered_multimap<uint64_t, size_t> by_way_, owed_by_way_;
 };
 
 /// One source table, mapped: `Set` is one of the four set types of sluice_abi.h.

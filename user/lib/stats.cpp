@@ -110,7 +110,7 @@ Stats collect_stats(const MapSet &maps, const StatsQuery &query)
 		s.tables.push_back({family, sliding_log, s.tracked_sources - before, capacity});
 	};
 	// Every CPU's drops not yet added to their bucket.
-	const PendingDrops pending(read_pending(maps.pending.get()));
+	const PendingDrops pending(read_pending(maps.pending.get()), read_owed(maps.owed.get()));
 	auto capacity = [](int fd) { return uint64_t(map_max_entries(fd)) * SLUICE_SET_WAYS; };
 	count_table(4, false, capacity(maps.src4.get()), [&] {
 		collect_table<struct sluice_set_v4>(maps.src4.get(), pending, by_id, query, raw, s.tracked_sources);

@@ -241,6 +241,8 @@ CarriedState read_state(const std::string &dir)
 	s.max_log_sources = map_info(open_map(dir, SLUICE_STR(SLUICE_MAP_LOGS_V4)).get()).max_entries * ways;
 	for (const char *name : CARRIED)
 		s.maps.push_back(read_raw(open_map(dir, name).get(), name));
+	if (s.abi >= 7) // the passes each CPU owed its buckets, since ABI 7
+		s.maps.push_back(read_raw(open_map(dir, SLUICE_STR(SLUICE_MAP_OWED)).get(), SLUICE_STR(SLUICE_MAP_OWED)));
 	return s;
 }
 
@@ -279,6 +281,22 @@ std::vector<struct sluice_pending_drops> pending_of(const CarriedState &state)
 		std::memcpy(&p, &m->values[off], counted);
 		if (p.packets)
 			out.push_back(p);
+	}
+	return out;
+}
+
+/// Every CPU's owed slots that hold passes, as carried (none before ABI 7).
+std::vector<struct sluice_owed> owed_of(const CarriedState &state)
+{
+	std::vector<struct sluice_owed> out;
+	const RawMap *m = state.find(SLUICE_STR(SLUICE_MAP_OWED));
+	if (!m || m->value_size != sizeof(struct sluice_owed))
+		return out;
+	for (size_t off = 0; off + sizeof(struct sluice_owed) <= m->values.size(); off += sizeof(struct sluice_owed)) {
+		struct sluice_owed o = {};
+		std::memcpy(&o, &m->values[off], sizeof(o));
+		if (o.packets)
+			out.push_back(o);
 	}
 	return out;
 }
@@ -367,7 +385,7 @@ void place_buckets(const CarriedState &state, const std::vector<InstalledRule> &
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	uint64_t now = uint64_t(ts.tv_sec) * 1000000000ULL + uint64_t(ts.tv_nsec);
-	const PendingDrops pending(pending_of(state));
+	const PendingDrops pending(pending_of(state), owed_of(state));
 
 	auto move = [&]<class Set>(const char *name, int fd) {
 		const RawMap *m = state.find(name);
@@ -483,6 +501,9 @@ std::vector<std::string> restore_state(const CarriedState &state, const MapSet &
 		struct bpf_map_info info = map_info(fresh.pending.get());
 		if (p && p->type == info.type && p->key_size == info.key_size && p->max_entries <= info.max_entries)
 			write_raw(fresh.pending.get(), resized_pending(*p, info.value_size), SLUICE_STR(SLUICE_MAP_PENDING));
+		// What each CPU owed a bucket stays with it (from ABI 7; none before).
+		if (const RawMap *o = state.find(SLUICE_STR(SLUICE_MAP_OWED)); o && same_shape(fresh.owed.get(), *o))
+			carry(SLUICE_STR(SLUICE_MAP_OWED), fresh.owed.get());
 	} else {
 		place_buckets(state, rules, fresh, restarted);
 	}
