@@ -767,8 +767,9 @@ SLUICE_ASSERT_SIZE(struct sluice_pending_drops, 120);
  * or an eighth of the capacity, when the bucket would fall below half, when a
  * packet would be dropped (the account is paid, then the packet decided), or
  * when the slot is wanted for another bucket. A CPU's decisions include its
- * own account, so a CPU alone on a bucket decides exactly as GCRA does (and
- * never owes: it finds only its own writes). Other CPUs' accounts are not
+ * own account, so a CPU alone on a bucket decides exactly as GCRA does; it
+ * owes only after finding a write not its own (another CPU's, the walk's or
+ * the controller's). Other CPUs' accounts are not
  * seen: each may pass beyond the bound burst + rate x T, by at most
  * SLUICE_OWED_MAX packets and an eighth of the burst. Readers add every CPU's
  * owed passes to the bucket the slot names, as they add pending drops. Empty
