@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # One hot source: this build against the program as issue 8 was filed
 # (df24dfa: build-issue8/sluice, built by scripts/build-previous.sh issue8),
 # measured in the same run. Each program is attached by its own sluice to a

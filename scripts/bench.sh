@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # The benchmark: Sluice's per-packet cost against XDP_DROP and parse-only
 # baselines, Sluice against nftables and iptables hashlimit on the same frames,
 # kernel memory per tracked source, and control-plane times (sluice-bench), then

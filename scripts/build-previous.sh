@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # Builds the `sluice` binaries of earlier layouts, for the end-to-end tests of
 # `sluice upgrade` from deployments they made:
 #   build-previous/sluice  sluice 0.2, whose pinned state has no layout record (ABI 1)

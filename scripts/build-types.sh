@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # Builds the `sluice` target (and the BPF object it embeds) in Release and
 # Debug with warnings as errors, in build-release/ and build-debug/: the build
 # types a user or a packager may pick, beside the RelWithDebInfo build that

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # Three hosts share one limit through Redis: three network namespaces, each
 # with its own sluice (its own pin directory) and agent, one redis-server on
 # loopback. One source sends to all three hosts at 3x the rate; first with

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # The main job on a built-in virtual network: two namespaces joined by veth,
 # sluice attached to the receiving side, a few rules, real UDP traffic from
 # six sources, then `sluice stats`. Installs and builds what is missing and

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # Builds the controller's parser fuzzers (libFuzzer, ASan, UBSan; clang) in
 # build-fuzz/ and runs each for SECONDS (default 60), starting from its seed
 # corpus in tests/fuzz/corpus/NAME/. Prints one line per fuzzer with its

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # Installs the Debian 12 packages Sluice needs to build, test and run the demo,
 # then configures and builds it in build/. Run as root; safe to run again.
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # Installs what is missing, builds, and runs every test: unit, BPF (the real
 # program through BPF_PROG_TEST_RUN) and end-to-end (namespaces, veth, real
 # traffic), then the parser fuzzers. Fails, never skips, if the kernel tests

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // sluice-bench: the figures behind Sluice's performance claims, measured in
 // one run on one machine, every headline a ratio against a baseline taken in
 // the same run. Prints Markdown tables.

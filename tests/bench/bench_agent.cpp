@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // sluice-agent-bench: what one scrape of the agent costs at scale. The
 // program is loaded and pinned (attached nowhere), given 10,000 rules, and its
 // IPv4 table is filled through the library with 1,000,000 buckets spread over

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // sluice-cluster-bench: what cluster rules cost, the figures the issue asks
 // for. Prints Markdown; asserts nothing; exits non-zero only if it cannot run.
 //   1. The sync: on each host (a program loaded and pinned in its own

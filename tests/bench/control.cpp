@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // sluice-bench-control: the control plane at scale, through the real sluice
 // command (process start to exit, wall and CPU time), on a generated policy
 // of 100,000 rules of mixed shapes: scattered IPv4 /32s, /24s, IPv6 /64s,

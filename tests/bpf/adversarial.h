@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // What the corpus and the fuzzer share: the real program loaded through
 // BPF_PROG_TEST_RUN, the four roles' rules installed both in it and in the
 // oracle, and the global counters read per frame.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // Every algorithm through the real XDP program (the test-clock build), driven
 // by arrival traces with BPF_PROG_TEST_RUN. The kernel's decisions must equal
 // an independent C++ model's, packet by packet, and each algorithm's promise

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // Cluster rules in the real program: the data plane enforces the local share
 // compiled into the rule, and the cluster sync moves a bucket's refill with
 // SetTable::shift_arrival (credit where the store grants more, withheld

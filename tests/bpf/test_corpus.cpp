@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The adversarial corpus: every frame shape of corpus_shapes.cpp, sent through
 // BPF_PROG_TEST_RUN by the four roles of issue 8 (a limited source, a denied
 // source, a source under a port-scoped limit beside a port-scoped allow, and a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The real XDP program, loaded from the embedded object, driven with crafted
 // frames through BPF_PROG_TEST_RUN. Rules go in through the same RuleTable the
 // CLI uses; verdicts and counters are read back as `sluice stats` reads them.

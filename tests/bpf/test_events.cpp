@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // Throttle events through the real program: a source a rule starts dropping
 // is reported once, stays quiet while it stays throttled, and is released by
 // the entry's timer an interval after its last drop; at most one event per

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // `sluice explain` against the real program under the test clock: packets go
 // through BPF_PROG_TEST_RUN, and explain, asked at the same clock reading,
 // must name the rule the program counts the next packet under, predict

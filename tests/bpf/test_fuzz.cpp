@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // A mutation fuzzer through BPF_PROG_TEST_RUN: the corpus's frames from the
 // four roles, mutated (bit flips, truncation, appended bytes, header fields,
 // inserted or removed VLAN tags and IPv6 extension headers, fragment fields,

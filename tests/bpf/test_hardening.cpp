@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The ways around a rule that an attacker tries, each reproduced as the issue
 // that found it describes it: unknown selectors that matched allow rules,
 // tiny and later fragments, deep VLAN stacks, the IPv6 chain bound,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The drop memo (bpf/sluice.bpf.c, recall_drop): within one reading of the
 // coarse clock, a source's drop is repeated without the lookups, and only
 // while everything it was decided on holds. Under the test clock every packet

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The source tables under the test clock: which bucket is evicted, what the
 // eviction counters say, and what a flood of spoofed sources can do to a
 // limited source, with every packet's time set by the test.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // What a replayed trace shows: how much passed in the worst window, whether an
 // algorithm's promise held, the long-run rate.
 #pragma once

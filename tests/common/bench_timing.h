@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // How the benchmarks time the program: BPF_PROG_TEST_RUN's own clock over
 // many repeats of one frame, on one pinned CPU, runs interleaved and their
 // median kept; and the machine they name in their reports.

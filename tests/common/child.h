@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // Child processes the end-to-end tests read from: a process whose stderr the
 // test waits on line by line, and `sluice agent` on a port the kernel picks.
 #pragma once

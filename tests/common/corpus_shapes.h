@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The corpus of frame shapes: every shape a test or the fuzzer sends, as a
 // function from a source address to the frames of one "send" (one frame, or
 // the fragments of one datagram).

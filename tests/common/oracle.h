@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // An independent model of what the data plane must decide for a frame, written
 // from the specification (issue 8's semantics), not from the BPF program: its
 // own parser (inspect_frame) and its own rule matching and buckets (Oracle).

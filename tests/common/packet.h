@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // Builds test frames: Ethernet, VLAN tags, IPv4 (options, fragments) or IPv6
 // (extension headers, fragments), then UDP, TCP or ICMP. Each field defaults
 // to an ordinary packet so a test states only what it is about; the fields

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // Running commands from tests, and doing work inside a network namespace.
 #pragma once
 

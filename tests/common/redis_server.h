@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // Real Redis servers for tests: Debian's redis-server, listening on
 // 127.0.0.1 only, on a free port, in a temporary directory that goes with it.
 // The harness talks to them with hiredis directly, not through the store

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 #include "reference.h"
 
 #include "sluice_algos.h"

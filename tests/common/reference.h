@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // Reference models: each algorithm written again in plain C++, in its
 // textbook form, to check the kernel's decisions packet by packet. They share
 // the controller's compiled rule parameters (and the warm-up cost quantiser),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // Replaying arrival traces through the real XDP program, built with its clock
 // in a map, with BPF_PROG_TEST_RUN; and the traces themselves.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // Socket addresses from text, for the test sender and the traffic tool.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // Store helpers shared by the store's unit and real-server tests.
 #pragma once
 

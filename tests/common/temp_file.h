@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // A scratch file for tests: made with mkstemp under /tmp, removed when it goes.
 #pragma once
 

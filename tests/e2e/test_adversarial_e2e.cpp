@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The adversarial corpus over veth: the shapes marked for it (VLAN stacks,
 // fragments including tiny first fragments and the port-scoped allow cases,
 // IPv6 chains, encapsulation) written as real frames by an AF_PACKET socket in

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The agent end to end: `sluice agent` run as an operator runs it, scraped by
 // a real Prometheus server (Debian's /usr/bin/prometheus, an instance of the
 // test's own on a free loopback port), real UDP traffic through veth, and a

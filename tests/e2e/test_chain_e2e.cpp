@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // Sharing the XDP hook end to end, over veth with real traffic: another XDP
 // program chained after Sluice (`attach --then`), Sluice run from another
 // loader's program array (`attach --prog-array`), each doing its own job, and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // Cluster rules end to end: three hosts on one machine (three network
 // namespaces, each with its own sluice, pin directory and agent), one real
 // redis-server or a three-master Redis Cluster on loopback, and one source

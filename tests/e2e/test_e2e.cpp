@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // End to end: two network namespaces joined by veth, the sluice binary driven
 // as an operator would (each call a process that exits), real UDP traffic from
 // several IPv4 and IPv6 sources, and what `sluice stats --json` reports

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // End to end, the control plane's promises: a change killed at any instant
 // leaves the old rule set or the new (what `rule list` shows is what real
 // packets meet), edits in place keep ids, counters and buckets, layered

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // `sluice top` end to end: the real binary in a detached tmux session of a
 // fixed size, watched with capture-pane and driven with send-keys, while a
 // namespace sends paced UDP through veth into a limited rule. What is on the

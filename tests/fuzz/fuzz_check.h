@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // What every parser fuzzer asserts: an input is either accepted, and then the
 // harness checks properties of the value, or refused with sluice's Error whose
 // message is one printable line. Anything else (another exception, a crash,

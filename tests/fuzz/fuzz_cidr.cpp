@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // parse_cidr: an accepted prefix is well formed, was written with address
 // characters only, and formats to text that parses to the same prefix.
 #include "fuzz_check.h"

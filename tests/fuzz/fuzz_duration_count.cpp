@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // parse_duration_ns (--warmup) and parse_count (--burst, in packets or bytes).
 // The first byte picks the parser. A duration is positive and its printed
 // form parses back to it; a count is positive, a packet count is plain digits,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // parse_port_range: an accepted range has lo <= hi, was written with digits
 // and one dash only, and its printed form parses to the same range.
 #include "fuzz_check.h"

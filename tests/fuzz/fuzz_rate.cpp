@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // parse_rate: an accepted rate is positive and within the documented range,
 // its canonical form (what `rule list` shows) parses to the same rate, and
 // compiling it for the data plane either succeeds with sane parameters or

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // `rule import`: the fuzzer's bytes are a whole import file. It is refused
 // with one Error line naming the file, or every rule read from it survives a
 // round trip: written back as a canonical `rule add` line it parses to the

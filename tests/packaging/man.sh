@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # packaging.man: the man page renders with groff without a warning (-ww), and
 # passes `mandoc -T lint` where mandoc is installed (scripts/setup.sh installs it).
 # Usage: man.sh PAGE

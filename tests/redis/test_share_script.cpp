@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The share and hosts scripts on a real redis-server: what the store grants
 // each host of a cluster rule's bucket, whatever order the hosts ask in.
 #include <gtest/gtest.h>

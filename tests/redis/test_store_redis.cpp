@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The store against real servers: Debian's redis-server alone, and a Redis
 // Cluster of three masters, each started by the test on free ports of
 // 127.0.0.1 and killed (with its directory) when the test ends.

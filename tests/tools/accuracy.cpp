@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // sluice-accuracy: replays arrival traces through every algorithm of the real
 // XDP program (its test-clock build) and reports how each one behaves: the
 // long-run passed rate against the limit, the most passed in any window of

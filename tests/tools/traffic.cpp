@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // sluice-traffic: sends paced UDP datagrams from one source address, for the
 // demo and for trying rules by hand. Not part of the product.
 //   sluice-traffic FROM TO [--port P] [--count N] [--pps R] [--size BYTES]

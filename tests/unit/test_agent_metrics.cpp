@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The agent's pure parts: --metrics parsing, and the metrics a reading and the
 // cluster sync's figures give, rendered in the text format as a scraper
 // receives them.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The bucket arithmetic the XDP program runs (include/sluice_algos.h), driven
 // by a fake clock with parameters compiled exactly as the controller does.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The agent's cluster options: what they read as, and one line for each
 // mistake.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The IPv4 multibit rule table against a brute-force longest-prefix match.
 #include <gtest/gtest.h>
 

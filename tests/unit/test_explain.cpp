@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // explain's pure parts: the packet it is asked about, the program's rule walk
 // over installed rules, and a bucket's state under a fake clock, checked
 // against sluice_algos.h's own decisions.

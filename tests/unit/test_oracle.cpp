@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The corpus's own tools checked against each other with no kernel: the
 // packet builder writes the shape a test asks for, and the oracle's parser
 // reads it as the specification says (so a corpus failure is the program's).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // Parsing what operators type: prefixes, rates, ports, counts.
 #include <gtest/gtest.h>
 

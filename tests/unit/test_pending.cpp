@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The controller's index of pending-drops slots (sources.h, PendingDrops):
 // each bucket gets exactly the drops of the slots that name it.
 #include <gtest/gtest.h>

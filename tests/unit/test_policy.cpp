@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The policy file: parsing, its one-line errors, the export format's round
 // trip, and the by-name diff that `apply --diff` prints.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // `rule import` lines: `rule add` argument lists, parsed by the library.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // Rule validation and the compilation of per-prefix candidate lists.
 #include <gtest/gtest.h>
 

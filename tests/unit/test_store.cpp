@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The shared store without a server: key slots, SHA-1, addresses, password
 // files, and both stores over a fake cluster that answers MOVED and ASK as
 // real nodes do (the real servers' tests are tests/redis).

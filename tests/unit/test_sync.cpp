@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The cluster sync's arithmetic that needs no store: which readings a
 // bucket's demand is measured between.
 #include <gtest/gtest.h>

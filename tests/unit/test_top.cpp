@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // `sluice top` without a terminal or a kernel: rates from two made-up
 // readings, sorting, number formatting, the screen's layout and --interval.
 #include <gtest/gtest.h>

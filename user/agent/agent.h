@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The agent: a long-running, optional process beside the data plane. It only
 // reads the pinned state; enforcement never depends on it. Its work is done
 // by components (the metrics exporter; later the event log and the cluster

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 #include "event_log.h"
 
 #include <sys/socket.h>

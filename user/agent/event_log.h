@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The agent's event log: it owns the ring buffer of throttle events while it
 // runs, writes each event as a JSON line on standard output (the journal,
 // under systemd), and serves the same lines to `sluice events` over a local

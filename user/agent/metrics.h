@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The agent's Prometheus exporter: at each scrape it reads the pinned state
 // through the library (the calls `sluice status` and `sluice stats` make) and
 // serves it in the text exposition format: metric families and their text

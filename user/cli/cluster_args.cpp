@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 #include "cluster_args.h"
 
 #include <CLI/CLI.hpp>

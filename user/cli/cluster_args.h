@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The agent's cluster options (`sluice agent --redis ...`), as typed, and
 // their reading into the cluster sync's options.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // sluice: the command-line front end. It parses arguments, calls the library
 // and prints; every error becomes one line on stderr and a non-zero exit.
 #include <CLI/CLI.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // A rule as an operator types it: the options of `rule add`, and the lines of
 // a `rule import` file, which are `rule add` argument lists. The CLI and the
 // import-line fuzzer both go through here, so they parse the same way.

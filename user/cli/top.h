@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // `sluice top`: a live terminal view of pass and drop rates per rule and per
 // source, from counter deltas (user/lib/rates.h). Plain ANSI escapes and a
 // termios raw mode that every exit path undoes.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // `sluice top`'s screen as text: a RateView laid out in lines for a window
 // of a given size. Pure (no terminal), so tests check layouts directly.
 #pragma once

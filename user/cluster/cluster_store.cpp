@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The Redis Cluster router: hiredis 0.14 speaks to one server at a time, so
 // the slot map, the grouping per master and the redirections are ours.
 #include <algorithm>

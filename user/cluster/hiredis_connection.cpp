@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The Connector over hiredis 0.14's blocking API: a command is appended to
 // the context's output buffer, and the first redisGetReply writes them all
 // and reads the first reply, so a batch costs one round trip.

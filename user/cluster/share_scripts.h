@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The Lua scripts of the cluster sync and the keys they touch. Each script
 // runs atomically on the server, on the server's clock (TIME), and touches
 // keys of one hash slot only: a rule's keys share the hash tag {PREFIX:RULE}.

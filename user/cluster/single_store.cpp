@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // One Redis server: the whole batch in one pipeline on one connection.
 #include <memory>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The shared store the cluster sync talks to: one Redis, or a Redis Cluster
 // routed by our own small layer (Debian's hiredis 0.14 has no cluster
 // support). The sync loop sees only Store; tests put a fake behind the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // What the single store and the cluster router share, not part of the
 // store's interface: reading error replies and the EVALSHA -> EVAL fallback.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The cluster sync: the agent's component that shares cluster rules' rates
 // across hosts through the store. Every decision stays in XDP: the sync only
 // moves the refill of the buckets that matter from the rule's local share

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // Sharing the XDP hook without libxdp, by tail calls (works on every kernel):
 // `attach IFACE --then PROG` hands the packets Sluice passes on one interface
 // to another XDP program, and `attach --prog-array MAP --index N` installs

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The data plane's life cycle: loading the embedded XDP program, pinning its
 // maps and links in bpffs, attaching it to interfaces and reporting status.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The IPv4 rule table the data plane walks: a 16-8-8 multibit table built by
 // prefix expansion, so a lookup is at most three array reads whatever the
 // number of rules (see sluice_abi.h for the layout).

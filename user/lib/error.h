@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // Errors the library reports: one message a person can act on, with the
 // errno text appended where the kernel said why.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // Throttle events (struct sluice_event): read from the program's ring buffer,
 // named after the rules they belong to, and written as text or JSON lines.
 #pragma once

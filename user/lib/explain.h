@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // `sluice explain`: which rule would decide a packet, and why, and the state
 // of the buckets it would be charged to. Nothing is sent and nothing written:
 // the walk is the program's, run over the installed rules, and the buckets'

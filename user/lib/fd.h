@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // RAII owner of a file descriptor (maps, programs, links, directories).
 #pragma once
 

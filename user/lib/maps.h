@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // Typed access to the data plane's maps, whether pinned or freshly loaded.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // Sharing the XDP hook through libxdp's dispatcher (`attach --multiprog`).
 // The dispatcher runs several programs on one interface, each as an `ext`
 // program replacing one of its slots, which needs BPF trampolines. Where the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // Names looked up among many (a rule set's 100,000): an open-addressing table
 // of positions in the caller's list, which keeps the names. A node-based map
 // chases a pointer per entry; this reads one small array and, on a hash

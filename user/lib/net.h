@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // IP addresses and prefixes as the user writes them and as the maps hold them.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // Rates as operators write them ("100/s", "6000/min", "10kbit/s", "1MB/s")
 // and their compilation into the data plane's bucket parameters.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // Rates from counters: two readings of the statistics (collect_stats) some
 // seconds apart become packets and bits per second, per rule, per source and
 // in total. What `sluice top` shows; pure, so tests drive it with made-up

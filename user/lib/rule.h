@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // Rules: what an operator asks for, how it is checked, and how a set of rules
 // becomes the data plane's per-prefix candidate lists.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The rule set held in the data plane's maps: list, add, edit and remove
 // rules, each change one transaction that keeps every other rule's buckets
 // and counters as they are.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 #include "sources.h"
 
 #include <sys/mman.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The controller's side of the source tables (sluice_abi.h): each an array of
 // sets mapped into this process, read for statistics and edited with the same
 // compare-and-swap protocol the XDP program uses (sluice_settable.h).

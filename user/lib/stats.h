@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // Reading the data plane's counters: global, per rule, per source.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The coarse clock's constants (see tick_clock.h and struct sluice_tick_clock).
 #include "tick_clock.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The coarse clock the XDP program reads (struct sluice_tick_clock): its two
 // constants, found when the program is loaded through a probe program that
 // reads jiffies, and the same clock as userspace can read it.

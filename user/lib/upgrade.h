@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // Carrying the data plane's state from one program to another: a newer
 // binary's program (`sluice upgrade`), or the same program with other table
 // sizes (`sluice apply` with new `tables:`). Rules keep their ids, slots and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // Making the running state equal to a policy file (`sluice apply`), checking
 // that it would (`--check`, `--diff`), and reading the running state back as
 // a policy (`sluice export`).

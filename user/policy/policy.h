@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // The declarative policy file (`sluice apply FILE`, `sluice export`): the
 // interfaces, table sizes and rules an operator wants, in YAML, and what
 // applying it would change. Pure: nothing here reads or writes a map.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 // A YAML document as the policy reader sees it: nulls, scalars, lists and
 // maps, each with the line it starts on. Two parsers fill it: yaml-cpp's,
 // through its event interface (every YAML document, the reference), and a
