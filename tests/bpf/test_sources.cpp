@@ -304,7 +304,7 @@ RuleSpec rule_of(const char *cidr, const char *rate, uint64_t burst, Algo algo =
 
 } // namespace
 
-// The README's own rule. Before: the sliding log was an LRU hash with no
+// A strict per-source SYN limit on port 22. Before: the sliding log was an LRU hash with no
 // probation, and 20,000 spoofed SYNs gave the limited source 5 fresh passes.
 TEST(SpoofedFlood, AnEstablishedSlidingLogSourceGetsNoFreshPassFromOneAndTwoPacketSpoofs)
 {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-only
 # packaging.install: `cmake --install` of this build tree into a scratch
-# DESTDIR puts exactly the five files where the README says, the units run the
+# DESTDIR puts exactly the five files where docs/operations.md says, the units run the
 # binary it installed, that binary fails with one line without a policy, and
 # systemd-analyze accepts both units (the agent's restarts on failure and
 # never detaches).
