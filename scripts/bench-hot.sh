@@ -14,27 +14,30 @@
 # fails on a figure. XDP_DROP (bench_xdp_drop of build/baselines_bpf.bpf.o) is
 # loaded and timed the same way: the standing target is at most 25 ns over it.
 # Run as root; builds what is missing.
-#   scripts/bench-hot.sh [--rounds N] [--repeat N] [--loads N] [--sluice BIN]
-# --sluice times another build's sluice (e.g. an earlier commit's) as "now".
+#   scripts/bench-hot.sh [--rounds N] [--repeat N] [--loads N] [--sluice BIN] [--base BIN]
+# --sluice times another build's sluice (e.g. an earlier commit's) as "now";
+# --base times another build in place of df24dfa's (a change's before and after, in one run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rounds=15 repeat=300000 loads=3 now=build/sluice
+rounds=15 repeat=300000 loads=3 now=build/sluice old_bin=build-issue8/sluice old_name=df24dfa
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds=$2; shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
     --loads) loads=$2; shift 2 ;;
     --sluice) now=$2; shift 2 ;;
-    *) echo "scripts/bench-hot.sh: unknown option '$1' (use --rounds N, --repeat N, --loads N, --sluice BIN)" >&2; exit 2 ;;
+    --base) old_bin=$2 old_name=base; shift 2 ;;
+    *) echo "scripts/bench-hot.sh: unknown option '$1' (use --rounds N, --repeat N, --loads N, --sluice BIN, --base BIN)" >&2; exit 2 ;;
   esac
 done
 ./scripts/setup.sh >&2
-./scripts/build-previous.sh issue8 >&2
+[ "$old_name" = base ] || ./scripts/build-previous.sh issue8 >&2
+[ -x "$old_bin" ] || { echo "scripts/bench-hot.sh: $old_bin is not an executable sluice" >&2; exit 2; }
 [ -x "$now" ] || { echo "scripts/bench-hot.sh: $now is not an executable sluice" >&2; exit 2; }
 
 ns=sluice-hot-bench
 work=$(mktemp -d)
-bin_of() { [ "$1" = old ] && echo build-issue8/sluice || echo "$now"; }
+bin_of() { [ "$1" = old ] && echo "$old_bin" || echo "$now"; }
 copies=()
 for ((l = 0; l < loads; l++)); do copies+=("old$l" "new$l"); done
 bases=()
@@ -113,14 +116,14 @@ figure() { # SIDE FAM
   printf '%s\n' "${mins[@]}" | sort -n | awk '{a[NR] = $1} END {printf "%d", a[int((NR + 1) / 2)]}'
   printf ' (%s)' "${mins[*]}"
 }
-echo "# One hot source: this build against df24dfa (issue 8 as filed) and XDP_DROP, same run"
+echo "# One hot source: this build against $old_name ($old_bin) and XDP_DROP, same run"
 echo
 echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs, kernel $(uname -r)." \
   "Each program loaded $loads times; $rounds rounds of $repeat packets through BPF_PROG_TEST_RUN on CPU $cpu," \
   "every copy taking turns; one limit rule of 1000/s, so the source is dropped. ns per packet: the median of" \
-  "the loads' minima (each load's minimum in brackets). Now: $now, df24dfa: build-issue8/sluice."
+  "the loads' minima (each load's minimum in brackets). Now: $now, $old_name: $old_bin."
 echo
-echo "| source | XDP_DROP | df24dfa | now | now − df24dfa | now − XDP_DROP |"
+echo "| source | XDP_DROP | $old_name | now | now − $old_name | now − XDP_DROP |"
 echo "| --- | ---: | ---: | ---: | ---: | ---: |"
 for fam in v4 v6; do
   read -r base basel <<<"$(figure base $fam)"

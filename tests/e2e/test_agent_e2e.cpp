@@ -427,3 +427,82 @@ TEST_F(AgentEndToEnd, ThrottleEventsReachSluiceEventsWithAndWithoutTheAgent)
 	unlink(journal.c_str());
 	EXPECT_EQ(json::parse(cli({"stats", "--json"}).out)["global"]["events_lost"]["packets"], 0u);
 }
+
+// The Grafana dashboard (docs/grafana/sluice-dashboard.json) asks only for
+// what the agent serves: every metric its panels and variables name is a
+// family of a real scrape, every query is valid PromQL to a real Prometheus,
+// and a query comes back empty only when a family it names has no sample yet.
+TEST_F(AgentEndToEnd, TheGrafanaDashboardQueriesOnlyMetricsTheAgentServes)
+{
+	std::ifstream file(SLUICE_DASHBOARD);
+	ASSERT_TRUE(file) << "cannot open " << SLUICE_DASHBOARD;
+	json dashboard = json::parse(file);
+	std::vector<std::string> exprs;
+	for (const auto &panel : dashboard["panels"])
+		for (const auto &target : panel["targets"])
+			exprs.push_back(target["expr"].get<std::string>());
+	ASSERT_GE(exprs.size(), 10u) << "the dashboard lost its panels";
+	// Its variables' label_values(METRIC, LABEL), as the equivalent query.
+	const std::regex label_values(R"(label_values\((\w+), *(\w+)\))");
+	for (const auto &var : dashboard["templating"]["list"]) {
+		std::smatch m;
+		std::string q = var.value("query", "");
+		if (std::regex_match(q, m, label_values))
+			exprs.push_back("count by (" + m[2].str() + ") (" + m[1].str() + ")");
+	}
+	// Grafana's variables, as Grafana would fill them in with "All" chosen.
+	auto filled = [](std::string e) {
+		for (auto [var, value] : {std::pair{"$__rate_interval", "1m"}, {"$__range", "5m"}, {"$instance", ".*"},
+					  {"$rule", ".*"}})
+			for (size_t at; (at = e.find(var)) != std::string::npos;)
+				e.replace(at, std::string(var).size(), value);
+		return e;
+	};
+
+	make_topology();
+	ASSERT_EQ(cli_dst({"attach", DST_IF, "--mode", "native", "--max-sources", "4096"}).exit_code, 0);
+	ASSERT_EQ(cli({"rule", "add", "10.201.0.0/24", "--rate", "1/min", "--burst", std::to_string(BURST), "--proto",
+		       "udp", "--name", "flood"})
+			  .exit_code,
+		  0);
+	ASSERT_EQ(cli({"rule", "add", "10.201.0.0/24", "--rate", "1/min", "--proto", "tcp", "--shadow", "--name", "watch"})
+			  .exit_code,
+		  0);
+	AgentProcess agent(SLUICE_BIN, {"--top-sources", "3"});
+	PrometheusServer prometheus(agent.port());
+	ASSERT_EQ(send_udp_in(SRC_NS, SOURCE, DST_V4, PORT, 50, 64), 50);
+	// rate() needs two samples after the drops: wait for three scrapes past them.
+	const std::string flood = "sluice_rule_dropped_packets_total{rule=\"flood\"}";
+	for (int i = 0; i < 100; i++) {
+		auto s = prometheus.samples(flood);
+		if (s.size() >= 3 && s[s.size() - 3].second == 50 - BURST)
+			break;
+		std::this_thread::sleep_for(std::chrono::milliseconds(200));
+	}
+	ASSERT_EQ(prometheus.samples(flood).back().second, 50 - BURST);
+
+	std::string scrape = agent.scrape();
+	const std::regex metric_name(R"(\bsluice_[a-z0-9_]+)");
+	size_t answered = 0;
+	for (const auto &raw : exprs) {
+		std::string expr = filled(raw);
+		bool all_sampled = true;
+		for (auto it = std::sregex_iterator(expr.begin(), expr.end(), metric_name); it != std::sregex_iterator();
+		     ++it) {
+			std::string name = it->str();
+			EXPECT_NE(scrape.find("# TYPE " + name + " "), std::string::npos)
+				<< "the dashboard asks for " << name << ", which the agent does not serve (in: " << raw << ")";
+			if (scrape.find("\n" + name + "{") == std::string::npos && scrape.find("\n" + name + " ") == std::string::npos)
+				all_sampled = false;
+		}
+		json data;
+		ASSERT_NO_THROW(data = prometheus.query(expr)) << "Prometheus refuses the dashboard's query " << raw;
+		if (all_sampled) {
+			EXPECT_FALSE(data["result"].empty()) << "the dashboard's query " << expr << " returns nothing";
+			answered++;
+		}
+	}
+	std::cout << exprs.size() << " dashboard queries checked against the scrape and Prometheus; " << answered
+		  << " returned data (the rest name a family with no sample in this set-up)\n";
+	EXPECT_GE(answered, exprs.size() * 2 / 3);
+}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-only
 # packaging.install: `cmake --install` of this build tree into a scratch
-# DESTDIR puts exactly the five files where docs/operations.md says, the units run the
+# DESTDIR puts exactly the seven files where docs/operations.md says, the units run the
 # binary it installed, that binary fails with one line without a policy, and
 # systemd-analyze accepts both units (the agent's restarts on failure and
 # never detaches).
@@ -29,8 +29,10 @@ check_install() {
   doc=$(under "$pfx" "$datadir")/doc/sluice
   unit=$(under "$pfx" "$unitdir")
   local want
-  want=$(printf '%s\n' "$sbin/sluice" "$man8/sluice.8" "$doc/sluice.yaml.example" \
-    "$unit/sluice.service" "$unit/sluice-agent.service" | sort)
+  local completions
+  completions=$(under "$pfx" "$datadir")/bash-completion/completions
+  want=$(printf '%s\n' "$sbin/sluice" "$man8/sluice.8" "$doc/sluice.yaml.example" "$doc/sluice-dashboard.json" \
+    "$completions/sluice" "$unit/sluice.service" "$unit/sluice-agent.service" | sort)
   local got
   got=$(cd "$dest" && find . -type f -o -type l | sed 's/^\.//' | sort)
   [ "$got" = "$want" ] || fail "installed files differ (prefix $pfx):
