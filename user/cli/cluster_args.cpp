@@ -4,6 +4,7 @@
 
 #include "error.h"
 #include "rate.h"
+#include "share_scripts.h"
 
 namespace sluice {
 
@@ -31,8 +32,7 @@ cluster::SyncOptions to_sync_options(const ClusterArgs &a, const std::string &pi
 	o.store.seeds = cluster::parse_endpoints(o.redis_cluster ? a.redis_cluster : a.redis);
 	if (!o.redis_cluster && o.store.seeds.size() != 1)
 		throw Error("--redis takes one HOST:PORT; for several nodes use --redis-cluster");
-	if (a.prefix.empty() || a.prefix.find_first_of("{}") != std::string::npos)
-		throw Error("--redis-prefix must be non-empty and hold no '{' or '}' (they would move the hash tag)");
+	cluster::check_prefix(a.prefix);
 	o.prefix = a.prefix;
 	o.node_id = a.node_id.empty() ? cluster::default_node_id() : a.node_id;
 	if (o.node_id.find_first_of(" \t\r\n") != std::string::npos)
@@ -60,6 +60,10 @@ cluster::SyncOptions to_sync_options(const ClusterArgs &a, const std::string &pi
 			throw Error("--lease " + a.lease + " must be at least two sync intervals: a share would lapse "
 				    "between two rounds");
 	}
+	if (o.effective_lease() > cluster::MAX_LEASE)
+		throw Error(a.lease.empty() ? "--sync-interval " + a.interval +
+						      " is too long: its lease (ten intervals) would exceed the longest lease, 1h"
+					    : "--lease " + a.lease + " is longer than the longest lease, 1h");
 	o.store.timeout = a.timeout.empty() ? o.interval : ms(a.timeout, "--redis-timeout");
 	if (a.max_buckets == 0)
 		throw Error("--max-synced must be at least 1");

@@ -119,7 +119,7 @@ SlotMap parse_cluster_slots(const Reply &reply, const Endpoint &from)
 class ClusterStore : public Store {
 public:
 	ClusterStore(const StoreOptions &options, Connector connector)
-		: seeds_(options.seeds), connector_(std::move(connector))
+		: seeds_(options.seeds), options_(options), connector_(std::move(connector))
 	{
 		if (seeds_.empty())
 			throw Error("no redis cluster node to start from");
@@ -149,6 +149,7 @@ private:
 		    std::vector<Reply> &replies);
 
 	std::vector<Endpoint> seeds_;
+	StoreOptions options_; ///< for may_connect: the seeds and whether a password is set
 	Connector connector_;
 	std::optional<SlotMap> map_;
 	bool refresh_due_ = false; ///< a MOVED was seen: reload the whole map before the next batch
@@ -175,6 +176,10 @@ std::vector<Reply> ClusterStore::send(const Endpoint &endpoint, const std::vecto
 	std::string key = endpoint.str();
 	try {
 		auto &connection = connections_[key];
+		// A slot map or a redirection naming an address the operator did
+		// not: with a password, nothing is sent there.
+		if (!connection && !may_connect(options_, endpoint))
+			throw StoreUnavailable(unnamed_node_reason(endpoint));
 		if (!connection)
 			connection = connector_(endpoint);
 		std::vector<Reply> replies = connection->pipeline(commands);

@@ -111,6 +111,10 @@ public:
 	HiredisConnection(const Endpoint &endpoint, const StoreOptions &options)
 		: name_("redis " + endpoint.str()), timeout_(options.timeout)
 	{
+		// The password goes only to the addresses the operator named (the
+		// routers check too; this is where AUTH is written).
+		if (!may_connect(options, endpoint))
+			throw StoreUnavailable(unnamed_node_reason(endpoint));
 		SigpipeGuard guard;
 		ctx_.reset(redisConnectWithTimeout(endpoint.host.c_str(), endpoint.port, to_timeval(timeout_)));
 		if (!ctx_)

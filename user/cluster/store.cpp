@@ -1,5 +1,6 @@
 #include "store.h"
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <charconv>
@@ -177,6 +178,19 @@ Command eval_command(const Script &script, const std::vector<std::string> &keys,
 		c.route_key = keys.front();
 	c.script_body = std::make_shared<const std::string>(script.body);
 	return c;
+}
+
+bool may_connect(const StoreOptions &options, const Endpoint &endpoint)
+{
+	return options.password.empty() ||
+	       std::find(options.seeds.begin(), options.seeds.end(), endpoint) != options.seeds.end();
+}
+
+std::string unnamed_node_reason(const Endpoint &endpoint)
+{
+	return "redis " + endpoint.str() +
+	       ": not among the addresses given to --redis-cluster, so not connected to (the password goes only "
+	       "there); name every master there as the cluster announces it";
 }
 
 std::string read_password_file(const std::string &path)
