@@ -295,8 +295,14 @@ ArrivalShift arrival_shift(double share, double local, double rate, double dt, d
 	// At the local rate the bucket refills dt of time in dt; at the share,
 	// share/local times that: the difference, in ticks. From -dt (no refill
 	// at all) to (rate/local - 1) * dt (refill at the whole rate).
-	double shift = (share / local - 1.0) * dt * TICKS_PER_SECOND + carry;
-	double most = std::max(rate / local - 1.0, 0.0) * dt * TICKS_PER_SECOND + 1;
+	// A local share tiny beside the rate (a ratio beyond any double) moves
+	// by at most MAX_SHIFT_TICKS: every term below stays finite.
+	double most_ratio = rate / local;
+	if (!std::isfinite(most_ratio))
+		most_ratio = MAX_SHIFT_TICKS;
+	double ratio = std::min(share / local, most_ratio);
+	double shift = (ratio - 1.0) * dt * TICKS_PER_SECOND + carry;
+	double most = std::max(most_ratio - 1.0, 0.0) * dt * TICKS_PER_SECOND + 1;
 	shift = std::clamp(shift, -(dt * TICKS_PER_SECOND + 1), std::min(most, MAX_SHIFT_TICKS));
 	double whole = std::trunc(shift);
 	return {static_cast<int64_t>(whole), shift - whole};
