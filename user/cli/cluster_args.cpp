@@ -12,15 +12,17 @@ void add_cluster_options(CLI::App *cmd, ClusterArgs &a)
 {
 	auto *one = cmd->add_option("--redis", a.redis, "HOST:PORT of the Redis that shares cluster rules' rates");
 	auto *many = cmd->add_option("--redis-cluster", a.redis_cluster,
-				     "HOST:PORT,... of Redis Cluster nodes to share cluster rules' rates through");
+				     "HOST:PORT,... of Redis Cluster nodes to share cluster rules' rates through (with a password: "
+				     "every master; no other address is connected to)");
 	one->excludes(many);
-	cmd->add_option("--redis-prefix", a.prefix, "Prefix of the keys: one per cluster of hosts (default sluice)");
+	cmd->add_option("--redis-prefix", a.prefix, "Prefix of the keys: one per cluster of hosts, 1 to 64 letters, digits, '-', '_' or '.' "
+			"(default sluice)");
 	cmd->add_option("--node-id", a.node_id, "This host's name in the store (default: the host name)");
 	cmd->add_option("--redis-password-file", a.password_file, "AUTH with the password on this file's first line");
 	cmd->add_option("--redis-user", a.user, "AUTH as this ACL user (with --redis-password-file)");
 	cmd->add_option("--sync-interval", a.interval, "How often to report and hear shares (default 100ms)");
 	cmd->add_option("--lease", a.lease,
-			"How long a share holds without the store (default 10 sync intervals, at least 1s)");
+			"How long a share holds without the store (default 10 sync intervals, at least 1s; at most 1h)");
 	cmd->add_option("--redis-timeout", a.timeout, "Connect and reply timeout (default: the sync interval)");
 	cmd->add_option("--max-synced", a.max_buckets, "Buckets synced at once, at most (default 100000)");
 }
