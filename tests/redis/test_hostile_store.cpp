@@ -6,8 +6,13 @@
 // rule's rate, and the password goes only to the addresses named.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
 #include <random>
 
 #include "fake_resp.h"
@@ -291,4 +296,137 @@ TEST(HostileStore, APasswordProtectedClusterNeedsEveryMasterNamed)
 	auto store = make_cluster_store(all, hiredis_connector(all));
 	for (const auto &r : store->execute(batch))
 		EXPECT_EQ(r.str, "OK");
+}
+
+namespace {
+
+/// A number as Lua 5.1's tonumber reads a field (strtod over the whole text,
+/// so "inf", "1e999" and "0x10" are numbers), nan counting as none: the
+/// reading the share script documents.
+std::optional<double> lua_number(const std::string &text)
+{
+	if (text.empty())
+		return std::nullopt;
+	char *end = nullptr;
+	double v = std::strtod(text.c_str(), &end);
+	if (end == text.c_str() || *end || std::isnan(v))
+		return std::nullopt;
+	return v;
+}
+
+/// What the share script grants one host, computed from its documented
+/// rules: records of four numbers with a live lease no longer than the
+/// longest count, demands and grants within [0, rate], uses within
+/// [0, MAX_REPORTED_USE], the others' grants summed at most the rate; the
+/// grant is min(the max-min fair share, rate - others) within [0, rate].
+BucketGrant reference_grant(double rate, double demand, double used,
+			    const std::vector<std::array<std::string, 4>> &records, long long now_ms)
+{
+	auto clamp = [](double x, double lo, double hi) { return std::min(std::max(x, lo), hi); };
+	demand = clamp(demand, 0, rate);
+	used = clamp(used, 0, MAX_REPORTED_USE);
+	std::vector<double> demands = {demand};
+	double others = 0, used_all = used;
+	unsigned live = 1;
+	for (const auto &r : records) {
+		auto d = lua_number(r[0]), g = lua_number(r[1]), u = lua_number(r[2]), exp = lua_number(r[3]);
+		if (!d || !g || !u || !exp || *exp <= double(now_ms) || *exp > double(now_ms + MAX_LEASE.count()))
+			continue;
+		demands.push_back(clamp(*d, 0, rate));
+		others = std::min(others + clamp(*g, 0, rate), rate);
+		used_all += clamp(*u, 0, MAX_REPORTED_USE);
+		live++;
+	}
+	double sum = 0;
+	int wanting = 0;
+	for (double d : demands) {
+		sum += d;
+		wanting += d > 0;
+	}
+	double target = 0;
+	if (demand > 0) {
+		if (sum <= rate) {
+			target = demand + (rate - sum) / wanting;
+		} else {
+			std::sort(demands.begin(), demands.end());
+			double left = rate, level = rate;
+			size_t n = demands.size();
+			for (double d : demands) {
+				double even = left / double(n);
+				if (d > even) {
+					level = even;
+					break;
+				}
+				left -= d;
+				n--;
+			}
+			target = std::min(demand, level);
+		}
+	}
+	BucketGrant out;
+	out.share = clamp(std::min(target, rate - others), 0, rate);
+	out.cluster_used = used_all;
+	out.hosts = demand <= 0 && out.share <= 0 ? live - 1 : live;
+	return out;
+}
+
+} // namespace
+
+// The share script against its documented rules, on generated states: up to
+// five other hosts' records, each honest-looking or hostile in any field
+// (negative, huge, nan, inf, junk, a lease ended or too long), and this
+// host's demand. The grant, the use summed and the live count agree with
+// the reference; records it does not count are gone afterwards.
+TEST(HostilePeer, TheShareScriptAgreesWithItsDocumentedRules)
+{
+	RedisServer redis;
+	StoreOptions o = options_for({redis.endpoint()});
+	auto store = make_single_store(o, hiredis_connector(o));
+	std::mt19937 rng(2026);
+	std::uniform_real_distribution<double> unit(0, 1);
+	std::uniform_int_distribution<int> others(0, 5);
+	std::uniform_int_distribution<size_t> pick(0, HOSTILE.size() - 1);
+	long long now_ms = std::stoll(redis.checked({"TIME"}).elements.at(0).str) * 1000;
+	auto field = [&](double honest) {
+		char buf[40];
+		std::snprintf(buf, sizeof(buf), "%.17g", honest);
+		return unit(rng) < 0.25 ? HOSTILE[pick(rng)] : std::string(buf);
+	};
+	int compared = 0;
+	for (int trial = 0; trial < 1500; trial++) {
+		std::string key = bucket_key("t", "ref", "10.0.0." + std::to_string(trial % 250) + "/32:" +
+								 std::to_string(trial));
+		std::vector<std::array<std::string, 4>> records;
+		for (int n = others(rng); n > 0; n--) {
+			double r = unit(rng);
+			std::string expiry = r < 0.7   ? std::to_string(now_ms + 60000)
+					     : r < 0.8 ? std::to_string(now_ms - 60000)
+					     : r < 0.9 ? std::to_string(now_ms + MAX_LEASE.count() + 600000)
+						       : HOSTILE[pick(rng)];
+			std::array<std::string, 4> rec = {field(unit(rng) * 2 * RATE), field(unit(rng) * RATE / 2),
+							  field(unit(rng) * RATE), expiry};
+			// The script splits on single spaces: a field holding a blank is
+			// another shape of record, which the reference drops as well.
+			records.push_back(rec);
+			redis.checked({"HSET", key, "o" + std::to_string(n), rec[0] + " " + rec[1] + " " + rec[2] + " " + rec[3]});
+		}
+		double demand = unit(rng) < 0.15 ? 0 : unit(rng) * 2 * RATE, used = unit(rng) * RATE;
+		auto replies = store->execute({share_command("me", RATE, milliseconds(10000), {{key, demand, used}})});
+		BucketGrant got = parse_share_reply(replies.at(0), 1, RATE).at(0);
+		std::vector<std::array<std::string, 4>> shaped;
+		for (const auto &rec : records)
+			if (std::none_of(rec.begin(), rec.end(),
+					 [](const std::string &f) { return f.empty() || f.find(' ') != std::string::npos; }))
+				shaped.push_back(rec);
+		BucketGrant want = reference_grant(RATE, demand, used, shaped, now_ms);
+		std::string state;
+		for (const auto &rec : records)
+			state += " [" + rec[0] + "|" + rec[1] + "|" + rec[2] + "|" + rec[3] + "]";
+		ASSERT_NEAR(got.share, want.share, 1e-9 * RATE) << "demand " << demand << state;
+		ASSERT_NEAR(got.cluster_used, want.cluster_used, 1e-9 * std::max(1.0, want.cluster_used)) << state;
+		ASSERT_EQ(got.hosts, want.hosts) << state;
+		ASSERT_EQ(size_t(redis.checked({"HLEN", key}).integer), want.hosts) << "uncounted records stay" << state;
+		compared++;
+	}
+	EXPECT_EQ(compared, 1500);
 }
