@@ -170,6 +170,10 @@ ClusterSync::ClusterSync(SyncOptions options) : options_(std::move(options)), st
 		options_.node_id = default_node_id();
 	if (options_.interval.count() <= 0)
 		throw Error("--sync-interval must be at least 1ms");
+	// The CLI checks these; a sync made another way is held to them too.
+	check_prefix(options_.prefix);
+	if (options_.effective_lease() > MAX_LEASE)
+		throw Error("--lease: at most 1h, the longest lease the share script grants");
 }
 
 ClusterSync::~ClusterSync() { stop(); }
