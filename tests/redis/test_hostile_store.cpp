@@ -430,3 +430,44 @@ TEST(HostilePeer, TheShareScriptAgreesWithItsDocumentedRules)
 	}
 	EXPECT_EQ(compared, 1500);
 }
+
+// What a lying server says reaches the agent's log and status as one line:
+// error replies, refused logins and announced host names with line breaks
+// in them are shown with '?' for each control character.
+TEST(HostileStore, WhatAServerSaysStaysOneLine)
+{
+	// RESP ends an error at "\r\n"; a lone "\n" or an escape goes through.
+	const std::string lie = "ERR ok\ncluster: ok, redis 10.0.0.1:6379 as node 'h1'\x1b[2J";
+	FakeRespServer store([&](const std::vector<std::string> &args) {
+		if (args.at(0) == "AUTH")
+			return resp::error("WRONGPASS " + lie);
+		if (args.at(0) == "CLUSTER")
+			return resp::array({resp::array({resp::integer(0), resp::integer(CLUSTER_SLOTS - 1),
+							 resp::array({resp::bulk("evil\nhost"), resp::integer(1), resp::bulk("id")})})});
+		return resp::error(lie);
+	});
+	StoreOptions open = options_for({store.endpoint()});
+	auto single = make_single_store(open, hiredis_connector(open));
+	std::vector<std::string> said;
+	try {
+		parse_share_reply(single->execute({share_command("me", 5, milliseconds(1000), {{"{t:r}:x", 1, 1}})}).at(0), 1, 5);
+	} catch (const Error &e) {
+		said.push_back(e.what());
+	}
+	try {
+		parse_hosts_reply(single->execute({hosts_command("t", "me", milliseconds(1000))}).at(0));
+	} catch (const Error &e) {
+		said.push_back(e.what());
+	}
+	StoreOptions locked = options_for({store.endpoint()}, "pw");
+	said.push_back(sluice::test::unavailable_reason(*make_single_store(locked, hiredis_connector(locked)),
+							{Command{{"PING"}, "", nullptr}}));
+	said.push_back(sluice::test::unavailable_reason(*make_cluster_store(open, hiredis_connector(open)),
+							{Command{{"PING"}, "", nullptr}}));
+	ASSERT_EQ(said.size(), 4u);
+	for (const auto &line : said) {
+		EXPECT_EQ(line.find_first_of("\r\n"), std::string::npos) << line;
+		EXPECT_NE(line.find("?"), std::string::npos) << "[" << line << "]";
+	}
+	EXPECT_NE(said[3].find("'evil?host' is no host name"), std::string::npos) << said[3];
+}

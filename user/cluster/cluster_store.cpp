@@ -25,6 +25,19 @@ constexpr int MAX_REDIRECTIONS = 5;
 constexpr int MAX_BUSY_RETRIES = 4;
 constexpr std::chrono::milliseconds BUSY_PAUSE{5};
 
+/// A host name or address as a node may announce it: up to 255 bytes, no
+/// blanks, control characters, commas or brackets (what parse_endpoint
+/// refuses in a seed).
+bool plausible_host(const std::string &host)
+{
+	if (host.size() > 255)
+		return false;
+	for (char c : host)
+		if (c == ' ' || c == ',' || c == '[' || c == ']' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+			return false;
+	return true;
+}
+
 /// Where a MOVED or ASK reply sends a command.
 struct Redirect {
 	uint16_t slot;
@@ -55,6 +68,8 @@ std::optional<Redirect> parse_redirect(const std::string &text, const Endpoint &
 	std::string host(address.substr(0, colon));
 	if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
 		host = host.substr(1, host.size() - 2);
+	if (!host.empty() && !plausible_host(host))
+		return std::nullopt;
 	if (host.empty())
 		host = from.host;
 	return Redirect{static_cast<uint16_t>(slot), Endpoint{host, static_cast<uint16_t>(port)}};
@@ -84,7 +99,7 @@ SlotMap parse_cluster_slots(const Reply &reply, const Endpoint &from)
 {
 	std::string where = "redis " + from.str() + ": ";
 	if (reply.is_error())
-		throw StoreUnavailable(where + "CLUSTER SLOTS: " + reply.str);
+		throw StoreUnavailable(where + "CLUSTER SLOTS: " + one_line(reply.str));
 	if (reply.type != Reply::Type::array)
 		throw StoreUnavailable(where + "CLUSTER SLOTS answered something else than a list");
 	SlotMap map;
@@ -104,6 +119,9 @@ SlotMap parse_cluster_slots(const Reply &reply, const Endpoint &from)
 		std::string host = master.elements[0].str;
 		if (host == "?")
 			continue;
+		if (!plausible_host(host))
+			throw StoreUnavailable(where + "CLUSTER SLOTS: a node's address '" + one_line(host, 60) +
+					       "' is no host name");
 		if (host.empty())
 			host = from.host;
 		int index = map.index_of(Endpoint{host, static_cast<uint16_t>(port)});

@@ -171,7 +171,7 @@ private:
 		// used until the password (or the server's) is fixed: the sync loop
 		// keeps retrying, and says why.
 		if (r.is_error())
-			throw StoreUnavailable(name_ + ": AUTH refused: " + r.str);
+			throw StoreUnavailable(name_ + ": AUTH refused: " + one_line(r.str));
 	}
 
 	/// Throws the context's error as one line, and drops the context: after

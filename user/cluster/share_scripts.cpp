@@ -157,13 +157,7 @@ std::string element_text(const Reply &r, const char *script)
 
 /// What the store said, quoted for an error line: at most 40 bytes, control
 /// characters as '?', so that a lying store cannot write the log.
-std::string quoted(const std::string &text)
-{
-	std::string out;
-	for (char c : text.substr(0, 40))
-		out += static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c;
-	return "'" + out + (text.size() > 40 ? "...'" : "'");
-}
+std::string quoted(const std::string &text) { return "'" + one_line(text, 40) + "'"; }
 
 } // namespace
 
@@ -245,7 +239,7 @@ Command share_command(const std::string &node, double rate, std::chrono::millise
 std::vector<BucketGrant> parse_share_reply(const Reply &reply, size_t reports, double rate)
 {
 	if (reply.is_error())
-		throw Error("the share script failed: " + reply.str.substr(0, 200));
+		throw Error("the share script failed: " + one_line(reply.str));
 	if (reply.type != Reply::Type::array || reply.elements.size() != 3 * reports)
 		throw Error("the share script answered " + std::to_string(reply.elements.size()) + " values for " +
 			    std::to_string(reports) + " buckets");
@@ -291,7 +285,7 @@ Command hosts_command(const std::string &prefix, const std::string &node, std::c
 unsigned parse_hosts_reply(const Reply &reply)
 {
 	if (reply.is_error())
-		throw Error("the hosts script failed: " + reply.str);
+		throw Error("the hosts script failed: " + one_line(reply.str));
 	if (reply.type != Reply::Type::integer || reply.integer < 1 || reply.integer > MAX_HOSTS)
 		throw Error("the hosts script answered " +
 			    (reply.type == Reply::Type::integer ? std::to_string(reply.integer) : std::string("no integer")) +

@@ -180,6 +180,14 @@ Command eval_command(const Script &script, const std::vector<std::string> &keys,
 	return c;
 }
 
+std::string one_line(std::string_view text, size_t max)
+{
+	std::string out;
+	for (char c : text.substr(0, max))
+		out += static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c;
+	return text.size() > max ? out + "..." : out;
+}
+
 bool may_connect(const StoreOptions &options, const Endpoint &endpoint)
 {
 	return options.password.empty() ||

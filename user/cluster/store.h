@@ -88,6 +88,11 @@ struct StoreOptions {
 	std::string password;         ///< empty: no AUTH
 };
 
+/// Text a server sent (an error reply, a host name), fit for one log line:
+/// control characters as '?', at most `max` bytes (then "..."). A store
+/// that lies cannot write lines of its own into the agent's log or status.
+std::string one_line(std::string_view text, size_t max = 200);
+
 /// Whether a connection to `endpoint` may be made: with no password, any;
 /// with one, only to an address among the seeds (the host as written there,
 /// the same port).
