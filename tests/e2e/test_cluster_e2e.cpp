@@ -29,12 +29,15 @@
 #include <thread>
 
 #include "child.h"
+#include "fake_resp.h"
 #include "process.h"
 #include "redis_server.h"
+#include "share_scripts.h"
 #include "sockaddr.h"
 #include "store.h"
 
 using namespace sluice::test;
+namespace resp = sluice::test::resp;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
@@ -433,4 +436,52 @@ TEST_F(Cluster, ThroughARedisClusterWhoseMasterOfTheRuleGoesDown)
 		<< metric_sample(first_phase, "sluice_cluster_round_seconds_total") << " s";
 	EXPECT_NEAR(fallback, RATE / HOSTS, 0.1 * RATE / HOSTS);
 	EXPECT_NEAR(again, RATE, 0.05 * RATE);
+}
+
+// A store that lies: it counts three hosts (so the local share is a third),
+// and grants nan, inf, 1e300, negative amounts in turn. The agent applies
+// none of it: a flood passes the local share, not the flood (it once passed
+// about 970/s through a rule of 50/s), and a source that then sends within
+// its limit passes all of it (a share of -1e300 once put it 2^63 ticks in
+// debt). The agent says it is degraded, and why.
+TEST_F(Cluster, ALyingStoreMovesNoBucketBeyondItsRule)
+{
+	const std::vector<std::string> lies = {"nan", "inf", "1e300", "-1e300", "-5", "1e999", "-nan", "301"};
+	std::atomic<size_t> calls{0};
+	FakeRespServer store([&](const std::vector<std::string> &args) {
+		if ((args.at(0) == "EVALSHA" || args.at(0) == "EVAL") && args.size() > 3) {
+			if (args[3] == sluice::cluster::hosts_key("sluice"))
+				return resp::integer(HOSTS);
+			std::vector<std::string> out;
+			for (int k = 0; k < std::stoi(args[2]); k++)
+				for (const std::string &e : {lies[calls++ % lies.size()], std::string("0"), std::string("3")})
+					out.push_back(resp::bulk(e));
+			return resp::array(out);
+		}
+		return resp::error("ERR unknown command");
+	});
+	agents_.push_back(std::make_unique<AgentProcess>(
+		SLUICE_BIN,
+		std::vector<std::string>{"--redis", store.endpoint(), "--node-id", "h1", "--sync-interval", "100ms"},
+		std::vector<std::string>{"env", "SLUICE_PIN_DIR=" + pin_dir(0), "SLUICE_RUN_DIR=" + run_dir(0)}));
+	auto end = Clock::now() + std::chrono::seconds(15);
+	while (metric(0, "sluice_cluster_rule_local_rate{rule=\"shared\"}") != RATE / HOSTS) {
+		ASSERT_LT(Clock::now(), end) << agents_[0]->scrape() << agents_[0]->child().seen();
+		std::this_thread::sleep_for(milliseconds(100));
+	}
+	// A flood of three times the rate at h1, then the same source within
+	// its local share (half of it).
+	auto t = send_phases({{4, {3 * RATE, 0, 0}}, {3, {RATE / HOSTS / 2, 0, 0}}});
+	double flood = rate(after(t[0], 0.5), t[1], 0);
+	size_t sent_within = size_t(3 * RATE / HOSTS / 2), within = passed(t[1], after(t[2], 0.2), 0);
+	std::printf("a store granting nan, inf, 1e300, -1e300 ...: a flood of %.0f/s passes %.0f/s (the local share "
+		    "%.0f/s); then %zu of %zu sent within the limit pass; %zu share calls answered\n",
+		    3 * RATE, flood, RATE / HOSTS, within, sent_within, calls.load());
+	EXPECT_GT(calls.load(), 20u) << "the agent asked the store";
+	EXPECT_NEAR(flood, RATE / HOSTS, 0.1 * RATE / HOSTS) << "a lie moved the bucket";
+	EXPECT_GE(double(within), 0.97 * double(sent_within)) << "a source within its limit was put in debt";
+	EXPECT_EQ(metric(0, "sluice_cluster_rule_share{rule=\"shared\"}"), 0) << "a lie was applied";
+	EXPECT_EQ(metric(0, "sluice_cluster_degraded{store=\"redis " + store.endpoint() + "\",node=\"h1\"}"), 1);
+	CommandResult r = on_host(0, {"status"});
+	EXPECT_NE(r.out.find("no grant applied"), std::string::npos) << r.out;
 }

@@ -35,7 +35,7 @@ protected:
 	BucketGrant ask(const std::string &node, double demand, milliseconds lease = milliseconds(10000))
 	{
 		auto replies = store_->execute({share_command(node, RATE, lease, {{KEY, demand, demand}})});
-		return parse_share_reply(replies.at(0), 1).at(0);
+		return parse_share_reply(replies.at(0), 1, RATE).at(0);
 	}
 	/// Every live host's grant, as the store holds it.
 	double granted_sum()
@@ -161,11 +161,11 @@ TEST(ShareKeys, MalformedRepliesAreRefused)
 	Reply error;
 	error.type = Reply::Type::error;
 	error.str = "ERR something";
-	EXPECT_THROW(parse_share_reply(error, 1), Error);
+	EXPECT_THROW(parse_share_reply(error, 1, RATE), Error);
 	Reply short_array;
 	short_array.type = Reply::Type::array;
 	short_array.elements.resize(2);
-	EXPECT_THROW(parse_share_reply(short_array, 1), Error);
+	EXPECT_THROW(parse_share_reply(short_array, 1, RATE), Error);
 	Reply words;
 	words.type = Reply::Type::array;
 	for (const char *w : {"12", "x", "1"}) {
@@ -174,5 +174,5 @@ TEST(ShareKeys, MalformedRepliesAreRefused)
 		e.str = w;
 		words.elements.push_back(e);
 	}
-	EXPECT_THROW(parse_share_reply(words, 1), Error);
+	EXPECT_THROW(parse_share_reply(words, 1, RATE), Error);
 }

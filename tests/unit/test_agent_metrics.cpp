@@ -4,6 +4,9 @@
 // receives them.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+
+#include <random>
 #include <sstream>
 
 #include "error.h"
@@ -199,4 +202,47 @@ TEST(Metrics, TheClusterSyncSumsItsRoundsWallTime)
 	EXPECT_TRUE(has(lines, "sluice_cluster_rounds_total{result=\"failed\"} 1"));
 	EXPECT_TRUE(has(lines, "sluice_cluster_round_seconds 0.25"));
 	EXPECT_TRUE(has(lines, "sluice_cluster_round_seconds_total 0.75"));
+}
+
+// Which listen addresses keep /metrics on this host: every 127.0.0.0/8
+// address, ::1 and IPv4-mapped loopback; the wildcards and everything else
+// reach beyond it.
+TEST(ListenAddress, LoopbackIsOnlyWhatStaysOnThisHost)
+{
+	std::mt19937 rng(7);
+	for (int i = 0; i < 20000; i++) {
+		uint32_t a = rng();
+		char text[INET_ADDRSTRLEN];
+		in_addr addr{htonl(a)};
+		inet_ntop(AF_INET, &addr, text, sizeof(text));
+		ListenAddress l = parse_listen_address(std::string(text) + ":9617");
+		ASSERT_EQ(l.loopback(), (a >> 24) == 127) << text;
+		ListenAddress mapped = parse_listen_address("[::ffff:" + std::string(text) + "]:9617");
+		ASSERT_EQ(mapped.loopback(), (a >> 24) == 127) << text;
+	}
+	EXPECT_TRUE(parse_listen_address("[::1]:0").loopback());
+	EXPECT_TRUE(ListenAddress().loopback()) << "the default";
+	for (const char *beyond : {"0.0.0.0:9617", "[::]:9617", "[::2]:9617", "[fe80::1]:9617", "10.0.0.1:9617",
+				   "128.0.0.1:9617", "[::127.0.0.1]:9617"})
+		EXPECT_FALSE(parse_listen_address(beyond).loopback()) << beyond;
+}
+
+// Listening beyond loopback is said at start, once: the series name the
+// throttled sources to whoever connects.
+TEST(MetricsExporter, ListeningBeyondLoopbackIsSaid)
+{
+	for (const char *where : {"0.0.0.0:0", "127.0.0.1:0"}) {
+		MetricsOptions o;
+		o.listen = parse_listen_address(where);
+		o.pin_dir = "/nonexistent/sluice-pins";
+		MetricsExporter exporter(o);
+		testing::internal::CaptureStderr();
+		exporter.start();
+		std::string said = testing::internal::GetCapturedStderr();
+		exporter.stop();
+		bool warned = said.find("warning: /metrics on 0.0.0.0:") != std::string::npos &&
+			      said.find("can be read from other hosts") != std::string::npos &&
+			      said.find("names the 10 sources with most drops") != std::string::npos;
+		EXPECT_EQ(warned, std::string(where) == "0.0.0.0:0") << where << ": " << said;
+	}
 }

@@ -6,11 +6,17 @@
 #include <unistd.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
+#include <random>
+#include <regex>
 #include <set>
 
+#include "share_scripts.h"
 #include "store.h"
 #include "store_testing.h"
 #include "temp_file.h"
@@ -695,4 +701,267 @@ TEST(Router, EmptyBatchSendsNothing)
 	EXPECT_EQ(c.connects, 0);
 }
 
+// With a password, the router connects only to the seeds: the masters the
+// slot map names beyond them, and redirections to them, get nothing.
+TEST(Router, WithAPasswordOnlyTheNamedNodesAreConnectedTo)
+{
+	FakeCluster c(3);
+	StoreOptions o = seeds(c, {0});
+	o.password = "pw";
+	auto store = make_cluster_store(o, c.connector());
+	std::string reason = unavailable_reason(*store, {incr(c.key_on(1, "a")), incr(c.key_on(0, "b"))});
+	EXPECT_EQ(reason, unnamed_node_reason(c.nodes[1].endpoint));
+	EXPECT_EQ(c.nodes[1].received.size(), 0u);
+	EXPECT_EQ(c.nodes[2].received.size(), 0u);
+	EXPECT_EQ(c.connects, 1) << "the seed alone";
+
+	// A MOVED from the seed to a node not named: refused too.
+	FakeCluster d(2);
+	StoreOptions both = seeds(d, {0});
+	both.password = "pw";
+	d.nodes[0].moved_lie[key_slot("{x}")] = 1;
+	d.owner[key_slot("{x}")] = 0;
+	auto lied_to = make_cluster_store(both, d.connector());
+	EXPECT_EQ(unavailable_reason(*lied_to, {incr("{x}")}), unnamed_node_reason(d.nodes[1].endpoint));
+	EXPECT_EQ(d.nodes[1].received.size(), 0u);
+
+	StoreOptions all = seeds(c, {0, 1, 2});
+	all.password = "pw";
+	auto named = make_cluster_store(all, c.connector());
+	EXPECT_EQ(named->execute({incr(c.key_on(1, "a")), incr(c.key_on(2, "b"))}).at(1).integer, 1);
+	EXPECT_TRUE(may_connect(all, c.nodes[2].endpoint));
+	EXPECT_FALSE(may_connect(o, c.nodes[2].endpoint));
+	EXPECT_FALSE(may_connect(o, Endpoint{"10.0.0.1", 7001})) << "the host and the port";
+	StoreOptions open = seeds(c, {0});
+	EXPECT_TRUE(may_connect(open, c.nodes[2].endpoint)) << "no password: nothing secret to send";
+}
+
 } // namespace
+
+// What the store's numbers are read as: a reference built another way (a
+// grammar and strtod) decides each generated text, and parse_store_number
+// must agree: decimal, finite, nothing before or after.
+namespace {
+
+std::optional<double> reference_number(const std::string &text)
+{
+	static const std::regex grammar("-?([0-9]+\\.?[0-9]*|\\.[0-9]+)([eE][+-]?[0-9]+)?");
+	if (!std::regex_match(text, grammar))
+		return std::nullopt;
+	double v = std::strtod(text.c_str(), nullptr);
+	if (!std::isfinite(v))
+		return std::nullopt;
+	// Underflow to zero of a non-zero mantissa is out of range, not 0.
+	std::string mantissa = text.substr(0, text.find_first_of("eE"));
+	if (v == 0 && mantissa.find_first_of("123456789") != std::string::npos)
+		return std::nullopt;
+	return v;
+}
+
+} // namespace
+
+TEST(StoreNumber, AgreesWithAReferenceOnGeneratedTexts)
+{
+	std::mt19937 rng(4);
+	const std::string alphabet = "0123456789.eE+- nailfx";
+	std::uniform_int_distribution<size_t> length(0, 9), letter(0, alphabet.size() - 1);
+	int accepted = 0;
+	for (int i = 0; i < 200000; i++) {
+		std::string text;
+		for (size_t n = length(rng); n > 0; n--)
+			text += alphabet[letter(rng)];
+		std::optional<double> got = parse_store_number(text), want = reference_number(text);
+		ASSERT_EQ(got.has_value(), want.has_value()) << "'" << text << "'";
+		if (got) {
+			ASSERT_EQ(*got, *want) << "'" << text << "'";
+			accepted++;
+		}
+	}
+	EXPECT_GT(accepted, 1000) << "the generator reaches numbers";
+	for (const char *never : {"nan", "-nan", "NaN", "inf", "-inf", "Infinity", "+1", " 1", "1 ", "1\n", "0x10",
+				  "1e999", "-1e999", "1e-999", "", "1,5", "1e", "e1", "."})
+		EXPECT_FALSE(parse_store_number(never)) << never;
+}
+
+TEST(StoreNumber, EveryFiniteDoubleAsTheScriptsWriteItReadsBackExactly)
+{
+	std::mt19937_64 rng(8);
+	for (int i = 0; i < 200000; i++) {
+		uint64_t bits = rng();
+		double v;
+		std::memcpy(&v, &bits, sizeof(v));
+		char text[40];
+		std::snprintf(text, sizeof(text), "%.17g", v);
+		std::optional<double> got = parse_store_number(text);
+		if (!std::isfinite(v)) {
+			ASSERT_FALSE(got) << text;
+			continue;
+		}
+		ASSERT_TRUE(got) << text;
+		ASSERT_EQ(std::memcmp(&*got, &v, sizeof(v)), 0) << text;
+	}
+}
+
+TEST(StoreNumber, HostCountsAreDigitsUpToTheBound)
+{
+	std::mt19937 rng(5);
+	std::uniform_int_distribution<long long> count(-5, 3LL * MAX_HOSTS);
+	for (int i = 0; i < 20000; i++) {
+		long long n = i < 3 ? (i == 0 ? 0 : i == 1 ? MAX_HOSTS : MAX_HOSTS + 1) : count(rng);
+		std::optional<unsigned> got = parse_host_count(std::to_string(n));
+		ASSERT_EQ(got.has_value(), n >= 0 && n <= MAX_HOSTS) << n;
+		if (got) {
+			ASSERT_EQ(*got, unsigned(n));
+		}
+	}
+	for (const char *bad : {"", "1.0", "1e3", "+3", " 3", "3 ", "nan", "4294967297", "-0"})
+		EXPECT_FALSE(parse_host_count(bad)) << bad;
+}
+
+// A reply's grants: generated values of every form; a reply is accepted only
+// if every share lies in [0, rate], every use is finite and not negative and
+// every count is within bounds, and what is accepted is what was sent.
+TEST(StoreNumber, ShareRepliesOutOfBoundsAreRefusedWhole)
+{
+	std::mt19937 rng(6);
+	const std::vector<std::string> values = {"0", "-0", "50", "49.999999999999993", "50.000000000000007",
+						 "-1e-300", "1e300", "nan", "inf", "-inf", "12", "1e1", "", "7x"};
+	std::uniform_int_distribution<size_t> pick(0, values.size() - 1);
+	std::uniform_int_distribution<int> buckets(1, 3), hosts(-1, 3);
+	const double rate = 50;
+	for (int i = 0; i < 20000; i++) {
+		Reply reply{Reply::Type::array, 0, {}, {}};
+		int n = buckets(rng);
+		bool valid = true;
+		std::vector<double> shares;
+		for (int b = 0; b < n; b++) {
+			std::string share = values[pick(rng)], used = values[pick(rng)];
+			int h = hosts(rng);
+			std::optional<double> s = reference_number(share), u = reference_number(used);
+			valid = valid && s && *s >= 0 && *s <= rate && u && *u >= 0 && h >= 0;
+			shares.push_back(s.value_or(-1));
+			for (const std::string &e : {share, used, std::to_string(h)})
+				reply.elements.push_back(Reply{Reply::Type::string, 0, e, {}});
+		}
+		if (!valid) {
+			ASSERT_THROW(parse_share_reply(reply, size_t(n), rate), Error);
+			continue;
+		}
+		std::vector<BucketGrant> grants = parse_share_reply(reply, size_t(n), rate);
+		for (int b = 0; b < n; b++)
+			ASSERT_EQ(grants[b].share, shares[b]);
+	}
+}
+
+// --redis-prefix: 1 to 64 of [A-Za-z0-9._-]. The property that rule serves:
+// for any two accepted prefixes, one's ACL key patterns (~{P:* and
+// ~{P}:hosts, matched as Redis matches globs) cover none of the other's keys.
+namespace {
+
+/// Redis's glob (stringmatchlen): * ? [abc] [^a] [a-z] and \ escapes.
+bool glob(const char *p, const char *s)
+{
+	for (; *p; p++) {
+		switch (*p) {
+		case '*':
+			while (p[1] == '*')
+				p++;
+			if (!p[1])
+				return true;
+			for (; *s; s++)
+				if (glob(p + 1, s))
+					return true;
+			return glob(p + 1, s);
+		case '?':
+			if (!*s)
+				return false;
+			s++;
+			break;
+		case '[': {
+			p++;
+			bool negate = *p == '^';
+			if (negate)
+				p++;
+			bool match = false;
+			for (; *p && *p != ']'; p++) {
+				if (*p == '\\' && p[1]) {
+					p++;
+					match |= *p == *s;
+				} else if (p[1] == '-' && p[2] && p[2] != ']') {
+					match |= *s >= p[0] && *s <= p[2];
+					p += 2;
+				} else {
+					match |= *p == *s;
+				}
+			}
+			if (!*p)
+				p--;
+			if (match == negate || !*s)
+				return false;
+			s++;
+			break;
+		}
+		case '\\':
+			if (p[1])
+				p++;
+			[[fallthrough]];
+		default:
+			if (*p != *s)
+				return false;
+			s++;
+		}
+	}
+	return !*s;
+}
+
+bool prefix_accepted(const std::string &p)
+{
+	try {
+		check_prefix(p);
+		return true;
+	} catch (const Error &) {
+		return false;
+	}
+}
+
+bool covers(const std::string &p, const std::string &key)
+{
+	return glob(("{" + p + ":*").c_str(), key.c_str()) || glob(("{" + p + "}:hosts").c_str(), key.c_str());
+}
+
+} // namespace
+
+TEST(StorePrefix, AcceptedPrefixesPatternsCoverNoOtherPrefixsKeys)
+{
+	std::mt19937 rng(9);
+	const std::string alphabet = "ab-_.:*?[]\\{}^ \x01";
+	std::uniform_int_distribution<size_t> length(0, 5), letter(0, alphabet.size() - 1);
+	std::vector<std::string> accepted, refused;
+	for (int i = 0; i < 20000; i++) {
+		std::string p;
+		for (size_t n = length(rng); n > 0; n--)
+			p += alphabet[letter(rng)];
+		bool ok = !p.empty() && p.find_first_not_of("ab-_.") == std::string::npos;
+		ASSERT_EQ(prefix_accepted(p), ok) << "'" << p << "'";
+		(ok ? accepted : refused).push_back(p);
+	}
+	std::sort(accepted.begin(), accepted.end());
+	accepted.erase(std::unique(accepted.begin(), accepted.end()), accepted.end());
+	ASSERT_GT(accepted.size(), 100u);
+	for (const auto &p : accepted)
+		for (const auto &q : accepted) {
+			if (p == q)
+				continue;
+			for (const std::string &key : {bucket_key(q, "web", "10.0.0.1/32"), bucket_key(q, ":x", "::/0"),
+						       hosts_key(q)})
+				ASSERT_FALSE(covers(p, key)) << p << " covers " << key;
+		}
+	// What the rule is for: a refused prefix's keys would fall under an
+	// accepted one's patterns (a ':' extends a prefix, a glob widens it).
+	EXPECT_TRUE(covers("a", bucket_key("a:b", "web", "10.0.0.1/32")));
+	EXPECT_TRUE(covers("a*", bucket_key("ab", "web", "10.0.0.1/32")));
+	EXPECT_TRUE(covers("?", hosts_key("b")));
+	EXPECT_TRUE(prefix_accepted(std::string(MAX_PREFIX_LENGTH, 'p')));
+	EXPECT_FALSE(prefix_accepted(std::string(MAX_PREFIX_LENGTH + 1, 'p')));
+	EXPECT_TRUE(prefix_accepted("Edge-1_eu.west"));
+}

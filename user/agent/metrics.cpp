@@ -22,6 +22,19 @@ std::string ListenAddress::text() const
 	return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
+bool ListenAddress::loopback() const
+{
+	in_addr a4;
+	if (inet_pton(AF_INET, host.c_str(), &a4) == 1)
+		return (ntohl(a4.s_addr) >> 24) == 127;
+	in6_addr a6;
+	if (inet_pton(AF_INET6, host.c_str(), &a6) != 1)
+		return false;
+	if (IN6_IS_ADDR_LOOPBACK(&a6))
+		return true;
+	return IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127;
+}
+
 ListenAddress parse_listen_address(std::string_view text)
 {
 	auto bad = [&text](const std::string &why) {
@@ -350,6 +363,14 @@ void MetricsExporter::start()
 	ListenAddress bound = options_.listen;
 	bound.port = port_;
 	log_line("serving metrics on http://" + bound.text() + "/metrics (state in " + options_.pin_dir + ")");
+	// The series name the sources with most drops: anyone who can connect
+	// learns which addresses are throttled. Loopback (the default) keeps
+	// that on this host; anything else is said once.
+	if (!bound.loopback())
+		log_line("warning: /metrics on " + bound.text() +
+			 " can be read from other hosts, with no authentication; it names the " +
+			 std::to_string(options_.top_sources) +
+			 " sources with most drops (--top-sources 0 names none): bind 127.0.0.1 or firewall the port");
 }
 
 void MetricsExporter::stop() noexcept

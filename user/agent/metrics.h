@@ -68,6 +68,8 @@ struct ListenAddress {
 
 	/// "127.0.0.1:9617", "[::1]:9617": as parsed, and as civetweb takes it.
 	std::string text() const;
+	/// Whether only this host can connect: 127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104.
+	bool loopback() const;
 };
 
 /// Parses ADDR:PORT (IPv6 in brackets); throws Error with one line if not.

@@ -26,6 +26,19 @@ constexpr int MAX_REDIRECTIONS = 5;
 constexpr int MAX_BUSY_RETRIES = 4;
 constexpr std::chrono::milliseconds BUSY_PAUSE{5};
 
+/// A host name or address as a node may announce it: up to 255 bytes, no
+/// blanks, control characters, commas or brackets (what parse_endpoint
+/// refuses in a seed).
+bool plausible_host(const std::string &host)
+{
+	if (host.size() > 255)
+		return false;
+	for (char c : host)
+		if (c == ' ' || c == ',' || c == '[' || c == ']' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+			return false;
+	return true;
+}
+
 /// Where a MOVED or ASK reply sends a command.
 struct Redirect {
 	uint16_t slot;
@@ -56,6 +69,8 @@ std::optional<Redirect> parse_redirect(const std::string &text, const Endpoint &
 	std::string host(address.substr(0, colon));
 	if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
 		host = host.substr(1, host.size() - 2);
+	if (!host.empty() && !plausible_host(host))
+		return std::nullopt;
 	if (host.empty())
 		host = from.host;
 	return Redirect{static_cast<uint16_t>(slot), Endpoint{host, static_cast<uint16_t>(port)}};
@@ -85,7 +100,7 @@ SlotMap parse_cluster_slots(const Reply &reply, const Endpoint &from)
 {
 	std::string where = "redis " + from.str() + ": ";
 	if (reply.is_error())
-		throw StoreUnavailable(where + "CLUSTER SLOTS: " + reply.str);
+		throw StoreUnavailable(where + "CLUSTER SLOTS: " + one_line(reply.str));
 	if (reply.type != Reply::Type::array)
 		throw StoreUnavailable(where + "CLUSTER SLOTS answered something else than a list");
 	SlotMap map;
@@ -105,6 +120,9 @@ SlotMap parse_cluster_slots(const Reply &reply, const Endpoint &from)
 		std::string host = master.elements[0].str;
 		if (host == "?")
 			continue;
+		if (!plausible_host(host))
+			throw StoreUnavailable(where + "CLUSTER SLOTS: a node's address '" + one_line(host, 60) +
+					       "' is no host name");
 		if (host.empty())
 			host = from.host;
 		int index = map.index_of(Endpoint{host, static_cast<uint16_t>(port)});
@@ -120,7 +138,7 @@ SlotMap parse_cluster_slots(const Reply &reply, const Endpoint &from)
 class ClusterStore : public Store {
 public:
 	ClusterStore(const StoreOptions &options, Connector connector)
-		: seeds_(options.seeds), connector_(std::move(connector))
+		: seeds_(options.seeds), options_(options), connector_(std::move(connector))
 	{
 		if (seeds_.empty())
 			throw Error("no redis cluster node to start from");
@@ -150,6 +168,7 @@ private:
 		    std::vector<Reply> &replies);
 
 	std::vector<Endpoint> seeds_;
+	StoreOptions options_; ///< for may_connect: the seeds and whether a password is set
 	Connector connector_;
 	std::optional<SlotMap> map_;
 	bool refresh_due_ = false; ///< a MOVED was seen: reload the whole map before the next batch
@@ -176,6 +195,10 @@ std::vector<Reply> ClusterStore::send(const Endpoint &endpoint, const std::vecto
 	std::string key = endpoint.str();
 	try {
 		auto &connection = connections_[key];
+		// A slot map or a redirection naming an address the operator did
+		// not: with a password, nothing is sent there.
+		if (!connection && !may_connect(options_, endpoint))
+			throw StoreUnavailable(unnamed_node_reason(endpoint));
 		if (!connection)
 			connection = connector_(endpoint);
 		std::vector<Reply> replies = connection->pipeline(commands);

@@ -112,6 +112,10 @@ public:
 	HiredisConnection(const Endpoint &endpoint, const StoreOptions &options)
 		: name_("redis " + endpoint.str()), timeout_(options.timeout)
 	{
+		// The password goes only to the addresses the operator named (the
+		// routers check too; this is where AUTH is written).
+		if (!may_connect(options, endpoint))
+			throw StoreUnavailable(unnamed_node_reason(endpoint));
 		SigpipeGuard guard;
 		ctx_.reset(redisConnectWithTimeout(endpoint.host.c_str(), endpoint.port, to_timeval(timeout_)));
 		if (!ctx_)
@@ -168,7 +172,7 @@ private:
 		// used until the password (or the server's) is fixed: the sync loop
 		// keeps retrying, and says why.
 		if (r.is_error())
-			throw StoreUnavailable(name_ + ": AUTH refused: " + r.str);
+			throw StoreUnavailable(name_ + ": AUTH refused: " + one_line(r.str));
 	}
 
 	/// Throws the context's error as one line, and drops the context: after

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 #include "store.h"
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <charconv>
@@ -178,6 +179,27 @@ Command eval_command(const Script &script, const std::vector<std::string> &keys,
 		c.route_key = keys.front();
 	c.script_body = std::make_shared<const std::string>(script.body);
 	return c;
+}
+
+std::string one_line(std::string_view text, size_t max)
+{
+	std::string out;
+	for (char c : text.substr(0, max))
+		out += static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c;
+	return text.size() > max ? out + "..." : out;
+}
+
+bool may_connect(const StoreOptions &options, const Endpoint &endpoint)
+{
+	return options.password.empty() ||
+	       std::find(options.seeds.begin(), options.seeds.end(), endpoint) != options.seeds.end();
+}
+
+std::string unnamed_node_reason(const Endpoint &endpoint)
+{
+	return "redis " + endpoint.str() +
+	       ": not among the addresses given to --redis-cluster, so not connected to (the password goes only "
+	       "there); name every master there as the cluster announces it";
 }
 
 std::string read_password_file(const std::string &path)

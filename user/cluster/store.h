@@ -79,11 +79,27 @@ public:
 
 /// How to reach and log in to the store.
 struct StoreOptions {
-	std::vector<Endpoint> seeds;  ///< one Redis, or any nodes of a cluster
+	/// One Redis, or nodes of a cluster. With a password, the only addresses
+	/// connected to: a cluster node, a slot map or a redirection (MOVED, ASK)
+	/// naming another address is refused, so the password goes nowhere the
+	/// operator did not name.
+	std::vector<Endpoint> seeds;
 	std::chrono::milliseconds timeout{200}; ///< connect, and each reply
 	std::string username;         ///< ACL user; empty: AUTH with the password only
 	std::string password;         ///< empty: no AUTH
 };
+
+/// Text a server sent (an error reply, a host name), fit for one log line:
+/// control characters as '?', at most `max` bytes (then "..."). A store
+/// that lies cannot write lines of its own into the agent's log or status.
+std::string one_line(std::string_view text, size_t max = 200);
+
+/// Whether a connection to `endpoint` may be made: with no password, any;
+/// with one, only to an address among the seeds (the host as written there,
+/// the same port).
+bool may_connect(const StoreOptions &options, const Endpoint &endpoint);
+/// The one line a refused connection says.
+std::string unnamed_node_reason(const Endpoint &endpoint);
 
 /// Reads the password for AUTH from a file: its first line, without the line
 /// end. "USER:PASSWORD" is not split; use StoreOptions::username for ACLs.

@@ -89,7 +89,7 @@ struct Tracked {
 	double demand = 0, used = 0;
 	bool reported = false; ///< this round's report went out
 	// The grant (both threads, under the state's mutex).
-	double share = 0, local = 0, cluster_used = 0;
+	double share = 0, local = 0, rule_rate = 0, cluster_used = 0;
 	unsigned hosts = 0;
 	Clock::time_point lease_until{};
 	Clock::time_point last_apply{};
@@ -171,6 +171,10 @@ ClusterSync::ClusterSync(SyncOptions options) : options_(std::move(options)), st
 		options_.node_id = default_node_id();
 	if (options_.interval.count() <= 0)
 		throw Error("--sync-interval must be at least 1ms");
+	// The CLI checks these; a sync made another way is held to them too.
+	check_prefix(options_.prefix);
+	if (options_.effective_lease() > MAX_LEASE)
+		throw Error("--lease: at most 1h, the longest lease the share script grants");
 }
 
 ClusterSync::~ClusterSync() { stop(); }
@@ -279,6 +283,35 @@ void write_status_file(const std::string &path, const SyncFigures &f, Clock::dur
 }
 
 } // namespace
+
+ArrivalShift arrival_shift(double share, double local, double rate, double dt, double carry)
+{
+	// Nothing a store sent reaches a bucket unchecked: the share was checked
+	// when it came, and is clamped here again, so that no value (nan, inf,
+	// negative, huge) turns into an unbounded or undefined integer.
+	constexpr double TICKS_PER_SECOND = 1e9 * double(1 << SLUICE_TICK_SHIFT);
+	if (!std::isfinite(share) || !std::isfinite(local) || !std::isfinite(rate) || !std::isfinite(dt) ||
+	    local <= 0 || rate <= 0)
+		return {};
+	share = std::clamp(share, 0.0, rate);
+	dt = std::clamp(dt, 0.0, MAX_APPLY_STEP_SECONDS);
+	if (!std::isfinite(carry) || std::fabs(carry) >= 1)
+		carry = 0;
+	// At the local rate the bucket refills dt of time in dt; at the share,
+	// share/local times that: the difference, in ticks. From -dt (no refill
+	// at all) to (rate/local - 1) * dt (refill at the whole rate).
+	// A local share tiny beside the rate (a ratio beyond any double) moves
+	// by at most MAX_SHIFT_TICKS: every term below stays finite.
+	double most_ratio = rate / local;
+	if (!std::isfinite(most_ratio))
+		most_ratio = MAX_SHIFT_TICKS;
+	double ratio = std::min(share / local, most_ratio);
+	double shift = (ratio - 1.0) * dt * TICKS_PER_SECOND + carry;
+	double most = std::max(most_ratio - 1.0, 0.0) * dt * TICKS_PER_SECOND + 1;
+	shift = std::clamp(shift, -(dt * TICKS_PER_SECOND + 1), std::min(most, MAX_SHIFT_TICKS));
+	double whole = std::trunc(shift);
+	return {static_cast<int64_t>(whole), shift - whole};
+}
 
 const Reading &measure_from(const Reading &last, const Reading &half, const Reading &now,
 			    std::chrono::milliseconds interval)
@@ -430,7 +463,7 @@ void ClusterSync::round(Clock::time_point began)
 	for (size_t i = 0; i < calls.size(); i++) {
 		std::vector<BucketGrant> grants;
 		try {
-			grants = parse_share_reply(replies.at(i + 1), calls[i].size());
+			grants = parse_share_reply(replies.at(i + 1), calls[i].size(), calls[i].front()->rule->rate);
 		} catch (const Error &e) {
 			call_error = e.what();
 			continue;
@@ -441,6 +474,7 @@ void ClusterSync::round(Clock::time_point began)
 				b.last_apply = answered; // nothing accrues while ungranted
 			b.share = grants[j].share;
 			b.local = b.rule->local;
+			b.rule_rate = b.rule->rate;
 			b.cluster_used = grants[j].cluster_used;
 			b.hosts = grants[j].hosts;
 			b.lease_until = sent + lease;
@@ -705,18 +739,15 @@ void ClusterSync::apply_loop()
 				b.carry = 0;
 				continue;
 			}
-			double dt = std::min(seconds(now - b.last_apply), 1.0);
+			double dt = seconds(now - b.last_apply);
 			b.last_apply = now;
 			if (b.share == b.local)
 				continue; // granted its local share: nothing to move
-			// At the local rate the bucket refills dt of time in dt; at
-			// the share, share/local times that: the difference, in ticks.
-			double shift = (b.share / b.local - 1.0) * dt * 1e9 * double(1 << SLUICE_TICK_SHIFT) + b.carry;
-			double whole = std::trunc(shift);
-			b.carry = shift - whole;
-			if (whole == 0)
+			ArrivalShift shift = arrival_shift(b.share, b.local, b.rule_rate, dt, b.carry);
+			b.carry = shift.carry;
+			if (shift.ticks == 0)
 				continue;
-			int64_t ticks = static_cast<int64_t>(whole);
+			int64_t ticks = shift.ticks;
 			if (b.family == 4)
 				t.v4.shift_arrival(b.bucket_id, b.addr.data(), t.seed, ticks, now_ticks);
 			else

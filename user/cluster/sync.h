@@ -64,6 +64,28 @@ struct Reading {
 const Reading &measure_from(const Reading &last, const Reading &half, const Reading &now,
 			    std::chrono::milliseconds interval);
 
+/// How far the apply loop moves a synced bucket's arrival time: `ticks`
+/// earlier (credit, the share above the local rate) or, negative, later
+/// (refill withheld, the share below it), and the fraction of a tick left
+/// over for the next step.
+struct ArrivalShift {
+	int64_t ticks = 0;
+	double carry = 0;
+};
+/// The longest step the apply loop moves a bucket for at once, seconds.
+constexpr double MAX_APPLY_STEP_SECONDS = 1.0;
+/// No single move is larger than this many ticks (2^62), whatever the rates.
+constexpr double MAX_SHIFT_TICKS = 4611686018427387904.0;
+/// The move after `dt` seconds at a grant of `share` units per second, for a
+/// bucket whose rule refills it at `local` (this host's fallback share) out of
+/// a shared `rate`, with `carry` left from the last step. The share counts
+/// within [0, rate], dt within [0, MAX_APPLY_STEP_SECONDS]: the move lies
+/// between -dt (the bucket refills nothing: it is never put in debt beyond
+/// the time that passed) and (rate / local - 1) * dt (it refills at the whole
+/// rate), in ticks. Any input not finite, or a rate or local share not
+/// above 0, moves nothing.
+ArrivalShift arrival_shift(double share, double local, double rate, double dt, double carry);
+
 /// The default node id: the host name.
 std::string default_node_id();
 /// Where the agent reports the sync's health for `sluice status`: in the run
