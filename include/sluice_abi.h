@@ -372,10 +372,12 @@ SLUICE_ASSERT_SIZE(struct sluice_match_list, 64);
  * datagram is whole but also on an overlap or a timeout; later fragments of
  * a new datagram with the same key must not take the old one's ports. So no
  * later fragment takes them after the datagram's last fragment
- * (SLUICE_FRAG_ENDED), and once later fragments have taken them
- * (SLUICE_FRAG_JUDGED), a first fragment of another protocol or port under
- * the key is dropped while a queue those fragments joined may still wait
- * for it (SLUICE_FRAG_TIMEOUT_NS + SLUICE_FRAG_QUEUE_NS after the entry's).
+ * (SLUICE_FRAG_ENDED). And the kernel keeps a queue's first first fragment
+ * and drops a copy, so while a queue holding the entry's first fragment, or
+ * later fragments that took its ports (SLUICE_FRAG_JUDGED), may still wait
+ * (SLUICE_FRAG_TIMEOUT_NS + SLUICE_FRAG_QUEUE_NS after the entry's), a
+ * first fragment of another protocol or port under the key is dropped; one
+ * of the same leaves a live entry as it is.
  */
 struct sluice_frag_key {
 	__u8  family;
