@@ -2903,8 +2903,28 @@ static __always_inline __u32 bytes_after(void *data, void *data_end, __u32 l3_of
 	return l3 < data_end ? data_end - l3 : 0;
 }
 
+/*
+ * A malformed frame (truncated, or lengths that disagree with the frame or
+ * the header: the stack drops it) whose source can be read and some rule
+ * covers: passed, it would cost the host an skb for nothing, so it is
+ * dropped (drop_malformed), whatever the rules say of the source. Without a
+ * source to read, or from a source no rule covers, it fails open.
+ */
+static __always_inline __u32 malformed_verdict(struct xdp_md *ctx, __u32 l3_off, struct packet_info *pkt)
+{
+	__u32 set;
+
+	if (!malformed_source(ctx, l3_off, pkt))
+		return SLUICE_CNT_FAILOPEN_PARSE;
+	set = sluice_lookup_set(active_sets());
+	if (pkt->family == 4 ? lookup_v4(pkt->saddr, set) != 0 : lookup_v6(pkt->saddr, set) != NULL)
+		return SLUICE_CNT_DROP_MALFORMED;
+	return SLUICE_CNT_FAILOPEN_PARSE;
+}
+
 /* The verdict counter of a frame that is not an IP packet we can judge. */
-static __always_inline __u32 unparsed_verdict(int parsed)
+static __always_inline __u32 unparsed_verdict(struct xdp_md *ctx, __u32 l3_off, struct packet_info *pkt,
+					      int parsed)
 {
 	switch (parsed) {
 	case PARSE_NOT_IP:
@@ -2912,7 +2932,7 @@ static __always_inline __u32 unparsed_verdict(int parsed)
 	case PARSE_TOO_DEEP:
 		return SLUICE_CNT_DROP_MALFORMED;
 	default:
-		return SLUICE_CNT_FAILOPEN_PARSE;
+		return malformed_verdict(ctx, l3_off, pkt);
 	}
 }
 
@@ -2940,7 +2960,7 @@ int SLUICE_PROG_NAME(struct xdp_md *ctx)
 
 		if (pkt.flags & PKT_ENCAP)
 			count_global(SLUICE_CNT_INFO_ENCAPSULATED, bytes);
-		verdict = unparsed_verdict(parsed);
+		verdict = unparsed_verdict(ctx, l3_off, &pkt, parsed);
 		count_global(verdict, bytes);
 	}
 	if ((SLUICE_DROP_VERDICTS >> verdict) & 1)

@@ -131,11 +131,13 @@ enum sluice_counter_index {
 	SLUICE_CNT_PASS_CONTENTION,    /* decided a pass, but other CPUs kept winning the bucket: passed uncharged */
 	SLUICE_CNT_DROP_RATE,          /* over a limit rule's rate */
 	SLUICE_CNT_DROP_DENY,          /* matched a deny rule */
-	SLUICE_CNT_FAILOPEN_PARSE,     /* malformed L2/L3: no source to charge */
+	SLUICE_CNT_FAILOPEN_PARSE,     /* malformed L2/L3 (the stack drops it) with no source
+				        * to read, or from a source no rule covers */
 	SLUICE_CNT_FAILOPEN_RULE,      /* a rule slot vanished under an update */
 	SLUICE_CNT_FAILOPEN_TABLE,     /* bucket could not be created */
-	SLUICE_CNT_DROP_MALFORMED,     /* hides its source or ports but would be delivered:
-				        * more VLAN tags than walked, a tiny first fragment */
+	SLUICE_CNT_DROP_MALFORMED,     /* more VLAN tags than walked, a tiny first fragment,
+				        * a first fragment of another port than its key's
+				        * entry; or malformed L3 from a source a rule covers */
 	SLUICE_CNT_VERDICT_END,
 	SLUICE_CNT_INFO_FRAGMENT = SLUICE_CNT_VERDICT_END, /* non-first fragments */
 	SLUICE_CNT_INFO_L4_UNKNOWN,    /* ports/protocol unreadable: matched conservatively */

@@ -5,7 +5,10 @@
 // (default 60). The oracle's own parser says what each frame is; the
 // invariants must hold on every frame:
 //   - every frame lands in exactly one verdict counter;
-//   - a frame the stack would not take as IP (not IP, malformed) passes;
+//   - a frame that is not IP passes;
+//   - a frame the stack drops as malformed is dropped (drop_malformed) if its
+//     source can be read and a rule covers it, and passes otherwise, as the
+//     oracle says;
 //   - an IP frame from a denied source is dropped;
 //   - an IP frame from a source no rule covers passes, unless it has more than
 //     8 VLAN tags;
@@ -401,6 +404,10 @@ TEST(Fuzz, MutatedFramesKeepTheInvariants)
 				bad = "BYPASS: more passes than the burst of 3 from a limited source";
 			else if (port_scoped && !frag_unsure && exp.charged && got == XDP_PASS && ++charged_passes[src] > 6)
 				bad = "BYPASS: more passes than the bursts (3 + 3) of what the port limits must charge";
+			else if (facts.kind == Kind::failopen_parse && !cands.empty() && got == XDP_PASS)
+				bad = "MALFORMED: a frame the stack drops, from a source a rule covers, passed";
+			else if (facts.kind == Kind::failopen_parse && (exp.xdp != got || exp.counter != moved.verdict))
+				bad = "MALFORMED: a frame the stack drops was decided otherwise than the oracle";
 			if (!bad.empty())
 				violation(bad, f, origin, facts, got,
 					  moved.verdict + (bad.rfind("BYPASS: more", 0) == 0 ? "; this source's passes so far:" +

@@ -317,8 +317,16 @@ Expected Oracle::decide(const FrameFacts &in, bool track_state)
 		e.why = "not IP";
 		return e;
 	case Kind::failopen_parse:
+		// The stack drops it; passing it would cost the host an skb. Where
+		// its source can be read and a rule covers it, it is dropped here.
+		if (in.family && !candidates(in).empty()) {
+			e.xdp = 1;
+			e.counter = "drop_malformed";
+			e.why = "malformed, from a source a rule covers";
+			return e;
+		}
 		e.counter = "failopen_parse";
-		e.why = "malformed: the stack drops it";
+		e.why = in.family ? "malformed, from a source no rule covers" : "malformed, no source to read";
 		return e;
 	case Kind::too_many_tags:
 		e.xdp = 1;
