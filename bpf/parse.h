@@ -50,7 +50,8 @@
 enum parse_result {
 	PARSE_IP = 1,         /* an IP packet; struct packet_info is filled */
 	PARSE_NOT_IP = 0,     /* another EtherType: untouched */
-	PARSE_MALFORMED = -1, /* truncated or inconsistent: the stack drops it too */
+	PARSE_MALFORMED = -1, /* truncated or inconsistent: the stack drops it too; for
+			       * IPv4 and IPv6, pkt->family is set (malformed_source) */
 	PARSE_TOO_DEEP = -2,  /* more VLAN tags than we walk: the stack would deliver it */
 };
 
@@ -62,6 +63,7 @@ enum parse_result {
 #define PKT_COVERED    0x10 /* set by the program: some rule covers the source address */
 #define PKT_LAST_FRAG  0x20 /* a later fragment that says no more follow */
 #define PKT_FRAG_JUDGED 0x40 /* set by the program: later fragments took this first fragment's ports */
+#define PKT_FRAG_LIVE   0x80 /* set by the program: this first fragment's entry is live and says the same */
 
 /* What the data plane knows about a packet once parsed. Host order unless named addr. */
 struct packet_info {
@@ -229,6 +231,9 @@ static __always_inline int parse_ipv4(struct xdp_md *ctx, void *data, void *data
 	__u64 saddr;
 	__u16 frag;
 
+	/* First: a malformed frame's source may still be read (its family
+	 * says where); the store is made on every path, so it costs nothing. */
+	pkt->family = 4;
 	if ((void *)(iph + 1) > data_end)
 		return PARSE_MALFORMED;
 	if (iph->version != 4 || iph->ihl < 5)
@@ -247,7 +252,6 @@ static __always_inline int parse_ipv4(struct xdp_md *ctx, void *data, void *data
 	if (tot_len < hdr_len || tot_len > avail)
 		return PARSE_MALFORMED;
 
-	pkt->family = 4;
 	pkt->l3_len = tot_len;
 	pkt->hdr_len = hdr_len;
 	/* One 8-byte store, the rest zero: a later 8-byte load of the
@@ -294,6 +298,7 @@ static __always_inline int parse_ipv6_header(struct xdp_md *ctx, void *data, voi
 	struct ipv6hdr *ip6h = data + l3_off;
 	__u32 avail, payload;
 
+	pkt->family = 6; /* first, as in parse_ipv4 */
 	if ((void *)(ip6h + 1) > data_end)
 		return PARSE_MALFORMED;
 	if (ip6h->version != 6)
@@ -307,7 +312,6 @@ static __always_inline int parse_ipv6_header(struct xdp_md *ctx, void *data, voi
 	if (pkt->l3_len > avail)
 		return PARSE_MALFORMED;
 
-	pkt->family = 6;
 	__builtin_memcpy(pkt->saddr, &ip6h->saddr, 16);
 	*l3_end = l3_off + pkt->l3_len;
 	*off = l3_off + sizeof(*ip6h);
@@ -441,6 +445,40 @@ static __always_inline int parse_packet(struct xdp_md *ctx, struct packet_info *
 	    eth_proto == bpf_htons(ETH_P_MPLS_MULTI))
 		pkt->flags |= PKT_ENCAP;
 	return PARSE_NOT_IP;
+}
+
+/*
+ * The source of a frame parse_packet found malformed (PARSE_MALFORMED), when
+ * it can be read: an IPv4 or IPv6 EtherType and the family's source field
+ * inside the frame, whatever else is wrong (version, lengths, the rest of
+ * the header). Writes it to pkt->saddr (network order) and returns 1; 0 if
+ * there is none. A multi-buffer frame whose linear part may end inside its
+ * IP header is not malformed for sure (the header may go on in the frame's
+ * fragments): 0 too, and it fails open as before.
+ */
+static __always_inline int malformed_source(struct xdp_md *ctx, __u32 l3_off, struct packet_info *pkt)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u8 *ip = data + (l3_off & (SLUICE_MAX_HDR_OFF - 1)); /* the verifier wants it bounded */
+	__u32 linear = data_end - data;
+
+	if (bpf_xdp_get_buff_len(ctx) > linear && l3_off + (pkt->family == 4 ? 60 : 40) > linear)
+		return 0;
+
+	if (pkt->family == 4) {
+		if ((void *)(ip + 16) > data_end)
+			return 0;
+		__builtin_memcpy(pkt->saddr, ip + 12, 4);
+		return 1;
+	}
+	if (pkt->family == 6) {
+		if ((void *)(ip + 24) > data_end)
+			return 0;
+		__builtin_memcpy(pkt->saddr, ip + 8, 16);
+		return 1;
+	}
+	return 0;
 }
 
 #endif /* SLUICE_PARSE_H */

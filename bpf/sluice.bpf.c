@@ -2269,25 +2269,42 @@ static __always_inline void recall_first_fragment(struct packet_info *pkt)
 		__sync_fetch_and_or(&fi->flags, mark);
 }
 
-/* A first fragment whose key later fragments of another protocol or port
- * took while their queue may still wait (struct sluice_frag_info): the
- * datagram it would complete was judged by another rule. With the same
- * ports, it marks the packet so that its entry stays judged. */
+/*
+ * A first fragment meets its key's entry (struct sluice_frag_info) for
+ * SLUICE_FRAG_TIMEOUT_NS + SLUICE_FRAG_QUEUE_NS after the entry was made:
+ * that long the kernel may hold a queue with the entry's first fragment in
+ * it, or with later fragments judged by the entry. One that names another
+ * protocol or port (or hides them) conflicts: the kernel keeps the first
+ * first fragment and drops a copy, so the datagram delivered would not be
+ * the one its later fragments were judged as; it is dropped. One that names
+ * the same does not relabel anything: while the entry still serves later
+ * fragments it is left as it is (PKT_FRAG_LIVE: not made younger), and after
+ * that it is made again with its JUDGED mark (PKT_FRAG_JUDGED), so that the
+ * window above runs from the last later fragment that may take its ports.
+ */
 static __always_inline int first_fragment_conflicts(struct packet_info *pkt)
 {
 	const struct sluice_frag_key *fk = frag_key();
 	const struct sluice_frag_info *fi = fk ? bpf_map_lookup_elem(&SLUICE_MAP_FRAGS, fk) : NULL;
+	__u64 age;
 
-	if (!fi || !(fi->flags & SLUICE_FRAG_JUDGED) ||
-	    frag_clock() - fi->first_ns > SLUICE_FRAG_TIMEOUT_NS + SLUICE_FRAG_QUEUE_NS)
+	if (!fi)
+		return 0;
+	age = frag_clock() - fi->first_ns;
+	if (age > SLUICE_FRAG_TIMEOUT_NS + SLUICE_FRAG_QUEUE_NS)
 		return 0;
 	if (fi->proto != pkt->proto || fi->ports_known != pkt->ports_known ||
 	    (pkt->ports_known && fi->dport != pkt->dport) || !pkt->proto_known)
 		return 1;
-	pkt->flags |= PKT_FRAG_JUDGED;
+	if (fi->flags & SLUICE_FRAG_JUDGED)
+		pkt->flags |= PKT_FRAG_JUDGED;
+	if (!(fi->flags & SLUICE_FRAG_ENDED) && age <= SLUICE_FRAG_TIMEOUT_NS)
+		pkt->flags |= PKT_FRAG_LIVE;
 	return 0;
 }
 
+/* A first fragment that passed: its datagram's entry, unless the same entry
+ * is live (first_fragment_conflicts). */
 static __always_inline void remember_first_fragment(const struct packet_info *pkt)
 {
 	const struct sluice_frag_key *fk = frag_key();
@@ -2299,7 +2316,7 @@ static __always_inline void remember_first_fragment(const struct packet_info *pk
 		.flags = pkt->flags & PKT_FRAG_JUDGED ? SLUICE_FRAG_JUDGED : 0,
 	};
 
-	if (fk)
+	if (fk && !(pkt->flags & PKT_FRAG_LIVE))
 		bpf_map_update_elem(&SLUICE_MAP_FRAGS, fk, &fi, BPF_ANY);
 }
 
@@ -2886,8 +2903,28 @@ static __always_inline __u32 bytes_after(void *data, void *data_end, __u32 l3_of
 	return l3 < data_end ? data_end - l3 : 0;
 }
 
+/*
+ * A malformed frame (truncated, or lengths that disagree with the frame or
+ * the header: the stack drops it) whose source can be read and some rule
+ * covers: passed, it would cost the host an skb for nothing, so it is
+ * dropped (drop_malformed), whatever the rules say of the source. Without a
+ * source to read, or from a source no rule covers, it fails open.
+ */
+static __always_inline __u32 malformed_verdict(struct xdp_md *ctx, __u32 l3_off, struct packet_info *pkt)
+{
+	__u32 set;
+
+	if (!malformed_source(ctx, l3_off, pkt))
+		return SLUICE_CNT_FAILOPEN_PARSE;
+	set = sluice_lookup_set(active_sets());
+	if (pkt->family == 4 ? lookup_v4(pkt->saddr, set) != 0 : lookup_v6(pkt->saddr, set) != NULL)
+		return SLUICE_CNT_DROP_MALFORMED;
+	return SLUICE_CNT_FAILOPEN_PARSE;
+}
+
 /* The verdict counter of a frame that is not an IP packet we can judge. */
-static __always_inline __u32 unparsed_verdict(int parsed)
+static __always_inline __u32 unparsed_verdict(struct xdp_md *ctx, __u32 l3_off, struct packet_info *pkt,
+					      int parsed)
 {
 	switch (parsed) {
 	case PARSE_NOT_IP:
@@ -2895,7 +2932,7 @@ static __always_inline __u32 unparsed_verdict(int parsed)
 	case PARSE_TOO_DEEP:
 		return SLUICE_CNT_DROP_MALFORMED;
 	default:
-		return SLUICE_CNT_FAILOPEN_PARSE;
+		return malformed_verdict(ctx, l3_off, pkt);
 	}
 }
 
@@ -2923,7 +2960,7 @@ int SLUICE_PROG_NAME(struct xdp_md *ctx)
 
 		if (pkt.flags & PKT_ENCAP)
 			count_global(SLUICE_CNT_INFO_ENCAPSULATED, bytes);
-		verdict = unparsed_verdict(parsed);
+		verdict = unparsed_verdict(ctx, l3_off, &pkt, parsed);
 		count_global(verdict, bytes);
 	}
 	if ((SLUICE_DROP_VERDICTS >> verdict) & 1)

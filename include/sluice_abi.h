@@ -131,11 +131,13 @@ enum sluice_counter_index {
 	SLUICE_CNT_PASS_CONTENTION,    /* decided a pass, but other CPUs kept winning the bucket: passed uncharged */
 	SLUICE_CNT_DROP_RATE,          /* over a limit rule's rate */
 	SLUICE_CNT_DROP_DENY,          /* matched a deny rule */
-	SLUICE_CNT_FAILOPEN_PARSE,     /* malformed L2/L3: no source to charge */
+	SLUICE_CNT_FAILOPEN_PARSE,     /* malformed L2/L3 (the stack drops it) with no source
+				        * to read, or from a source no rule covers */
 	SLUICE_CNT_FAILOPEN_RULE,      /* a rule slot vanished under an update */
 	SLUICE_CNT_FAILOPEN_TABLE,     /* bucket could not be created */
-	SLUICE_CNT_DROP_MALFORMED,     /* hides its source or ports but would be delivered:
-				        * more VLAN tags than walked, a tiny first fragment */
+	SLUICE_CNT_DROP_MALFORMED,     /* more VLAN tags than walked, a tiny first fragment,
+				        * a first fragment of another port than its key's
+				        * entry; or malformed L3 from a source a rule covers */
 	SLUICE_CNT_VERDICT_END,
 	SLUICE_CNT_INFO_FRAGMENT = SLUICE_CNT_VERDICT_END, /* non-first fragments */
 	SLUICE_CNT_INFO_L4_UNKNOWN,    /* ports/protocol unreadable: matched conservatively */
@@ -372,10 +374,12 @@ SLUICE_ASSERT_SIZE(struct sluice_match_list, 64);
  * datagram is whole but also on an overlap or a timeout; later fragments of
  * a new datagram with the same key must not take the old one's ports. So no
  * later fragment takes them after the datagram's last fragment
- * (SLUICE_FRAG_ENDED), and once later fragments have taken them
- * (SLUICE_FRAG_JUDGED), a first fragment of another protocol or port under
- * the key is dropped while a queue those fragments joined may still wait
- * for it (SLUICE_FRAG_TIMEOUT_NS + SLUICE_FRAG_QUEUE_NS after the entry's).
+ * (SLUICE_FRAG_ENDED). And the kernel keeps a queue's first first fragment
+ * and drops a copy, so while a queue holding the entry's first fragment, or
+ * later fragments that took its ports (SLUICE_FRAG_JUDGED), may still wait
+ * (SLUICE_FRAG_TIMEOUT_NS + SLUICE_FRAG_QUEUE_NS after the entry's), a
+ * first fragment of another protocol or port under the key is dropped; one
+ * of the same leaves a live entry as it is.
  */
 struct sluice_frag_key {
 	__u8  family;

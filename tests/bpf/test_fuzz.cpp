@@ -6,7 +6,10 @@
 // (default 60). The oracle's own parser says what each frame is; the
 // invariants must hold on every frame:
 //   - every frame lands in exactly one verdict counter;
-//   - a frame the stack would not take as IP (not IP, malformed) passes;
+//   - a frame that is not IP passes;
+//   - a frame the stack drops as malformed is dropped (drop_malformed) if its
+//     source can be read and a rule covers it, and passes otherwise, as the
+//     oracle says;
 //   - an IP frame from a denied source is dropped;
 //   - an IP frame from a source no rule covers passes, unless it has more than
 //     8 VLAN tags;
@@ -23,6 +26,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <algorithm>
 #include <random>
 #include <set>
 #include <sstream>
@@ -270,6 +274,11 @@ std::vector<Seed> seed_frames()
 	return seeds;
 }
 
+std::string port_name_of(uint8_t proto, uint16_t port)
+{
+	return std::string(proto == 6 ? "tcp/" : "udp/") + std::to_string(port);
+}
+
 double env_seconds()
 {
 	const char *s = std::getenv("SLUICE_FUZZ_SECONDS");
@@ -396,6 +405,10 @@ TEST(Fuzz, MutatedFramesKeepTheInvariants)
 				bad = "BYPASS: more passes than the burst of 3 from a limited source";
 			else if (port_scoped && !frag_unsure && exp.charged && got == XDP_PASS && ++charged_passes[src] > 6)
 				bad = "BYPASS: more passes than the bursts (3 + 3) of what the port limits must charge";
+			else if (facts.kind == Kind::failopen_parse && !cands.empty() && got == XDP_PASS)
+				bad = "MALFORMED: a frame the stack drops, from a source a rule covers, passed";
+			else if (facts.kind == Kind::failopen_parse && (exp.xdp != got || exp.counter != moved.verdict))
+				bad = "MALFORMED: a frame the stack drops was decided otherwise than the oracle";
 			if (!bad.empty())
 				violation(bad, f, origin, facts, got,
 					  moved.verdict + (bad.rfind("BYPASS: more", 0) == 0 ? "; this source's passes so far:" +
@@ -437,4 +450,114 @@ TEST(Fuzz, MutatedFramesKeepTheInvariants)
 	EXPECT_GT(runs, 0u);
 	for (const auto &[what, v] : violations)
 		ADD_FAILURE() << "fuzz (seed " << seed << "): " << v.first << " frame(s): " << v.second;
+}
+
+// Fragment sequences (issue 26, finding 1): generated datagrams under one
+// key each (a fresh source per sequence, so nothing is shared and nothing
+// expires or is evicted during the run), two to four datagrams per key, each
+// of a port from the roles' rules, their fragments shuffled, with copies of
+// first fragments (the same port) and first fragments of other ports
+// inserted anywhere. Every frame's verdict and counter must be the oracle's,
+// which keeps buckets and the fragment table as the specification says; a
+// limited source passes at most its burst, a denied source nothing, a
+// source no rule covers everything. SLUICE_FUZZ_SEED replays a run.
+TEST(FragmentSequences, DuplicateAndConflictingFirstFragmentsFollowTheOracle)
+{
+	ASSERT_EQ(geteuid(), 0u) << "loads the real XDP program: run as root";
+	const char *seed_text = std::getenv("SLUICE_FUZZ_SEED");
+	const uint64_t seed = seed_text ? std::strtoull(seed_text, nullptr, 0) : std::random_device{}();
+	std::printf("fragment sequences: seed %llu (replay with SLUICE_FUZZ_SEED=%llu)\n", (unsigned long long)seed,
+		    (unsigned long long)seed);
+	std::mt19937_64 rng(seed);
+	auto below = [&](size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); };
+
+	ProgramUnderTest put(1u << 16);
+	put.add_roles();
+	const std::pair<uint8_t, uint16_t> ports[] = {{17, 53}, {17, 123}, {17, 5353}, {6, 22}, {6, 80}};
+	const int sequences = 1200; // fragment entries: one key each, well under the table's 8,192
+	uint64_t frames = 0, differ = 0, conflicts = 0, copies = 0;
+	std::map<std::string, uint64_t> counters;
+	std::string first_differ;
+	for (int seq = 0; seq < sequences; seq++) {
+		const Role role = ALL_ROLES[below(4)];
+		const bool v6 = below(2);
+		const std::string src = role_source(role, 2000 + seq, v6);
+		// One protocol per key for IPv4 (reassembly keys on it); IPv6 mixes them.
+		const uint8_t proto = below(2) ? 17 : 6;
+		const uint32_t id = 1 + static_cast<uint32_t>(below(60000));
+		std::vector<std::pair<std::string, std::vector<uint8_t>>> seqf;
+		const size_t datagrams = 2 + below(3);
+		for (size_t d = 0; d < datagrams; d++) {
+			auto [p_proto, port] = ports[below(std::size(ports))];
+			if (!v6)
+				p_proto = proto;
+			PacketSpec p{.src = src, .proto = p_proto, .dport = port, .frag_id = id, .payload = 64};
+			const size_t len = fragmentable_length(p);
+			std::string name = "datagram " + std::to_string(d) + " " + port_name_of(p_proto, port);
+			auto pieces = build_fragments(p, {{0, 24, true}, {24, 24, true}, {48, len - 48, false}});
+			std::vector<std::pair<std::string, std::vector<uint8_t>>> mine = {
+				{name + " first", pieces[0]}, {name + " middle", pieces[1]}, {name + " last", pieces[2]}};
+			if (below(2)) {
+				mine.push_back({name + " first (copy)", pieces[0]});
+				copies++;
+			}
+			if (below(2)) {
+				PacketSpec q = p;
+				auto [o_proto, o_port] = ports[below(std::size(ports))];
+				q.proto = v6 ? o_proto : p_proto;
+				q.dport = o_port;
+				mine.push_back({name + " first naming " + port_name_of(q.proto, o_port),
+						build_fragments(q, {{0, 24, true}})[0]});
+			}
+			// Mostly in order within a datagram, sometimes shuffled.
+			if (below(3) == 0)
+				std::shuffle(mine.begin() + 1, mine.end(), rng);
+			if (below(4) == 0)
+				std::shuffle(mine.begin(), mine.end(), rng);
+			seqf.insert(seqf.end(), mine.begin(), mine.end());
+		}
+		// Datagrams overlap now and then.
+		for (size_t swaps = below(3); swaps > 0; swaps--)
+			std::swap(seqf[below(seqf.size())], seqf[below(seqf.size())]);
+
+		std::string trace;
+		int passed = 0;
+		for (const auto &[what, frame] : seqf) {
+			FrameFacts facts = inspect_frame(frame);
+			Expected exp = put.oracle.decide(facts);
+			int got = put.run(frame);
+			auto moved = put.moved();
+			frames++;
+			counters[moved.verdict]++;
+			conflicts += exp.why.rfind("first fragment of another port", 0) == 0;
+			passed += got == XDP_PASS;
+			if (role == Role::denied && got == XDP_PASS)
+				ADD_FAILURE() << "BYPASS: a denied source's fragment passed: " << src << " " << what;
+			if (role == Role::limited && passed > 3)
+				ADD_FAILURE() << "BYPASS: pass " << passed << " from a source limited to a burst of 3: " << src
+					      << " " << what;
+			if (role == Role::uncovered && got != XDP_PASS)
+				ADD_FAILURE() << "FALSE DROP: a source no rule covers: " << src << " " << what;
+			trace += "\n    " + what + ": oracle " + xdp_name(exp.xdp) + " " + exp.counter + ", program " +
+				 xdp_name(got) + " " + moved.verdict;
+			if (got != exp.xdp || moved.verdict != exp.counter || moved.verdict_total != 1) {
+				if (differ++ == 0)
+					first_differ = std::string(role_name(role)) + " source " + src + ", id " +
+						       std::to_string(id) + ": " + what + " (" + facts.describe() + "): expected " +
+						       xdp_name(exp.xdp) + " " + exp.counter + " (" + exp.why + "), got " +
+						       xdp_name(got) + " " + moved.verdict + "\n  the sequence so far:" + trace +
+						       "\n" + hex_dump(frame);
+				break; // the oracle's state for this key is no longer the program's
+			}
+		}
+	}
+	std::printf("fragment sequences: %d sequences, %llu frames (%llu copies of first fragments), %llu first "
+		    "fragments dropped for naming another port; verdicts:",
+		    sequences, (unsigned long long)frames, (unsigned long long)copies, (unsigned long long)conflicts);
+	for (const auto &[name, n] : counters)
+		std::printf(" %s %llu", name.c_str(), (unsigned long long)n);
+	std::printf("\n");
+	EXPECT_EQ(differ, 0u) << "seed " << seed << ": " << differ << " sequence(s) differ from the oracle; first: "
+			      << first_differ;
+	EXPECT_GT(conflicts, uint64_t(sequences / 4)) << "the generator makes conflicting first fragments";
 }

@@ -6,6 +6,7 @@
 // failed on the program before these fixes.
 #include <gtest/gtest.h>
 
+#include "adversarial.h"
 #include "fixture.h"
 #include "replay.h"
 
@@ -195,6 +196,115 @@ TEST(FragmentTable, AFirstFragmentMeetsItsKeysLaterFragmentsForAQueuesLife)
 	}
 	EXPECT_FALSE(kernel.send(frame(1, 53, Frag::first), t0 + 90 * SEC));
 	EXPECT_TRUE(kernel.send(frame(2, 53, Frag::first), t0 + 92 * SEC));
+}
+
+// A duplicate first fragment relabelled its datagram (issue 26, finding 1):
+// the port-53 first fragment, then the same offset-0 fragment naming the
+// allowed port 123, then the later fragments. The kernel keeps the first and
+// drops the copy, so it delivers a port-53 datagram; the program took the
+// copy's port for the later fragments and passed 6 of 6 fragments under a
+// `--rate 1/h --burst 1` port-53 limit (control: 1 of 6). Now a first
+// fragment of another port under a live entry is dropped as malformed, and
+// at most the limit's burst passes, IPv4 and IPv6.
+TEST_F(Datapath, ADuplicateFirstFragmentDoesNotRelabelItsDatagram)
+{
+	add("192.0.2.0/24", "1/h", 1, "dns", Proto::udp, {53, 53});
+	add_action("192.0.2.0/24", Action::allow, "ntp", Proto::udp, {123, 123});
+	add("2001:db8::/32", "1/h", 1, "dns6", Proto::udp, {53, 53});
+	add_action("2001:db8::/32", Action::allow, "ntp6", Proto::udp, {123, 123});
+
+	for (const char *src : {"192.0.2.10", "2001:db8::10"}) {
+		SCOPED_TRACE(src);
+		// A 4,000-byte datagram in six fragments.
+		PacketSpec dns{.src = src, .frag_id = 4242, .payload = 4000 - 8};
+		const size_t len = fragmentable_length(dns), piece = 680;
+		std::vector<FragmentPiece> pieces;
+		for (size_t off = 0; off < len; off += piece)
+			pieces.push_back({off, std::min(piece, len - off), off + piece < len});
+		ASSERT_EQ(pieces.size(), 6u);
+		auto frames = build_fragments(dns, pieces);
+		PacketSpec ntp = dns;
+		ntp.dport = 123;
+		auto copy = build_fragments(ntp, {pieces[0]})[0];
+
+		uint64_t malformed = global(SLUICE_CNT_DROP_MALFORMED);
+		int passed = run_frame(frames[0]) == XDP_PASS;
+		EXPECT_EQ(passed, 1) << "the port-53 first fragment: the burst";
+		EXPECT_EQ(run_frame(copy), XDP_DROP) << "a first fragment naming port 123 under port 53's entry";
+		EXPECT_EQ(global(SLUICE_CNT_DROP_MALFORMED), malformed + 1) << "counted drop_malformed";
+		for (size_t i = 1; i < frames.size(); i++)
+			passed += run_frame(frames[i]) == XDP_PASS;
+		EXPECT_LE(passed, 1) << "of the datagram's 6 fragments, at most the port-53 burst of 1 passes";
+		// The copy again, after the later fragments: still dropped.
+		EXPECT_EQ(run_frame(copy), XDP_DROP);
+	}
+	EXPECT_EQ(rule_counters("ntp").passed_packets, 0u) << "nothing passed as port 123";
+	EXPECT_EQ(rule_counters("ntp6").passed_packets, 0u);
+	EXPECT_EQ(rule_counters("dns").passed_packets, 1u);
+	EXPECT_EQ(rule_counters("dns6").passed_packets, 1u);
+
+	// The other way round: port 123's first fragment passed, and a copy
+	// naming port 53 is dropped before any bucket (the kernel would drop it
+	// too, and the datagram stays port 123's).
+	for (const char *src : {"192.0.2.11", "2001:db8::11"}) {
+		SCOPED_TRACE(src);
+		EXPECT_EQ(run({.src = src, .dport = 123, .frag = Frag::first, .frag_id = 9}), XDP_PASS);
+		EXPECT_EQ(run({.src = src, .frag = Frag::first, .frag_id = 9}), XDP_DROP);
+		EXPECT_EQ(run({.src = src, .dport = 123, .frag = Frag::first, .frag_id = 9}), XDP_PASS)
+			<< "a true duplicate: the same port";
+		EXPECT_EQ(run({.src = src, .frag = Frag::later, .frag_id = 9, .more_fragments = 0}), XDP_PASS)
+			<< "judged as port 123's";
+	}
+	EXPECT_EQ(rule_counters("dns").dropped_packets + rule_counters("dns6").dropped_packets, 10u)
+		<< "only the first datagrams' later fragments were charged to port 53";
+}
+
+// A true duplicate of a first fragment (the same port) made its entry
+// younger: the later fragments of a datagram whose first fragment passed
+// 31 s earlier were still taken as its port's. On the test clock: a port-123
+// first fragment at 0 s and its copy at 20 s; a later fragment at 31 s is one
+// whose first fragment is forgotten (charged to the port-53 limit, not
+// allowed). And a first fragment of another port meets an entry no later
+// fragment took for as long as a queue holding its first fragment may wait
+// (60 s for IPv6): dropped at 90 s, passed at 92 s.
+TEST(FragmentClock, ATrueDuplicateDoesNotMakeItsEntryYounger)
+{
+	ASSERT_EQ(geteuid(), 0u) << "loads the real XDP program: run as root";
+	using A = ModelRule::Action;
+	const uint64_t SEC = 1000000000ULL, t0 = 1000 * SEC;
+	for (const char *src : {"192.0.2.10", "2001:db8::10"}) {
+		SCOPED_TRACE(src);
+		ProgramUnderTest put(4096, true);
+		put.add({"ntp-ok", "192.0.2.0/24", A::allow, "", 0, 17, 123, 0});
+		put.add({"dns", "192.0.2.0/24", A::limit, "1/h", 5, 17, 53, HOUR_NS});
+		put.add({"ntp-ok6", "2001:db8::/32", A::allow, "", 0, 17, 123, 0});
+		put.add({"dns6", "2001:db8::/32", A::limit, "1/h", 5, 17, 53, HOUR_NS});
+		auto frame = [src](uint32_t id, uint16_t dport, Frag frag) {
+			return build_packet({.src = src, .dport = dport, .frag = frag, .frag_id = id, .more_fragments = 1});
+		};
+		put.set_clock(t0);
+		EXPECT_EQ(put.run(frame(1, 123, Frag::first)), XDP_PASS);
+		EXPECT_EQ(put.moved().verdict, "pass_allow");
+		put.set_clock(t0 + 20 * SEC);
+		EXPECT_EQ(put.run(frame(1, 123, Frag::first)), XDP_PASS);
+		EXPECT_EQ(put.moved().verdict, "pass_allow") << "the copy passes as its datagram would";
+		put.set_clock(t0 + 31 * SEC);
+		EXPECT_EQ(put.run(frame(1, 123, Frag::later)), XDP_PASS);
+		EXPECT_EQ(put.moved().verdict, "pass_limit") << "31 s after the first: forgotten, charged to port 53";
+
+		// Another datagram: its first fragment alone, no later fragment.
+		put.set_clock(t0);
+		put.moved();
+		EXPECT_EQ(put.run(frame(2, 123, Frag::first)), XDP_PASS);
+		EXPECT_EQ(put.run(frame(3, 123, Frag::first)), XDP_PASS);
+		put.set_clock(t0 + 90 * SEC);
+		put.moved();
+		EXPECT_EQ(put.run(frame(2, 53, Frag::first)), XDP_DROP);
+		EXPECT_EQ(put.moved().verdict, "drop_malformed") << "90 s on: a queue may still hold port 123's";
+		put.set_clock(t0 + 92 * SEC);
+		EXPECT_EQ(put.run(frame(3, 53, Frag::first)), XDP_PASS);
+		EXPECT_EQ(put.moved().verdict, "pass_limit") << "92 s on: the entry is over";
+	}
 }
 
 // A datagram whose last fragment overtakes its middle ones: those are judged

@@ -172,6 +172,26 @@ void fragments(Builder &b, bool v6)
 			f.insert(f.end(), g.begin(), g.end());
 			return f;
 		}, 2);
+		// The same first fragment twice, then the rest: the copy relabels nothing.
+		b.frags(n + "first_repeated_then_rest", p, {{0, 24, true}, {0, 24, true}, {24, len - 24, false}});
+		// A first fragment naming another port between the later fragments,
+		// after the whole datagram, and before its own first fragment.
+		const uint16_t other = p.dport == 123 ? 53 : 123;
+		auto interleave = [p, len, other](int where) {
+			return [p, len, other, where](const std::string &src, const std::string &dst) {
+				PacketSpec a = p, c = p;
+				a.src = c.src = src;
+				a.dst = c.dst = dst;
+				c.dport = other;
+				Frames own = build_fragments(a, {{0, 24, true}, {24, 24, true}, {48, len - 48, false}});
+				Frames copy = build_fragments(c, {{0, 24, true}});
+				own.insert(own.begin() + where, copy[0]);
+				return own;
+			};
+		};
+		b.custom(n + "other_port_first_between_later_fragments", v6, interleave(2), 2);
+		b.custom(n + "other_port_first_after_the_datagram", v6, interleave(3), 2);
+		b.custom(n + "other_port_first_before_its_own", v6, interleave(0), 2);
 	}
 	// Chosen fragment ids: 0 and the largest.
 	for (uint32_t id : {0u, v6 ? 0xffffffffu : 0xffffu}) {

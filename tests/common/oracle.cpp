@@ -268,10 +268,18 @@ void Oracle::remember_fragment(const FrameFacts &f)
 	bool port_proto = f.proto == 6 || f.proto == 17;
 	if (f.kind == FrameFacts::Kind::ip && f.frag == FrameFacts::Frag::first && f.proto_known &&
 	    (f.ports_known || !port_proto)) {
-		// The same ports again keep what later fragments did with them.
 		auto it = frags_.find(frag_key(f));
-		bool judged = it != frags_.end() && it->second.judged;
-		frags_[frag_key(f)] = {f.proto, f.dport, f.ports_known, judged};
+		if (it != frags_.end() && it->second.proto == f.proto && it->second.ports_known == f.ports_known &&
+		    (!f.ports_known || it->second.dport == f.dport)) {
+			// The same ports again relabel nothing: a live entry stays as
+			// it is; one that no longer serves later fragments (ended, or
+			// expired) is made again, keeping what later fragments did.
+			it->second.ended = it->second.expired = false;
+			return;
+		}
+		// A new entry (or, where the program lost the old one, a new
+		// datagram under its key).
+		frags_[frag_key(f)] = {f.proto, f.dport, f.ports_known};
 	}
 }
 
@@ -310,8 +318,16 @@ Expected Oracle::decide(const FrameFacts &in, bool track_state)
 		e.why = "not IP";
 		return e;
 	case Kind::failopen_parse:
+		// The stack drops it; passing it would cost the host an skb. Where
+		// its source can be read and a rule covers it, it is dropped here.
+		if (in.family && !candidates(in).empty()) {
+			e.xdp = 1;
+			e.counter = "drop_malformed";
+			e.why = "malformed, from a source a rule covers";
+			return e;
+		}
 		e.counter = "failopen_parse";
-		e.why = "malformed: the stack drops it";
+		e.why = in.family ? "malformed, from a source no rule covers" : "malformed, no source to read";
 		return e;
 	case Kind::too_many_tags:
 		e.xdp = 1;
@@ -325,15 +341,17 @@ Expected Oracle::decide(const FrameFacts &in, bool track_state)
 	std::vector<size_t> cands = candidates(in);
 	FrameFacts f = in;
 	if (f.frag == FrameFacts::Frag::first) {
-		// Later fragments of another port took this key: the datagram
-		// this one would complete was judged by another rule.
+		// A first fragment of another protocol or port than its key's
+		// entry (the table keeps it 91 s, longer than any run): the kernel
+		// keeps the first first fragment and drops a copy, so the datagram
+		// it would complete was judged, or will be, by another rule.
 		auto it = frags_.find(frag_key(f));
-		if (it != frags_.end() && it->second.judged &&
+		if (it != frags_.end() &&
 		    (!f.proto_known || it->second.proto != f.proto || it->second.ports_known != f.ports_known ||
 		     (f.ports_known && it->second.dport != f.dport))) {
 			e.xdp = 1;
 			e.counter = "drop_malformed";
-			e.why = "first fragment of another port than its key's later fragments took";
+			e.why = "first fragment of another port than its key's entry";
 			return e;
 		}
 	}

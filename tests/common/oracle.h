@@ -98,8 +98,9 @@ public:
 	/// `judged`: a later fragment took the ports; `ended`: the last one was
 	/// seen, so no later fragment takes them; `expired`: forgotten by
 	/// forget_fragments, so no later fragment takes them either, but a
-	/// first fragment still meets `judged` (the program keeps that 91 s,
-	/// longer than a fuzzing run).
+	/// first fragment still meets the entry (the program keeps it 91 s,
+	/// longer than a fuzzing run): one of another protocol or port is
+	/// dropped, one of the same makes it serve later fragments again.
 	struct FragEntry {
 		uint8_t proto;
 		uint16_t dport;

@@ -480,3 +480,67 @@ TEST_F(AdversarialVeth, ShapesFromEveryRoleOverVethKeepTheInvariants)
 			    return n;
 		    }());
 }
+
+// Issue 26, finding 1, over veth: a 4,000-byte port-53 datagram in six
+// fragments, with a copy of its first fragment naming the allowed port 123
+// sent second. The kernel keeps the first first fragment and delivers the
+// datagram to port 53 (the baseline, Sluice detached); under `--rate 1/h
+// --burst 1` on port 53 beside an allow on port 123, the copy relabelled the
+// datagram and it was delivered whole while the limit charged one packet.
+// Now the copy is dropped (drop_malformed) and the datagram never arrives.
+TEST_F(AdversarialVeth, ADuplicateFirstFragmentDoesNotCarryADatagramPastItsLimit)
+{
+	auto attack = [](const std::string &src, const std::string &dst, uint32_t id) {
+		PacketSpec dns{.src = src, .dst = dst, .frag_id = id, .payload = 4000 - 8};
+		const size_t len = fragmentable_length(dns), piece = 680;
+		std::vector<FragmentPiece> pieces;
+		for (size_t off = 0; off < len; off += piece)
+			pieces.push_back({off, std::min(piece, len - off), off + piece < len});
+		Frames frames = build_fragments(dns, pieces);
+		PacketSpec ntp = dns;
+		ntp.dport = 123;
+		frames.insert(frames.begin() + 1, build_fragments(ntp, {pieces[0]})[0]);
+		return frames;
+	};
+	const std::vector<std::pair<std::string, std::string>> sources = {{"10.3.9.1", DST_V4},
+									 {"2001:db8:3:999::10", DST_V6}};
+	{
+		Receiver rx;
+		rx.start();
+		for (const auto &[src, dst] : sources)
+			send_frames(attack(src, dst, 1));
+		auto got = rx.finish();
+		for (const auto &[src, dst] : sources) {
+			EXPECT_EQ(got[src + " udp53"], 1) << src << ": the kernel alone delivers the port-53 datagram";
+			EXPECT_EQ(got[src + " udp123"], 0) << src;
+		}
+	}
+	CommandResult a = run_command({"nsenter", "--net=/run/netns/" + DST_NS, SLUICE_BIN, "attach", DST_IF, "--mode",
+				       "native"});
+	ASSERT_EQ(a.exit_code, 0) << a.err;
+	for (const char *prefix : {"10.3.0.0/16", "2001:db8:3::/48"}) {
+		std::string fam = std::string(prefix).find(':') == std::string::npos ? "4" : "6";
+		ASSERT_EQ(cli({"rule", "add", prefix, "--proto", "udp", "--dport", "53", "--rate", "1/h", "--burst", "1",
+			       "--name", "dns" + fam}).exit_code, 0);
+		ASSERT_EQ(cli({"rule", "add", prefix, "--proto", "udp", "--dport", "123", "--allow", "--name", "ntp" + fam})
+				  .exit_code, 0);
+	}
+	json before = global_counters();
+	Receiver rx;
+	rx.start();
+	for (const auto &[src, dst] : sources)
+		send_frames(attack(src, dst, 2));
+	auto got = rx.finish();
+	json after = global_counters();
+	for (const auto &[src, dst] : sources) {
+		EXPECT_EQ(got[src + " udp53"], 0) << src << ": six fragments cannot pass a burst of one packet";
+		EXPECT_EQ(got[src + " udp123"], 0) << src;
+	}
+	auto delta = [&](const char *name) {
+		return after[name]["packets"].get<uint64_t>() -
+		       (before.contains(name) ? before[name]["packets"].get<uint64_t>() : 0);
+	};
+	EXPECT_EQ(delta("drop_malformed"), 2u) << "the two copies";
+	EXPECT_EQ(delta("pass_limit"), 2u) << "the two first fragments, the burst";
+	EXPECT_EQ(delta("pass_allow"), 0u);
+}

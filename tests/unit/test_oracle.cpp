@@ -149,3 +149,49 @@ TEST(Oracle, UnknownSelectorsNeverMatchAnAllowAndEveryOtherCandidateIsCharged)
 	EXPECT_EQ(o.decide(inspect_frame(frags[0])).counter, "pass_allow");
 	EXPECT_EQ(o.decide(inspect_frame(frags[1])).counter, "pass_allow");
 }
+
+// A first fragment of another port under a live entry is dropped, whether or
+// not later fragments took the entry; a copy of the same port relabels
+// nothing, and its later fragments stay its datagram's.
+TEST(Oracle, AFirstFragmentOfAnotherPortUnderALiveEntryIsDropped)
+{
+	for (const char *src : {"10.3.0.1", "2001:db8::1"}) {
+		SCOPED_TRACE(src);
+		Oracle o;
+		const uint64_t hour = 3600000000000ull;
+		const bool v6 = std::string(src).find(':') != std::string::npos;
+		o.add_rule({"dns", v6 ? "2001:db8::/32" : "10.3.0.0/16", 17, 53, 53, ModelRule::Action::limit, 1, hour});
+		o.add_rule({"ntp", v6 ? "2001:db8::/32" : "10.3.0.0/16", 17, 123, 123, ModelRule::Action::allow});
+		PacketSpec dns{.src = src, .frag_id = 77, .payload = 64}, ntp = dns;
+		ntp.dport = 123;
+		auto d = build_fragments(dns, {{0, 24, true}, {24, 48, false}});
+		auto copy = build_fragments(ntp, {{0, 24, true}})[0];
+		EXPECT_EQ(o.decide(inspect_frame(d[0])).counter, "pass_limit");
+		Expected e = o.decide(inspect_frame(copy));
+		EXPECT_EQ(e.counter, "drop_malformed") << "no later fragment took the entry yet";
+		EXPECT_EQ(e.xdp, 1);
+		EXPECT_EQ(o.decide(inspect_frame(d[1])).counter, "drop_rate") << "judged as port 53's, its burst spent";
+		EXPECT_EQ(o.decide(inspect_frame(d[0])).counter, "drop_rate") << "the same port: judged, not refused";
+	}
+}
+
+// A malformed frame (the stack drops it) whose source can be read is dropped
+// where a rule covers the source; it fails open where none does or where the
+// source cannot be read.
+TEST(Oracle, AMalformedFrameOfACoveredSourceIsDropped)
+{
+	Oracle o;
+	o.add_rule({"deny", "10.2.0.0/16", 0, 0, 65535, ModelRule::Action::deny});
+	o.add_rule({"deny6", "2001:db8::/32", 0, 0, 65535, ModelRule::Action::deny});
+	auto decide = [&](PacketSpec p) { return o.decide(inspect_frame(build_packet(p))).counter; };
+	EXPECT_EQ(decide({.src = "10.2.0.1", .ipv4_total_length = 19}), "drop_malformed");
+	EXPECT_EQ(decide({.src = "10.2.0.1", .ipv4_total_length = 61}), "drop_malformed");
+	EXPECT_EQ(decide({.src = "10.9.0.1", .ipv4_total_length = 61}), "failopen_parse") << "no rule covers it";
+	EXPECT_EQ(decide({.src = "10.2.0.1", .truncate = 14 + 16}), "drop_malformed") << "the source is there";
+	EXPECT_EQ(decide({.src = "10.2.0.1", .truncate = 14 + 15}), "failopen_parse") << "the source is cut";
+	EXPECT_EQ(decide({.src = "10.2.0.1", .payload = 0, .padding = 18}), "drop_deny") << "padding is fine";
+	EXPECT_EQ(decide({.src = "2001:db8::1", .ipv6_payload_length = 41}), "drop_malformed");
+	EXPECT_EQ(decide({.src = "2001:db8::1", .truncate = 14 + 24}), "drop_malformed");
+	EXPECT_EQ(decide({.src = "2001:db8::1", .truncate = 14 + 23}), "failopen_parse");
+	EXPECT_EQ(decide({.src = "2001:db9::1", .ip_version = 4}), "failopen_parse");
+}
