@@ -355,14 +355,20 @@ UniqueFd connect_events_socket(const std::string &path)
 	return fd;
 }
 
-/// `sluice events`: follows the ring buffer of throttle events until `count`
-/// events (0: no limit) or `timeout_ns` (0: none) have passed.
-void cmd_events(const Instance &inst, bool json, uint64_t count, uint64_t timeout_ns)
+/// `sluice events`: follows the agent's stream of throttle events when an
+/// agent serves `socket` (every reader gets every event, in order), else
+/// reads the ring buffer itself, until `count` events (0: no limit) or
+/// `timeout_ns` (0: none) have passed. Says on stderr which it reads.
+/// `socket_named`: the socket was given (--socket); no agent there is an error.
+void cmd_events(const Instance &inst, bool json, uint64_t count, uint64_t timeout_ns, const std::string &socket,
+		bool socket_named)
 {
 	auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(timeout_ns);
-	// A running agent owns the ring buffer (each event goes to one reader):
-	// follow its socket then.
-	if (UniqueFd agent = connect_events_socket(default_events_socket()); agent) {
+	UniqueFd agent = connect_events_socket(socket);
+	if (!agent && socket_named)
+		throw Error("no agent serves events at " + socket + " (`sluice agent --events-socket " + socket + "`)");
+	if (agent) {
+		std::cerr << "sluice events: following the agent's events at " << socket << "\n";
 		uint64_t seen = 0;
 		std::string pending;
 		char buf[4096];
@@ -395,6 +401,15 @@ void cmd_events(const Instance &inst, bool json, uint64_t count, uint64_t timeou
 		auto lock = inst.lock(false);
 		return inst.maps();
 	}();
+	// Each event of the ring goes to one reader: read it only if no other
+	// process does (an agent serving another socket, or another `sluice events`).
+	RingReaderLock ring_lock(map_info(maps.events.get()).id);
+	if (!ring_lock.held())
+		throw Error("another process reads the ring buffer of events (an agent with another --events-socket, "
+			    "or another `sluice events`): follow the agent with `sluice events --socket PATH`, or "
+			    "start `sluice agent` so that any number of readers get every event");
+	std::cerr << "sluice events: no agent serves " << socket
+		  << "; reading the ring buffer (this reader alone: `sluice agent` serves several)\n";
 	EventNamer namer(maps);
 	uint64_t seen = 0;
 	EventReader reader(maps.events.get(), [&](const struct sluice_event &e) {
@@ -660,6 +675,10 @@ int main(int argc, char **argv)
 	events->add_flag("--json", json, "One JSON object per line");
 	events->add_option("--count", event_count, "Exit after N events")->check(CLI::PositiveNumber);
 	events->add_option("--timeout", event_timeout, "Exit after this long (e.g. 30s, 2min)");
+	std::string events_from = default_events_socket();
+	events->add_option("--socket", events_from,
+			   "Follow the agent serving this socket (default " + events_from +
+				   "; without an agent there, the ring buffer is read)");
 	TopOptions top_options;
 	std::string interval_text = "1", sort_text = "drop-pps";
 	auto *top = app.add_subcommand("top", "Live pass and drop rates per rule and per source; q quits");
@@ -860,7 +879,7 @@ int main(int argc, char **argv)
 			std::cout << write_policy(export_policy(inst));
 		} else if (*events) {
 			uint64_t timeout_ns = event_timeout.empty() ? 0 : parse_duration_ns(event_timeout, "--timeout");
-			cmd_events(inst, json, event_count, timeout_ns);
+			cmd_events(inst, json, event_count, timeout_ns, events_from, events->count("--socket") > 0);
 		} else if (*upgrade) {
 			auto lock = inst.lock(true);
 			auto restarted = inst.upgrade();

@@ -5,6 +5,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <fstream>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -42,11 +48,88 @@ std::string iso_time(int64_t unix_ns)
 
 } // namespace
 
+namespace {
+
+std::string run_dir()
+{
+	const char *dir = getenv("SLUICE_RUN_DIR");
+	return dir && *dir ? dir : "/run/sluice";
+}
+
+} // namespace
+
+EventNamer::EventNamer(const MapSet &maps) : maps_(maps)
+{
+	uint32_t zero = 0;
+	struct sluice_meta meta = {};
+	if (bpf_map_lookup_elem(maps_.meta.get(), &zero, &meta) == 0)
+		loaded_ns_ = meta.loaded_ns;
+	refresh();
+}
+
 void EventNamer::refresh()
 {
-	by_bucket_.clear();
+	// Added to, never cleared: the rules gone since keep their names.
 	for (const auto &r : RuleTable(maps_).list())
 		by_bucket_[r.bucket_id ? r.bucket_id : r.id] = r;
+}
+
+void EventNamer::read_retired()
+{
+	std::ifstream in(retired_rules_path(loaded_ns_));
+	for (std::string line; std::getline(in, line);) {
+		try {
+			auto j = nlohmann::json::parse(line);
+			InstalledRule r;
+			r.id = j.at("rule_id").get<uint32_t>();
+			r.bucket_id = j.at("bucket").get<uint32_t>();
+			r.spec.name = j.at("rule").get<std::string>();
+			r.spec.shadow = j.at("shadow").get<bool>();
+			r.spec.per_prefix = j.at("per").get<int>();
+			by_bucket_.emplace(r.bucket_id, r); // what the live table says comes first
+		} catch (const nlohmann::json::exception &) {
+			// A line cut short by a killed writer: the others still count.
+		}
+	}
+}
+
+std::string retired_rules_path(uint64_t loaded_ns)
+{
+	return run_dir() + "/retired-rules-" + std::to_string(loaded_ns);
+}
+
+void record_retired_rules(uint64_t loaded_ns, const std::vector<InstalledRule> &rules)
+{
+	if (rules.empty())
+		return;
+	std::string text;
+	for (const auto &r : rules) {
+		nlohmann::ordered_json j = {{"bucket", r.bucket_id ? r.bucket_id : r.id},
+					    {"rule_id", r.id},
+					    {"rule", r.spec.name},
+					    {"shadow", r.spec.shadow},
+					    {"per", r.spec.bucket_prefix()}};
+		text += j.dump() + "\n";
+	}
+	mkdir(run_dir().c_str(), 0755); // EEXIST is fine; open says what else is wrong
+	// One write of whole lines, appended: concurrent writers (under the
+	// pin directory's lock there are none) never interleave within a line.
+	UniqueFd fd(open(retired_rules_path(loaded_ns).c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644));
+	if (fd)
+		[[maybe_unused]] ssize_t n = write(fd.get(), text.data(), text.size());
+}
+
+RingReaderLock::RingReaderLock(uint32_t ring_id)
+{
+	mkdir(run_dir().c_str(), 0755);
+	std::string path = run_dir() + "/events-" + std::to_string(ring_id) + ".lock";
+	UniqueFd fd(open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+	if (!fd)
+		throw_errno("cannot open " + path, errno);
+	if (flock(fd.get(), LOCK_EX | LOCK_NB) == 0)
+		fd_ = std::move(fd);
+	else if (errno != EWOULDBLOCK)
+		throw_errno("cannot lock " + path, errno);
 }
 
 ThrottleEvent EventNamer::name(const struct sluice_event &e)
@@ -57,6 +140,8 @@ ThrottleEvent EventNamer::name(const struct sluice_event &e)
 	out.since_unix_ns = to_unix_ns(e.since_ns);
 	if (!by_bucket_.count(e.key.bucket_id))
 		refresh();
+	if (!by_bucket_.count(e.key.bucket_id))
+		read_retired();
 	Cidr c;
 	c.family = e.key.family == SLUICE_TABLE_V6 ? 6 : 4;
 	std::copy(std::begin(e.key.addr), std::end(e.key.addr), c.addr.begin());
