@@ -325,6 +325,10 @@ Policy export_policy(const Instance &inst)
 	for (const auto &l : inst.status().links)
 		if (l.this_netns && l.ifindex)
 			p.interfaces.push_back({l.ifname, l.mode});
+	// By name: the links directory's order is the order of creation, which
+	// a detach and attach again (an apply undone) changes.
+	std::sort(p.interfaces.begin(), p.interfaces.end(),
+		  [](const PolicyInterface &a, const PolicyInterface &b) { return a.name < b.name; });
 	return p;
 }
 
