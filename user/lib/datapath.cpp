@@ -920,8 +920,14 @@ void Instance::change_mode(const AttachedLink &link, XdpMode to)
 	try {
 		UniqueFd again(next ? dup(next.get()) : -1);
 		attach_link(link.ifname, ifindex, to, {}, std::move(again), describe_prog(link.then_prog_id));
-	} catch (...) {
-		attach_link(link.ifname, ifindex, link.mode, {}, std::move(next), describe_prog(link.then_prog_id));
+	} catch (const std::exception &e) {
+		try {
+			attach_link(link.ifname, ifindex, link.mode, {}, std::move(next), describe_prog(link.then_prog_id));
+		} catch (const std::exception &again) {
+			throw Error(std::string(e.what()) + "; and attaching " + link.ifname + " again in " +
+				    std::string(mode_name(link.mode)) + " mode failed too: " + again.what() +
+				    " (sluice is detached from it)");
+		}
 		throw;
 	}
 }
