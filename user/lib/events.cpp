@@ -111,7 +111,7 @@ void record_retired_rules(uint64_t loaded_ns, const std::vector<InstalledRule> &
 					    {"per", r.spec.bucket_prefix()}};
 		text += j.dump() + "\n";
 	}
-	mkdir(run_dir().c_str(), 0755); // EEXIST is fine; open says what else is wrong
+	mkdir(run_dir().c_str(), 0700); // EEXIST is fine; open says what else is wrong
 	// One write of whole lines, appended: concurrent writers (under the
 	// pin directory's lock there are none) never interleave within a line.
 	UniqueFd fd(open(retired_rules_path(loaded_ns).c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644));
@@ -121,7 +121,7 @@ void record_retired_rules(uint64_t loaded_ns, const std::vector<InstalledRule> &
 
 RingReaderLock::RingReaderLock(uint32_t ring_id)
 {
-	mkdir(run_dir().c_str(), 0755);
+	mkdir(run_dir().c_str(), 0700);
 	std::string path = run_dir() + "/events-" + std::to_string(ring_id) + ".lock";
 	UniqueFd fd(open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
 	if (!fd)
