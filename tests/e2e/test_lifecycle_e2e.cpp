@@ -974,8 +974,13 @@ TEST_F(Lifecycle, CheckRefusesInterfaceChangesThisHostCannotMake)
 // and only `detach --all` removes them, saying what it removed.
 TEST_F(Lifecycle, DetachingTheLastInterfaceKeepsTheRulesUntilDetachAll)
 {
+	std::string run_dir = "/tmp/sluice-lc-run-" + std::to_string(getpid());
+	setenv("SLUICE_RUN_DIR", run_dir.c_str(), 1);
 	attach();
 	ASSERT_EQ(cli({"rule", "add", PROBES[0], "--deny", "--name", "kept"}).exit_code, 0);
+	ASSERT_EQ(cli({"rule", "add", PROBES[1], "--deny", "--name", "gone"}).exit_code, 0);
+	ASSERT_EQ(cli({"rule", "del", "gone"}).exit_code, 0); // recorded, for its events' names
+	EXPECT_EQ(run_command({"sh", "-c", "ls " + run_dir + " | grep -c retired-rules-"}).out, "1\n");
 	EXPECT_EQ(send_and_count({PROBES[0]}, 4)["drop_deny"], 4u);
 	CommandResult d = cli_dst({"detach", DST_IF});
 	ASSERT_EQ(d.exit_code, 0) << d.err;
@@ -999,4 +1004,8 @@ TEST_F(Lifecycle, DetachingTheLastInterfaceKeepsTheRulesUntilDetachAll)
 	EXPECT_NE(all.out.find("1 rules removed"), std::string::npos) << all.out;
 	EXPECT_EQ(run_command({"ls", "-A", pin_dir()}).out, "") << "pins left behind";
 	EXPECT_FALSE(cli_json({"status", "--json"})["loaded"].get<bool>());
+	EXPECT_EQ(run_command({"sh", "-c", "ls " + run_dir + " | grep -c retired-rules-"}).out, "0\n")
+		<< "the record of retired rules goes with the state";
+	run_command({"rm", "-rf", run_dir});
+	unsetenv("SLUICE_RUN_DIR");
 }

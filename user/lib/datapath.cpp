@@ -30,6 +30,7 @@
 
 #include "sluice_bpf.skel.h"
 #include "chain.h"
+#include "events.h"
 #include "multiprog.h"
 #include "tick_clock.h"
 #include "upgrade.h"
@@ -468,6 +469,21 @@ std::optional<bool> native_xdp_supported(uint32_t ifindex)
 			return (features & NETDEV_XDP_ACT_BASIC) != 0;
 		}
 	return std::nullopt;
+}
+
+} // namespace
+
+namespace {
+
+/// struct sluice_meta's loaded_ns of the state pinned under `dir`; 0 if none.
+uint64_t pinned_loaded_ns(const std::string &dir)
+{
+	UniqueFd meta(open_pinned_object(dir + "/" SLUICE_STR(SLUICE_MAP_META)));
+	uint32_t zero = 0;
+	struct sluice_meta m = {};
+	if (!meta || bpf_map_lookup_elem(meta.get(), &zero, &m))
+		return 0;
+	return m.loaded_ns;
 }
 
 } // namespace
@@ -1009,6 +1025,8 @@ std::vector<std::string> Instance::upgrade(const TableSizes &sizes)
 		else if (bpf_link_update(link.get(), fresh.prog_fd(), nullptr) && errno != ENOLINK)
 			throw_errno("cannot move link " + name + " to the new program", errno);
 	}
+	if (uint64_t ns = pinned_loaded_ns(staging)) // the old state's: its ring is read no more
+		forget_retired_rules(ns);
 	return restarted; // drop_staging removes the old state, now at `staging`
 }
 
@@ -1028,6 +1046,8 @@ void Instance::remove_state_dir(const std::string &dir)
 void Instance::unload()
 {
 	refuse_read_only(dir_);
+	if (uint64_t ns = pinned_loaded_ns(dir_))
+		forget_retired_rules(ns);
 	for (const auto &name : link_pins()) {
 		std::string pin = links_dir() + "/" + name;
 		uint32_t array_id = 0, index = 0;

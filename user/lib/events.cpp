@@ -50,6 +50,10 @@ std::string iso_time(int64_t unix_ns)
 
 namespace {
 
+/// How far a record of retired rules grows before it starts again (about
+/// 80,000 rules; the one before is kept beside it).
+constexpr off_t RETIRED_RECORD_BYTES = 8 << 20;
+
 std::string run_dir()
 {
 	const char *dir = getenv("SLUICE_RUN_DIR");
@@ -76,7 +80,15 @@ void EventNamer::refresh()
 
 void EventNamer::read_retired()
 {
-	std::ifstream in(retired_rules_path(loaded_ns_));
+	// The newer record first: a bucket id is retired once, but what the
+	// newer says wins all the same.
+	for (const std::string &path : {retired_rules_path(loaded_ns_), retired_rules_path(loaded_ns_) + ".old"})
+		read_retired_file(path);
+}
+
+void EventNamer::read_retired_file(const std::string &path)
+{
+	std::ifstream in(path);
 	for (std::string line; std::getline(in, line);) {
 		try {
 			auto j = nlohmann::json::parse(line);
@@ -112,11 +124,22 @@ void record_retired_rules(uint64_t loaded_ns, const std::vector<InstalledRule> &
 		text += j.dump() + "\n";
 	}
 	mkdir(run_dir().c_str(), 0700); // EEXIST is fine; open says what else is wrong
+	// Bounded: past RETIRED_RECORD_BYTES the record moves to ".old" (the
+	// one before it goes) and starts again; readers read both.
+	std::string path = retired_rules_path(loaded_ns);
+	if (struct stat st; stat(path.c_str(), &st) == 0 && st.st_size > RETIRED_RECORD_BYTES)
+		rename(path.c_str(), (path + ".old").c_str());
 	// One write of whole lines, appended: concurrent writers (under the
 	// pin directory's lock there are none) never interleave within a line.
-	UniqueFd fd(open(retired_rules_path(loaded_ns).c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644));
+	UniqueFd fd(open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600));
 	if (fd)
 		[[maybe_unused]] ssize_t n = write(fd.get(), text.data(), text.size());
+}
+
+void forget_retired_rules(uint64_t loaded_ns)
+{
+	unlink(retired_rules_path(loaded_ns).c_str());
+	unlink((retired_rules_path(loaded_ns) + ".old").c_str());
 }
 
 RingReaderLock::RingReaderLock(uint32_t ring_id)

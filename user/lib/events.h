@@ -46,6 +46,7 @@ public:
 
 private:
 	void read_retired();
+	void read_retired_file(const std::string &path);
 	const MapSet &maps_;
 	uint64_t loaded_ns_ = 0; ///< the program's: names the record of retired rules
 	std::map<uint32_t, InstalledRule> by_bucket_;
@@ -58,7 +59,11 @@ std::string retired_rules_path(uint64_t loaded_ns);
 /// Appends the rules whose buckets a change retired (`bucket_id`: the
 /// bucket; the rule as it was), so that a reader started later names their
 /// events. Best effort: a record that cannot be written fails no change.
+/// The record keeps the last 8 to 16 MiB of lines.
 void record_retired_rules(uint64_t loaded_ns, const std::vector<InstalledRule> &rules);
+/// Removes the record of the program loaded at `loaded_ns` (unloaded, or
+/// replaced by an upgrade: its ring buffer is read no more).
+void forget_retired_rules(uint64_t loaded_ns);
 
 /// "2026-11-22T13:20:01.123Z throttled 203.0.113.7 by rule web (3)" and
 /// "... released ... after 4.2 s".
