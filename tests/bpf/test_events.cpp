@@ -7,6 +7,9 @@
 
 #include "events.h"
 
+#include <filesystem>
+#include <functional>
+
 namespace sluice::test {
 namespace {
 
@@ -131,6 +134,69 @@ TEST_F(ThrottleEvents, SourcesDroppedInTurnAreNotedOncePerIntervalNotPerPacket)
 		entries++;
 	}
 	EXPECT_EQ(entries, 3);
+}
+
+
+// An event read after its rule was deleted, or after an edit restarted the
+// rule's buckets, by a reader started only then (as the agent started after
+// the deletion), carries the rule's name and id as they were: every way a
+// change retires buckets records the rules it retired. Each way, for an IPv4
+// source and an IPv6 one (named by its --per prefix).
+TEST_F(ThrottleEvents, EventsOfRetiredBucketsCarryTheRulesNameAndIdForAReaderStartedLater)
+{
+	std::string run_dir = "/tmp/sluice-bpf-events-" + std::to_string(getpid());
+	setenv("SLUICE_RUN_DIR", run_dir.c_str(), 1);
+	using Retire = std::function<void(const std::string &name)>;
+	const std::vector<std::pair<std::string, Retire>> ways = {
+		{"rule del", [&](const std::string &name) { table_->remove(name); }},
+		{"rule flush", [&](const std::string &) { table_->flush(); }},
+		{"apply without it", [&](const std::string &) { table_->replace({}); }},
+		{"rule set --algo (buckets restart)",
+		 [&](const std::string &name) {
+			 RuleEdit e;
+			 e.algo = Algo::gcra;
+			 table_->edit(name, e);
+		 }},
+		{"rule set --per (buckets restart)",
+		 [&](const std::string &name) {
+			 RuleEdit e;
+			 e.per_prefix = table_->find(name).spec.cidr.family == 6 ? 56 : 24;
+			 table_->edit(name, e);
+		 }},
+	};
+	int n = 0;
+	for (const auto &[way, retire] : ways) {
+		for (bool v6 : {false, true}) {
+			SCOPED_TRACE(way + (v6 ? ", IPv6" : ", IPv4"));
+			table_->flush();
+			std::string name = "r" + std::to_string(n++);
+			InstalledRule r = v6 ? add("2001:db8:7::/48", "10/s", 3, name.c_str(), Proto::any, {}, 64)
+					     : add("10.7.0.0/16", "10/s", 3, name.c_str());
+			run(PacketSpec{.src = v6 ? "2001:db8:7:1::9" : "10.7.1.9"}, 10); // throttled: an event in the ring
+			retire(name);
+			// A reader started now: all it has is the ring and the record.
+			std::vector<ThrottleEvent> got;
+			EventNamer later(maps_);
+			EventReader fresh(maps_.events.get(), [&](const struct sluice_event &e) { got.push_back(later.name(e)); });
+			for (int i = 0; i < 10 && got.empty(); i++)
+				fresh.poll(std::chrono::milliseconds(50));
+			ASSERT_EQ(got.size(), 1u);
+			EXPECT_TRUE(got[0].throttled);
+			EXPECT_EQ(got[0].rule, name);
+			EXPECT_EQ(got[0].rule_id, r.id);
+			EXPECT_EQ(got[0].source, v6 ? "2001:db8:7:1::/64" : "10.7.1.9");
+			EXPECT_EQ(event_json(got[0]).find("\"rule\":null"), std::string::npos) << event_json(got[0]);
+			// The release, an interval later, is named too.
+			for (int i = 0; i < 60 && got.size() < 2; i++)
+				fresh.poll(std::chrono::milliseconds(50));
+			ASSERT_EQ(got.size(), 2u);
+			EXPECT_FALSE(got[1].throttled);
+			EXPECT_EQ(got[1].rule, name);
+			EXPECT_EQ(got[1].rule_id, r.id);
+		}
+	}
+	std::filesystem::remove_all(run_dir);
+	unsetenv("SLUICE_RUN_DIR");
 }
 
 } // namespace

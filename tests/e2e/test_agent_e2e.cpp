@@ -395,6 +395,7 @@ TEST_F(AgentEndToEnd, ThrottleEventsReachSluiceEventsWithAndWithoutTheAgent)
 	EXPECT_EQ(send_udp_in(SRC_NS, SOURCE, DST_V4, PORT, 30, 64), 30);
 	reader.join();
 	ASSERT_EQ(direct.exit_code, 0) << direct.err;
+	EXPECT_NE(direct.err.find("reading the ring buffer"), std::string::npos) << "says which: " << direct.err;
 	std::istringstream lines(direct.out);
 	std::string first, second;
 	std::getline(lines, first);
@@ -417,6 +418,7 @@ TEST_F(AgentEndToEnd, ThrottleEventsReachSluiceEventsWithAndWithoutTheAgent)
 	EXPECT_EQ(send_udp_in(SRC_NS, SOURCE, DST_V4, PORT, 30, 64), 30);
 	text_reader.join();
 	ASSERT_EQ(through.exit_code, 0) << through.err;
+	EXPECT_NE(through.err.find("following the agent's events"), std::string::npos) << "says which: " << through.err;
 	EXPECT_NE(through.out.find(" throttled " + SOURCE + " by rule flood"), std::string::npos) << through.out;
 	EXPECT_NE(through.out.find(" released " + SOURCE + " by rule flood"), std::string::npos) << through.out;
 	agent.stop(SIGTERM);
@@ -505,4 +507,133 @@ TEST_F(AgentEndToEnd, TheGrafanaDashboardQueriesOnlyMetricsTheAgentServes)
 	std::cout << exprs.size() << " dashboard queries checked against the scrape and Prometheus; " << answered
 		  << " returned data (the rest name a family with no sample in this set-up)\n";
 	EXPECT_GE(answered, exprs.size() * 2 / 3);
+}
+
+// One stream of events: with the agent serving a socket of its own choosing,
+// any number of `sluice events` following it get the same events as the
+// agent's log, in the same order; a reader that does not name the socket is
+// refused rather than splitting the ring buffer with the agent. The events of
+// rules deleted before the agent started, and while it runs, carry the
+// rules' names and ids as they were.
+TEST_F(AgentEndToEnd, EveryReaderGetsEveryEventInOrderAndDeletedRulesKeepTheirNames)
+{
+	const std::string FLOOD_A = "10.201.0.12", FLOOD_B = "10.201.0.13", GONE = "10.201.0.14",
+			  BRIEF = "10.201.0.15";
+	VethPair{SRC_NS,
+		 DST_NS,
+		 SRC_IF,
+		 DST_IF,
+		 DST_V4 + "/24",
+		 {FLOOD_A + "/24", FLOOD_B + "/24", GONE + "/24", BRIEF + "/24"},
+		 "02:00:00:00:01"}
+		.create();
+	ASSERT_EQ(cli_dst({"attach", DST_IF, "--max-sources", "4096"}).exit_code, 0);
+	auto add = [](const std::string &cidr, const std::string &name) {
+		CommandResult r = cli({"rule", "add", cidr, "--rate", "1/min", "--burst", "5", "--name", name});
+		EXPECT_EQ(r.exit_code, 0) << r.err;
+		return json::parse(cli({"rule", "list", "--json"}).out);
+	};
+	auto id_of = [](const json &rules, const std::string &name) {
+		for (const auto &r : rules)
+			if (r["name"] == name)
+				return r["id"].get<uint32_t>();
+		ADD_FAILURE() << "no rule " << name;
+		return 0u;
+	};
+	add("10.201.0.12/31", "flood"); // .12 and .13
+	uint32_t gone_id = id_of(add(GONE + "/32", "gone"), "gone");
+
+	// Before any reader: a source throttled, its rule deleted.
+	EXPECT_EQ(send_udp_in(SRC_NS, GONE, DST_V4, PORT, 30, 64), 30);
+	ASSERT_EQ(cli({"rule", "del", "gone"}).exit_code, 0);
+	std::this_thread::sleep_for(std::chrono::milliseconds(1500)); // its release too, in the backlog
+
+	const std::string sock = RUN_DIR + "/custom.sock";
+	std::string journal = RUN_DIR + "-agent-stream.out";
+	Child agent({SLUICE_BIN, "agent", "--metrics", "127.0.0.1:0", "--events-socket", sock}, journal);
+	ASSERT_FALSE(agent.wait_for_line(std::regex("serving metrics on")).empty()) << agent.seen();
+	auto journal_has = [&journal](const std::string &what) {
+		for (int i = 0; i < 100; i++) {
+			std::ifstream in(journal);
+			std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+			if (text.find(what) != std::string::npos)
+				return true;
+			std::this_thread::sleep_for(std::chrono::milliseconds(100));
+		}
+		return false;
+	};
+	ASSERT_TRUE(journal_has("\"source\":\"" + GONE + "\"")) << "the backlog's event: " << agent.seen();
+
+	// The events of the deleted rule, read by the agent from the backlog.
+	ASSERT_TRUE(journal_has("\"event\":\"released\",\"source\":\"" + GONE + "\""));
+	{
+		std::ifstream in(journal);
+		int named = 0;
+		for (std::string line; std::getline(in, line);) {
+			if (line.empty() || line[0] != '{')
+				continue;
+			json e = json::parse(line);
+			if (e["source"] != GONE)
+				continue;
+			EXPECT_EQ(e["rule"], "gone") << line;
+			EXPECT_EQ(e["rule_id"], gone_id) << line;
+			named++;
+		}
+		EXPECT_EQ(named, 2) << "throttled and released, of the deleted rule";
+	}
+
+	// Three readers: two follow the agent's socket, one does not name it.
+	const int N = 6; // throttled and released, for each of three sources
+	std::vector<CommandResult> out(3);
+	std::vector<std::thread> readers;
+	for (int i = 0; i < 2; i++)
+		readers.emplace_back([&, i] {
+			out[i] = run_command({SLUICE_BIN, "events", "--json", "--socket", sock, "--count",
+					      std::to_string(N), "--timeout", "40s"});
+		});
+	out[2] = run_command({SLUICE_BIN, "events", "--json", "--count", "1", "--timeout", "2s"});
+	EXPECT_NE(out[2].exit_code, 0) << "a reader of the ring beside the agent: " << out[2].out;
+	EXPECT_EQ(std::count(out[2].err.begin(), out[2].err.end(), '\n'), 1) << out[2].err;
+	EXPECT_NE(out[2].err.find("--socket"), std::string::npos) << out[2].err;
+	std::this_thread::sleep_for(std::chrono::milliseconds(500));
+
+	uint32_t brief_id = id_of(add(BRIEF + "/32", "brief"), "brief");
+	EXPECT_EQ(send_udp_in(SRC_NS, FLOOD_A, DST_V4, PORT, 30, 64), 30);
+	EXPECT_EQ(send_udp_in(SRC_NS, FLOOD_B, DST_V4, PORT, 30, 64), 30);
+	EXPECT_EQ(send_udp_in(SRC_NS, BRIEF, DST_V4, PORT, 30, 64), 30);
+	ASSERT_EQ(cli({"rule", "del", "brief"}).exit_code, 0); // its release comes after
+	for (auto &t : readers)
+		t.join();
+	agent.stop(SIGTERM);
+
+	std::vector<std::string> logged;
+	{
+		std::ifstream in(journal);
+		for (std::string line; std::getline(in, line);)
+			if (!line.empty() && line[0] == '{' && line.find("\"source\":\"" + GONE + "\"") == std::string::npos)
+				logged.push_back(line);
+	}
+	unlink(journal.c_str());
+	ASSERT_EQ(logged.size(), size_t(N)) << "the agent's log";
+	for (int i = 0; i < 2; i++) {
+		ASSERT_EQ(out[i].exit_code, 0) << out[i].err;
+		EXPECT_NE(out[i].err.find("following the agent's events at " + sock), std::string::npos) << out[i].err;
+		std::vector<std::string> got;
+		std::istringstream lines(out[i].out);
+		for (std::string line; std::getline(lines, line);)
+			got.push_back(line);
+		EXPECT_EQ(got, logged) << "reader " << i << " and the agent's log differ";
+	}
+	int briefs = 0;
+	for (const auto &line : logged) {
+		json e = json::parse(line);
+		if (e["source"] == BRIEF) {
+			briefs++;
+			EXPECT_EQ(e["rule"], "brief") << line;
+			EXPECT_EQ(e["rule_id"], brief_id) << line;
+		} else {
+			EXPECT_EQ(e["rule"], "flood") << line;
+		}
+	}
+	EXPECT_EQ(briefs, 2) << "throttled and released, the release after the rule's deletion";
 }

@@ -206,7 +206,8 @@ TEST_F(Chaining, SluiceRunsFromAnotherLoadersProgramArray)
 
 	// Taken out: the root program finds its slot empty, the denied source gets through.
 	ASSERT_EQ(cli_dst({"detach", "--prog-array", JMP_PIN, "--index", "0"}).exit_code, 0);
-	EXPECT_FALSE(status()["loaded"].get<bool>()) << "the last placement gone, the state goes";
+	EXPECT_FALSE(status()["attached"].get<bool>()) << "the last placement gone, attached nowhere";
+	EXPECT_TRUE(status()["loaded"].get<bool>()) << "the rules are kept until `detach --all`";
 	EXPECT_EQ(send_from(DENIED, OPEN_PORT, 20), 20);
 	EXPECT_GE(empty_slot(), before + 20);
 	chain_test_bpf__destroy(skel);

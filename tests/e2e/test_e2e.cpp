@@ -529,8 +529,9 @@ TEST_F(EndToEnd, TheXdpModeIsExplicitAndReported)
 	EXPECT_EQ(s["links"][0]["mode"], "generic");
 	EXPECT_EQ(s["links"][0]["interface"], DST_IF);
 	expect_ok(cli_dst({"detach", DST_IF}));
-	EXPECT_FALSE(json::parse(cli({"status", "--json"}).out)["loaded"].get<bool>())
-		<< "the last detach unloads";
+	json nowhere = json::parse(cli({"status", "--json"}).out);
+	EXPECT_TRUE(nowhere["loaded"].get<bool>()) << "the last detach keeps the program and its rules";
+	EXPECT_FALSE(nowhere["attached"].get<bool>());
 
 	attach("native");
 	s = json::parse(cli_dst({"status", "--json"}).out);
@@ -571,7 +572,7 @@ TEST_F(EndToEnd, ConcurrentOperatorsDoNotInterleave)
 	EXPECT_EQ(cidrs.size(), static_cast<size_t>(n)) << "no rule overwrote another";
 }
 
-TEST_F(EndToEnd, DetachingTheLastInterfaceRemovesAllStateAndTrafficFlows)
+TEST_F(EndToEnd, DetachingTheLastInterfaceLetsTrafficFlowAndDetachAllRemovesAllState)
 {
 	attach();
 	expect_ok(cli({"rule", "add", "10.200.0.0/24", "--deny"}));
@@ -581,6 +582,11 @@ TEST_F(EndToEnd, DetachingTheLastInterfaceRemovesAllStateAndTrafficFlows)
 	EXPECT_EQ(c1.finish()[V4_SOURCES[0]], 0);
 
 	expect_ok(cli_dst({"detach", DST_IF}));
+	UdpCounter c0;
+	c0.start();
+	send_udp(V4_SOURCES[0], 5);
+	EXPECT_EQ(c0.finish()[V4_SOURCES[0]], 5) << "the rules are kept, enforced nowhere";
+	expect_ok(cli_dst({"detach", "--all"}));
 	CommandResult ls = run_command({"ls", "-A", pin_dir()});
 	EXPECT_EQ(ls.out, "") << "pins left behind: " << ls.out;
 	UdpCounter c2;
@@ -856,5 +862,7 @@ TEST_F(EndToEnd, TheLinkOfAVanishedNamespaceIsReportedAndDetachedByName)
 	CommandResult text = cli({"status"});
 	EXPECT_NE(text.out.find("sluice detach " + pin), std::string::npos) << text.out;
 	expect_ok(cli({"detach", pin}));
-	EXPECT_FALSE(cli_json({"status", "--json"})["loaded"].get<bool>()) << "the last link gone, all is unloaded";
+	json after = cli_json({"status", "--json"});
+	EXPECT_EQ(after["links"].size(), 0u) << "the link is gone";
+	EXPECT_TRUE(after["loaded"].get<bool>()) << "the rules stay until `detach --all`";
 }

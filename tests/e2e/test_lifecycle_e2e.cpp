@@ -16,6 +16,9 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <algorithm>
+#include <map>
+#include <sstream>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -729,6 +732,9 @@ TEST_F(Lifecycle, ABadPolicyIsOneLineForCheckDiffAndApplyAndChangesNothing)
 		{too_many, "3 rules do not fit in max_rules 2"},
 		{"rules:\n  - {name: a, cidr: 10.0.0.0/8, rate: 5/s}\n  - {name: a, cidr: 10.1.0.0/16, rate: 5/s}\n",
 		 "'a'"},
+		// No rules and no interfaces: a wipe, unless asked for (--allow-empty).
+		{"rules:\n", "no rules and no interfaces"},
+		{"interfaces: []\nrules: []\n", "--allow-empty"},
 	};
 	for (const auto &[text, message] : bad) {
 		std::string file = write_file("bad.yaml", text);
@@ -743,4 +749,264 @@ TEST_F(Lifecycle, ABadPolicyIsOneLineForCheckDiffAndApplyAndChangesNothing)
 			EXPECT_EQ(cli_dst({"status", "--json"}).out, status) << "nothing changed";
 		}
 	}
+}
+
+namespace {
+
+/// One state a policy file can ask for: each interface absent, native or
+/// generic; a subset of a pool of rules, each in one of two variants (their
+/// rates differ); the rule table's size.
+struct PolicyCase {
+	std::vector<int> modes; ///< per interface: 0 absent, 1 native, 2 generic
+	std::vector<int> rules; ///< per pool rule: 0 absent, 1 or 2 its variant
+	uint32_t max_rules = 0; ///< 0: the default
+
+	bool empty() const
+	{
+		return std::all_of(modes.begin(), modes.end(), [](int m) { return m == 0; }) &&
+		       std::all_of(rules.begin(), rules.end(), [](int r) { return r == 0; });
+	}
+
+	std::string text(const std::vector<std::string> &interfaces) const
+	{
+		std::string t;
+		if (max_rules)
+			t += "tables:\n  max_rules: " + std::to_string(max_rules) + "\n";
+		t += "interfaces:";
+		bool any = false;
+		for (size_t i = 0; i < modes.size(); i++)
+			if (modes[i]) {
+				t += std::string(any ? "" : "\n") + "  - name: " + interfaces[i] +
+				     "\n    mode: " + (modes[i] == 1 ? "native" : "generic") + "\n";
+				any = true;
+			}
+		t += any ? "rules:" : " []\nrules:";
+		any = false;
+		for (size_t r = 0; r < rules.size(); r++)
+			if (rules[r]) {
+				t += std::string(any ? "" : "\n") + "  - name: r" + std::to_string(r) + "\n    cidr: 10." +
+				     std::to_string(220 + r) + ".0.0/16\n    rate: " + std::to_string(10 * rules[r]) +
+				     "/s\n";
+				any = true;
+			}
+		return t + (any ? "" : " []\n");
+	}
+};
+
+} // namespace
+
+// Required: `apply` is all or none across interfaces, modes, table sizes and
+// rules. Transitions between generated policies (interfaces added, removed,
+// moved to the other mode; rules added, removed, changed; the table resized;
+// from nothing loaded), each applied first with a failure injected at each
+// of its steps in turn, then whole: after a failure the state is the old one
+// exactly (export, modes, every link on the loaded program), after success
+// it is the new file (`apply --diff` says no changes).
+TEST_F(Lifecycle, ApplyIsAllOrNoneForGeneratedTransitionsWithAFailureAtEachStep)
+{
+	const std::vector<std::string> ifaces = {DST_IF, "sllc-x1", "sllc-x2"};
+	shell("ip -n " + DST_NS + " link add sllc-x1 type veth peer name sllc-y1");
+	shell("ip -n " + DST_NS + " link add sllc-x2 type veth peer name sllc-y2");
+	for (const char *i : {"sllc-x1", "sllc-y1", "sllc-x2", "sllc-y2"})
+		shell("ip -n " + DST_NS + " link set " + i + " up");
+
+	unsigned seed = std::random_device{}();
+	std::printf("seed %u\n", seed);
+	std::mt19937 rng(seed);
+	auto pick = [&](int n) { return int(rng() % unsigned(n)); };
+	auto generate = [&] {
+		PolicyCase c;
+		for (size_t i = 0; i < ifaces.size(); i++)
+			c.modes.push_back(pick(3));
+		for (int r = 0; r < 4; r++)
+			c.rules.push_back(pick(3));
+		c.max_rules = pick(6) == 0 ? 20000 : 0;
+		return c;
+	};
+	// The state as a user checks it: the export, and where the program runs.
+	auto state = [&] {
+		CommandResult st = cli_dst({"status", "--json"});
+		EXPECT_EQ(st.exit_code, 0) << st.err;
+		json s = json::parse(st.out);
+		std::string where;
+		for (const auto &l : s["links"]) {
+			EXPECT_EQ(l["prog_id"], s["prog_id"]) << "a link runs another program: " << st.out;
+			where += l["interface"].get<std::string>() + ":" + l["mode"].get<std::string>() + " ";
+		}
+		if (!s["loaded"].get<bool>())
+			return std::string("(nothing loaded)");
+		CommandResult ex = cli_dst({"export"});
+		EXPECT_EQ(ex.exit_code, 0) << ex.err;
+		std::vector<std::string> sorted;
+		std::istringstream in(where);
+		for (std::string w; in >> w;)
+			sorted.push_back(w);
+		std::sort(sorted.begin(), sorted.end());
+		std::string links;
+		for (const auto &w : sorted)
+			links += w + " ";
+		return ex.out + "links: " + links;
+	};
+	// Each step of an apply, how many times the plan reaches it.
+	auto steps_of = [&](const std::string &diff) {
+		std::map<std::string, int> steps;
+		std::istringstream in(diff);
+		for (std::string line; std::getline(in, line);) {
+			if (line.rfind("+ load", 0) == 0)
+				steps["load"]++;
+			else if (line.rfind("+ attach", 0) == 0)
+				steps["attach"]++;
+			else if (line.rfind("- detach", 0) == 0)
+				steps["detach"]++;
+			else if (line.rfind("~ move", 0) == 0)
+				steps["move"]++;
+			else if (line.rfind("~ tables", 0) == 0)
+				steps["resize"] = 1;
+		}
+		if (!steps.count("load"))
+			steps["rules"] = 1;
+		return steps;
+	};
+
+	int transitions = 0, failures = 0, moves = 0;
+	for (int t = 0; t < 30; t++) {
+		if (pick(8) == 0)
+			cli({"detach", "--all"}); // from nothing loaded
+		PolicyCase next = generate();
+		std::string file = write_file("next.yaml", next.text(ifaces));
+		std::vector<std::string> apply = {"apply", file};
+		if (next.empty())
+			apply.insert(apply.begin() + 1, "--allow-empty");
+		SCOPED_TRACE("transition " + std::to_string(t) + " to:\n" + next.text(ifaces));
+		std::string before = state();
+		CommandResult check = cli_dst({"apply", "--check", file, "--allow-empty"});
+		ASSERT_EQ(check.exit_code, 0) << check.err;
+		CommandResult diff = cli_dst({"apply", "--diff", file, "--allow-empty"});
+		ASSERT_EQ(diff.exit_code, 0) << diff.err;
+		for (const auto &[step, count] : steps_of(diff.out)) {
+			for (int k = 1; k <= count; k++) {
+				std::string at = step + ":" + std::to_string(k);
+				std::vector<std::string> args = {"env", "SLUICE_APPLY_FAIL_AT=" + at, "nsenter",
+								 "--net=/run/netns/" + DST_NS, SLUICE_BIN};
+				args.insert(args.end(), apply.begin(), apply.end());
+				CommandResult r = run_command(args);
+				EXPECT_NE(r.exit_code, 0) << "failure at " << at;
+				EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+				EXPECT_NE(r.err.find("injected failure at " + at), std::string::npos) << r.err;
+				EXPECT_EQ(state(), before) << "a failure at " << at << " left another state: " << r.err;
+				failures++;
+			}
+		}
+		moves += steps_of(diff.out)["move"];
+		CommandResult r = cli_dst(apply);
+		ASSERT_EQ(r.exit_code, 0) << r.err;
+		EXPECT_EQ(cli_dst({"apply", "--diff", file, "--allow-empty"}).out, "no changes\n") << state();
+		transitions++;
+	}
+	std::printf("%d transitions, %d injected failures, %d mode changes\n", transitions, failures, moves);
+	EXPECT_GT(moves, 0) << "no transition moved an interface to the other mode";
+}
+
+// Finding: a file that moved an interface from native to generic mode passed
+// --check, then `apply` changed the rules and failed on its own program.
+TEST_F(Lifecycle, ApplyMovesAnInterfaceToTheOtherModeAndTheRulesStayEnforced)
+{
+	auto policy = [&](const std::string &mode, const std::string &action) {
+		return write_file(mode + ".yaml", "interfaces:\n  - name: " + DST_IF + "\n    mode: " + mode +
+							  "\nrules:\n  - {name: probe, cidr: " + PROBES[0] +
+							  "/32, action: " + action + "}\n");
+	};
+	ASSERT_EQ(cli_dst({"apply", policy("native", "deny")}).exit_code, 0);
+	EXPECT_EQ(send_and_count({PROBES[0]}, 5)["drop_deny"], 5u);
+	std::string generic = policy("generic", "allow");
+	CommandResult check = cli_dst({"apply", "--check", generic});
+	ASSERT_EQ(check.exit_code, 0) << check.err;
+	CommandResult r = cli_dst({"apply", generic});
+	ASSERT_EQ(r.exit_code, 0) << r.err;
+	EXPECT_NE(r.out.find("~ move " + DST_IF + " from native to generic mode"), std::string::npos) << r.out;
+	json s = cli_json({"status", "--json"});
+	ASSERT_EQ(s["links"].size(), 1u);
+	EXPECT_EQ(s["links"][0]["mode"], "generic");
+	EXPECT_EQ(s["links"][0]["prog_id"], s["prog_id"]);
+	EXPECT_EQ(cli_dst({"apply", "--diff", generic}).out, "no changes\n");
+	// And back, with the deny rule: enforced in the new mode.
+	ASSERT_EQ(cli_dst({"apply", policy("native", "deny")}).exit_code, 0);
+	EXPECT_EQ(send_and_count({PROBES[0]}, 5)["drop_deny"], 5u) << "enforced after the move";
+}
+
+// --check checks interface changes against this host: an interface whose
+// hook runs another XDP program, and native mode where the driver has none,
+// are refused by --check, --diff and apply alike, and nothing changes.
+TEST_F(Lifecycle, CheckRefusesInterfaceChangesThisHostCannotMake)
+{
+	std::string base = write_file("base.yaml", "interfaces:\n  - name: " + DST_IF + "\nrules:\n  - {name: a, cidr: " +
+							   PROBES[0] + "/32, action: deny}\n");
+	ASSERT_EQ(cli_dst({"apply", base}).exit_code, 0);
+	std::string before = cli_dst({"export"}).out;
+	// Another loader's program on a second interface.
+	shell("ip -n " + DST_NS + " link add sllc-x1 type veth peer name sllc-y1");
+	shell("ip -n " + DST_NS + " link set sllc-x1 up");
+	run_command({"rm", "-rf", "/sys/fs/bpf/sllc-foreign"});
+	shell(std::string("bpftool prog loadall ") + CHAIN_TEST_OBJ + " /sys/fs/bpf/sllc-foreign type xdp");
+	shell("nsenter --net=/run/netns/" + DST_NS + " ip link set dev sllc-x1 xdpgeneric pinned "
+	      "/sys/fs/bpf/sllc-foreign/port_filter");
+	std::string taken = write_file("taken.yaml", "interfaces:\n  - name: " + DST_IF + "\n  - name: sllc-x1\n    "
+								 "mode: generic\nrules:\n  - {name: a, cidr: " +
+								 PROBES[0] + "/32, action: deny}\n");
+	for (std::vector<std::string> args :
+	     {std::vector<std::string>{"apply", "--check", taken}, {"apply", "--diff", taken}, {"apply", taken}}) {
+		CommandResult r = cli_dst(args);
+		SCOPED_TRACE(args[1]);
+		EXPECT_NE(r.exit_code, 0);
+		EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+		EXPECT_NE(r.err.find("runs another XDP program"), std::string::npos) << r.err;
+		EXPECT_EQ(cli_dst({"export"}).out, before) << "nothing changed";
+	}
+	run_command({"rm", "-rf", "/sys/fs/bpf/sllc-foreign"});
+	// Loopback has no native XDP.
+	std::string lo = write_file("lo.yaml", "interfaces:\n  - name: lo\n    mode: native\nrules: []\n");
+	CommandResult r = cli_dst({"apply", "--check", lo});
+	EXPECT_NE(r.exit_code, 0) << r.out;
+	EXPECT_NE(r.err.find("does not support native XDP"), std::string::npos) << r.err;
+}
+
+// Finding: detaching the last interface deleted every rule. Now the rules
+// stay loaded and enforced nowhere until the next attach, status says so,
+// and only `detach --all` removes them, saying what it removed.
+TEST_F(Lifecycle, DetachingTheLastInterfaceKeepsTheRulesUntilDetachAll)
+{
+	std::string run_dir = "/tmp/sluice-lc-run-" + std::to_string(getpid());
+	setenv("SLUICE_RUN_DIR", run_dir.c_str(), 1);
+	attach();
+	ASSERT_EQ(cli({"rule", "add", PROBES[0], "--deny", "--name", "kept"}).exit_code, 0);
+	ASSERT_EQ(cli({"rule", "add", PROBES[1], "--deny", "--name", "gone"}).exit_code, 0);
+	ASSERT_EQ(cli({"rule", "del", "gone"}).exit_code, 0); // recorded, for its events' names
+	EXPECT_EQ(run_command({"sh", "-c", "ls " + run_dir + " | grep -c retired-rules-"}).out, "1\n");
+	EXPECT_EQ(send_and_count({PROBES[0]}, 4)["drop_deny"], 4u);
+	CommandResult d = cli_dst({"detach", DST_IF});
+	ASSERT_EQ(d.exit_code, 0) << d.err;
+	EXPECT_NE(d.out.find("attached nowhere now, 1 rules kept"), std::string::npos) << d.out;
+	EXPECT_EQ(rule_names(), std::vector<std::string>{"kept"});
+	json s = cli_json({"status", "--json"});
+	EXPECT_TRUE(s["loaded"].get<bool>());
+	EXPECT_FALSE(s["attached"].get<bool>());
+	EXPECT_EQ(s["rules"], 1u);
+	std::string human = cli({"status"}).out;
+	EXPECT_NE(human.find("attached nowhere: 1 rules kept"), std::string::npos) << human;
+	EXPECT_EQ(rule_stats("kept")["dropped_packets"], 4u) << "counters kept";
+
+	attach();
+	EXPECT_EQ(send_and_count({PROBES[0]}, 3)["drop_deny"], 3u) << "enforced again at the next attach";
+	EXPECT_EQ(rule_stats("kept")["dropped_packets"], 7u);
+
+	CommandResult all = cli_dst({"detach", "--all"});
+	ASSERT_EQ(all.exit_code, 0) << all.err;
+	EXPECT_NE(all.out.find("detached from 1 place (" + DST_IF + ")"), std::string::npos) << all.out;
+	EXPECT_NE(all.out.find("1 rules removed"), std::string::npos) << all.out;
+	EXPECT_EQ(run_command({"ls", "-A", pin_dir()}).out, "") << "pins left behind";
+	EXPECT_FALSE(cli_json({"status", "--json"})["loaded"].get<bool>());
+	EXPECT_EQ(run_command({"sh", "-c", "ls " + run_dir + " | grep -c retired-rules-"}).out, "0\n")
+		<< "the record of retired rules goes with the state";
+	run_command({"rm", "-rf", run_dir});
+	unsetenv("SLUICE_RUN_DIR");
 }

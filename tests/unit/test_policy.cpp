@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "apply.h"
 #include "error.h"
 #include "policy.h"
 #include "policy_doc.h"
@@ -188,7 +189,7 @@ TEST(PolicyParse, ValuesReadAsRuleAddReadsThem)
 TEST(PolicyParse, EmptyAndOmittedSectionsAreDefaults)
 {
 	Policy p = parse("rules: []\n");
-	EXPECT_TRUE(p.rules.empty()) << "an empty rule list is valid: apply removes every rule";
+	EXPECT_TRUE(p.rules.empty()) << "an empty rule list parses: apply takes it with --allow-empty";
 	EXPECT_TRUE(p.interfaces.empty());
 	EXPECT_EQ(p.tables.max_rules, 0u);
 	EXPECT_EQ(p.tables.max_sources, 0u);
@@ -821,4 +822,31 @@ TEST(PolicyRoundTrip, ClusterScopeAndFallback)
 	EXPECT_NE(parse_error("rules:\n  - {name: a, cidr: 10.0.0.0/8, rate: 9/s, fallback: 1/s}\n")
 			  .find("--fallback applies to --scope cluster rules"),
 		  std::string::npos);
+}
+
+// A policy that holds no rule and no interface would remove every rule and
+// detach every interface: plan_apply (so --check, --diff and apply) refuses
+// it, with one line, before it looks at the host, unless it is allowed.
+// Every way of writing "nothing" is refused; anything in it is not.
+TEST(PolicyApply, APolicyOfNothingIsRefusedUnlessAllowed)
+{
+	Instance nowhere("/nonexistent/sluice-unit-pins"); // nothing loaded; never written
+	for (const char *text : {"rules:\n", "rules: []\n", "interfaces: []\nrules: []\n", "interfaces:\nrules:\n",
+				 "tables:\n  max_rules: 100\nrules: []\n", "interfaces:\n#  - name: eth0\nrules:\n"}) {
+		Policy p = parse(text);
+		try {
+			plan_apply(nowhere, p);
+			ADD_FAILURE() << "accepted:\n" << text;
+		} catch (const Error &e) {
+			std::string what = e.what();
+			EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+			EXPECT_NE(what.find("no rules and no interfaces"), std::string::npos) << what;
+			EXPECT_NE(what.find("--allow-empty"), std::string::npos) << what;
+		}
+		ApplyPlan allowed = plan_apply(nowhere, p, ApplyOptions{.allow_empty = true});
+		EXPECT_TRUE(allowed.load) << "allowed, it loads an empty program: " << text;
+		EXPECT_TRUE(allowed.rules.empty());
+	}
+	// One rule is not nothing.
+	EXPECT_NO_THROW(plan_apply(nowhere, parse("rules: [{name: a, cidr: 10.0.0.0/8, rate: 5/s}]\n")));
 }

@@ -49,6 +49,7 @@ void EventLog::open_ring()
 		Instance inst(pin_dir_);
 		if (!inst.loaded()) {
 			reader_.reset();
+			ring_lock_.reset();
 			ring_id_ = 0;
 			return;
 		}
@@ -57,6 +58,13 @@ void EventLog::open_ring()
 		uint32_t id = map_info(maps->events.get()).id;
 		if (id == ring_id_ && reader_)
 			return;
+		// One reader per ring: a `sluice events` that read it before the
+		// agent started keeps it until it exits (then the next tick takes it).
+		auto ring_lock = std::make_unique<RingReaderLock>(id);
+		if (!ring_lock->held())
+			throw Error("the ring buffer of events is read by another process (a `sluice events` started "
+				    "before the agent, or another agent); waiting for it to stop");
+		ring_lock_ = std::move(ring_lock);
 		namer_ = std::make_unique<EventNamer>(*maps);
 		reader_ = std::make_unique<EventReader>(maps->events.get(),
 							[this](const struct sluice_event &e) { publish(e); });
@@ -65,6 +73,7 @@ void EventLog::open_ring()
 		last_problem_.clear();
 	} catch (const std::exception &e) {
 		reader_.reset();
+		ring_lock_.reset();
 		ring_id_ = 0;
 		if (last_problem_ != e.what())
 			log_line(std::string("events: ") + e.what());
@@ -114,10 +123,23 @@ void EventLog::tick()
 	// removed since: follow its ring buffer.
 	UniqueFd pinned(open_pinned_object(pin_dir_ + "/" SLUICE_STR(SLUICE_MAP_EVENTS)));
 	uint32_t id = pinned ? map_info(pinned.get()).id : 0;
-	if (id != ring_id_)
+	if (id != ring_id_ || !reader_)
 		open_ring();
-	if (reader_)
+	if (reader_) {
+		// The rules changed: learn them now, so that a rule deleted later
+		// keeps its name in its events.
+		uint32_t zero = 0;
+		struct sluice_active active = {};
+		if (bpf_map_lookup_elem(maps_->active.get(), &zero, &active) == 0 && active.set != rules_word_) {
+			rules_word_ = active.set;
+			try {
+				namer_->refresh();
+			} catch (const std::exception &e) {
+				log_line(std::string("events: ") + e.what());
+			}
+		}
 		reader_->poll(std::chrono::milliseconds(0));
+	}
 }
 
 void EventLog::stop() noexcept
@@ -128,6 +150,7 @@ void EventLog::stop() noexcept
 	}
 	clients_.clear();
 	reader_.reset();
+	ring_lock_.reset();
 }
 
 } // namespace sluice::agent

@@ -37,6 +37,8 @@ private:
 	std::unique_ptr<MapSet> maps_;
 	std::unique_ptr<EventNamer> namer_;
 	std::unique_ptr<EventReader> reader_;
+	std::unique_ptr<RingReaderLock> ring_lock_; ///< held while reader_ reads
+	uint32_t rules_word_ = 0;                   ///< struct sluice_active's set when the namer last read the rules
 	uint32_t ring_id_ = 0; ///< the ring buffer read now: an upgrade brings a new one
 	std::string last_problem_;
 };

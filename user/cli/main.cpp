@@ -142,6 +142,43 @@ void print_hook_neighbours(uint32_t ifindex, uint32_t sluice_prog)
 			std::cout << "    also on this hook: " << describe_prog(id) << "\n";
 }
 
+/// "; attached nowhere now, N rules kept ..." after a detach that left no
+/// link; empty otherwise.
+std::string attached_nowhere_note(const Instance &inst)
+{
+	Status s = inst.status();
+	if (!s.loaded || !s.links.empty() || !s.arrays.empty())
+		return "";
+	size_t rules = RuleTable(inst.maps()).list().size();
+	return "; attached nowhere now, " + std::to_string(rules) +
+	       " rules kept loaded (enforced at the next `sluice attach`; `sluice detach --all` removes them)";
+}
+
+/// `detach --all`: detaches everywhere, removes every pin, and says what it removed.
+std::string unload_everything(Instance &inst)
+{
+	if (!inst.loaded())
+		return "nothing to remove: sluice is not loaded under " + inst.pin_dir();
+	Status s = inst.status();
+	size_t rules = RuleTable(inst.maps()).list().size();
+	std::vector<std::string> places;
+	for (const auto &l : s.links)
+		places.push_back(l.ifname.empty() ? l.pin : l.ifname);
+	for (const auto &a : s.arrays)
+		places.push_back("program array slot " + a.pin);
+	inst.unload();
+	std::string where;
+	for (const auto &p : places)
+		where += (where.empty() ? " (" : ", ") + p;
+	if (!where.empty())
+		where += ")";
+	return (places.empty() ? std::string("sluice was attached nowhere; unloaded: ")
+			       : "sluice detached from " + std::to_string(places.size()) +
+					 (places.size() == 1 ? " place" : " places") + where + " and unloaded: ") +
+	       std::to_string(rules) + " rules removed with their counters and buckets, " +
+	       "state under " + inst.pin_dir() + " removed";
+}
+
 void cmd_status(const Instance &inst, bool json)
 {
 	auto lock = inst.lock(false);
@@ -175,6 +212,7 @@ void cmd_status(const Instance &inst, bool json)
 			j["max_rules"] = s.max_rules;
 			j["map_memory_bytes"] = s.map_memory_bytes;
 			j["rules"] = RuleTable(inst.maps()).list().size();
+			j["attached"] = !s.links.empty() || !s.arrays.empty();
 		}
 		std::string cluster_line = cluster::read_status_line(cluster::default_status_path());
 		j["cluster"] = cluster_line.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(cluster_line);
@@ -191,8 +229,11 @@ void cmd_status(const Instance &inst, bool json)
 	std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S %Z", std::localtime(&loaded));
 	std::cout << "sluice: XDP program id " << s.prog_id << ", loaded " << when << ", state pinned in "
 		  << inst.pin_dir() << "\n";
-	std::cout << "interfaces:" << (s.links.empty() ? " none (the rules are kept; `sluice attach IFACE`)" : "")
-		  << "\n";
+	if (s.links.empty() && s.arrays.empty())
+		std::cout << "attached nowhere: " << RuleTable(maps).list().size()
+			  << " rules kept loaded, enforced on no interface (`sluice attach IFACE` enforces them; "
+			     "`sluice detach --all` removes them)\n";
+	std::cout << "interfaces:" << (s.links.empty() ? " none" : "") << "\n";
 	for (const auto &l : s.links) {
 		std::cout << "  ";
 		if (!l.ifindex)
@@ -315,14 +356,20 @@ UniqueFd connect_events_socket(const std::string &path)
 	return fd;
 }
 
-/// `sluice events`: follows the ring buffer of throttle events until `count`
-/// events (0: no limit) or `timeout_ns` (0: none) have passed.
-void cmd_events(const Instance &inst, bool json, uint64_t count, uint64_t timeout_ns)
+/// `sluice events`: follows the agent's stream of throttle events when an
+/// agent serves `socket` (every reader gets every event, in order), else
+/// reads the ring buffer itself, until `count` events (0: no limit) or
+/// `timeout_ns` (0: none) have passed. Says on stderr which it reads.
+/// `socket_named`: the socket was given (--socket); no agent there is an error.
+void cmd_events(const Instance &inst, bool json, uint64_t count, uint64_t timeout_ns, const std::string &socket,
+		bool socket_named)
 {
 	auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(timeout_ns);
-	// A running agent owns the ring buffer (each event goes to one reader):
-	// follow its socket then.
-	if (UniqueFd agent = connect_events_socket(default_events_socket()); agent) {
+	UniqueFd agent = connect_events_socket(socket);
+	if (!agent && socket_named)
+		throw Error("no agent serves events at " + socket + " (`sluice agent --events-socket " + socket + "`)");
+	if (agent) {
+		std::cerr << "sluice events: following the agent's events at " << socket << "\n";
 		uint64_t seen = 0;
 		std::string pending;
 		char buf[4096];
@@ -355,6 +402,15 @@ void cmd_events(const Instance &inst, bool json, uint64_t count, uint64_t timeou
 		auto lock = inst.lock(false);
 		return inst.maps();
 	}();
+	// Each event of the ring goes to one reader: read it only if no other
+	// process does (an agent serving another socket, or another `sluice events`).
+	RingReaderLock ring_lock(map_info(maps.events.get()).id);
+	if (!ring_lock.held())
+		throw Error("another process reads the ring buffer of events (an agent with another --events-socket, "
+			    "or another `sluice events`): follow the agent with `sluice events --socket PATH`, or "
+			    "start `sluice agent` so that any number of readers get every event");
+	std::cerr << "sluice events: no agent serves " << socket
+		  << "; reading the ring buffer (this reader alone: `sluice agent` serves several)\n";
 	EventNamer namer(maps);
 	uint64_t seen = 0;
 	EventReader reader(maps.events.get(), [&](const struct sluice_event &e) {
@@ -556,7 +612,8 @@ int main(int argc, char **argv)
 			   "Sliding-log buckets per address family (default 16384, 576 bytes each for IPv4, 592 for IPv6)");
 
 	bool detach_all = false;
-	auto *detach = app.add_subcommand("detach", "Detach from an interface (the last one unloads)");
+	auto *detach = app.add_subcommand(
+		"detach", "Detach from an interface (the rules stay loaded); --all detaches everywhere and unloads");
 	auto *detach_if = detach->add_option("IFACE", ifname, "Interface, or a link's or slot's name from status");
 	auto *detach_array = detach->add_option("--prog-array", prog_array_path, "Take sluice out of this program array")
 				     ->excludes(detach_if);
@@ -590,10 +647,13 @@ int main(int argc, char **argv)
 
 	std::string policy_path;
 	bool check_only = false, diff_only = false;
+	ApplyOptions apply_options;
 	auto *apply = app.add_subcommand("apply", "Make the running state equal to a policy file, in one transaction");
 	apply->add_option("FILE", policy_path, "YAML policy (see sluice(8)); - for stdin")->required();
 	auto *check_flag = apply->add_flag("--check", check_only, "Validate the file against this host; change nothing");
 	apply->add_flag("--diff", diff_only, "Print what would change; change nothing")->excludes(check_flag);
+	apply->add_flag("--allow-empty", apply_options.allow_empty,
+			"Take a policy with no rules and no interfaces (it removes every rule and detaches everywhere)");
 	auto *export_cmd = app.add_subcommand("export", "Print the running state as a policy file");
 	auto *upgrade = app.add_subcommand(
 		"upgrade", "Replace the loaded program with this binary's, keeping rules, buckets and counters");
@@ -616,6 +676,10 @@ int main(int argc, char **argv)
 	events->add_flag("--json", json, "One JSON object per line");
 	events->add_option("--count", event_count, "Exit after N events")->check(CLI::PositiveNumber);
 	events->add_option("--timeout", event_timeout, "Exit after this long (e.g. 30s, 2min)");
+	std::string events_from = default_events_socket();
+	events->add_option("--socket", events_from,
+			   "Follow the agent serving this socket (default " + events_from +
+				   "; without an agent there, the ring buffer is read)");
 	TopOptions top_options;
 	std::string interval_text = "1", sort_text = "drop-pps";
 	auto *top = app.add_subcommand("top", "Live pass and drop rates per rule and per source; q quits");
@@ -719,7 +783,7 @@ int main(int argc, char **argv)
 				std::cout << "sluice installed at index " << prog_array_index << " of " << prog_array_path
 					  << "\n";
 			} else {
-				inst.attach(ifname, mode, {max_sources, max_rules, max_log_sources}, false, then_prog);
+				inst.attach(ifname, mode, {max_sources, max_rules, max_log_sources}, then_prog);
 				std::cout << "sluice attached to " << ifname << " (" << mode_name(mode) << " mode)";
 				if (!then_prog.empty())
 					std::cout << ", then " << then_prog;
@@ -730,16 +794,14 @@ int main(int argc, char **argv)
 			if (!prog_array_path.empty()) {
 				inst.detach_from_prog_array(prog_array_path, prog_array_index);
 				std::cout << "sluice removed from index " << prog_array_index << " of " << prog_array_path
-					  << (inst.loaded() ? "" : "; nothing left, state removed") << "\n";
+					  << attached_nowhere_note(inst) << "\n";
 			} else if (detach_all) {
-				inst.unload();
-				std::cout << "sluice detached from every interface and unloaded\n";
+				std::cout << unload_everything(inst) << "\n";
 			} else if (ifname.empty()) {
 				throw Error("detach needs an interface, or --all");
 			} else {
 				inst.detach(ifname);
-				std::cout << "sluice detached from " << ifname
-					  << (inst.loaded() ? "" : "; no interface left, state removed") << "\n";
+				std::cout << "sluice detached from " << ifname << attached_nowhere_note(inst) << "\n";
 			}
 		} else if (*status) {
 			cmd_status(inst, json);
@@ -802,7 +864,7 @@ int main(int argc, char **argv)
 			Policy p = parse_policy_text(file);
 			if (check_only || diff_only) {
 				auto lock = inst.lock(false);
-				ApplyPlan plan = plan_apply(inst, p);
+				ApplyPlan plan = plan_apply(inst, p, apply_options);
 				if (diff_only)
 					std::cout << plan.format();
 				else
@@ -810,7 +872,7 @@ int main(int argc, char **argv)
 						  << p.interfaces.size() << " interfaces)\n";
 			} else {
 				auto lock = inst.lock(true, true);
-				ApplyPlan plan = apply_policy(inst, p, std::move(preload));
+				ApplyPlan plan = apply_policy(inst, p, std::move(preload), apply_options);
 				std::cout << (plan.empty() ? "no changes\n" : plan.format());
 			}
 		} else if (*export_cmd) {
@@ -818,7 +880,7 @@ int main(int argc, char **argv)
 			std::cout << write_policy(export_policy(inst));
 		} else if (*events) {
 			uint64_t timeout_ns = event_timeout.empty() ? 0 : parse_duration_ns(event_timeout, "--timeout");
-			cmd_events(inst, json, event_count, timeout_ns);
+			cmd_events(inst, json, event_count, timeout_ns, events_from, events->count("--socket") > 0);
 		} else if (*upgrade) {
 			auto lock = inst.lock(true);
 			auto restarted = inst.upgrade();

@@ -4,17 +4,21 @@
 #include <dirent.h>
 #include <stdio.h>
 #include <fcntl.h>
+#include <linux/genetlink.h>
 #include <linux/if_link.h>
+#include <linux/netlink.h>
 #include <linux/magic.h>
 #include <net/if.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -22,10 +26,12 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "sluice_bpf.skel.h"
 #include "chain.h"
+#include "events.h"
 #include "multiprog.h"
 #include "tick_clock.h"
 #include "upgrade.h"
@@ -394,6 +400,126 @@ int LoadedProgram::prog_fd() const { return prog_ ? bpf_program__fd(prog_) : -1;
 MapSet LoadedProgram::maps() const { return MapSet::from_object(obj_ ? obj_ : tables_); }
 struct bpf_object *LoadedProgram::object() const { return obj_; }
 
+namespace {
+
+/// One generic-netlink request and its first answer, as a flat list of the
+/// answer's top-level attributes (type -> payload); empty on any failure.
+std::vector<std::pair<uint16_t, std::string>> genl_ask(int sock, uint16_t family, uint8_t cmd, uint16_t attr_type,
+						       const void *attr, uint16_t attr_len)
+{
+	std::vector<std::pair<uint16_t, std::string>> out;
+	char req[128] = {};
+	auto *nlh = reinterpret_cast<struct nlmsghdr *>(req);
+	auto *genl = reinterpret_cast<struct genlmsghdr *>(req + NLMSG_HDRLEN);
+	auto *nla = reinterpret_cast<struct nlattr *>(req + NLMSG_HDRLEN + GENL_HDRLEN);
+	nla->nla_type = attr_type;
+	nla->nla_len = static_cast<uint16_t>(NLA_HDRLEN + attr_len);
+	std::memcpy(reinterpret_cast<char *>(nla) + NLA_HDRLEN, attr, attr_len);
+	nlh->nlmsg_len = NLMSG_HDRLEN + GENL_HDRLEN + NLA_ALIGN(nla->nla_len);
+	nlh->nlmsg_type = family;
+	nlh->nlmsg_flags = NLM_F_REQUEST;
+	nlh->nlmsg_seq = 1;
+	genl->cmd = cmd;
+	genl->version = 1;
+	if (send(sock, req, nlh->nlmsg_len, 0) < 0)
+		return out;
+	char buf[8192];
+	ssize_t n = recv(sock, buf, sizeof(buf), 0);
+	auto *ans = reinterpret_cast<struct nlmsghdr *>(buf);
+	if (n < ssize_t(NLMSG_HDRLEN + GENL_HDRLEN) || !NLMSG_OK(ans, size_t(n)) || ans->nlmsg_type == NLMSG_ERROR)
+		return out;
+	size_t at = NLMSG_HDRLEN + GENL_HDRLEN;
+	while (at + NLA_HDRLEN <= ans->nlmsg_len) {
+		auto *a = reinterpret_cast<struct nlattr *>(buf + at);
+		if (a->nla_len < NLA_HDRLEN || at + a->nla_len > ans->nlmsg_len)
+			break;
+		out.emplace_back(a->nla_type & NLA_TYPE_MASK,
+				 std::string(reinterpret_cast<char *>(a) + NLA_HDRLEN, a->nla_len - NLA_HDRLEN));
+		at += NLA_ALIGN(a->nla_len);
+	}
+	return out;
+}
+
+/// Whether the interface's driver runs XDP programs itself (native mode),
+/// as the kernel's netdev family says (Linux 6.3 and later); nothing where
+/// it cannot be told.
+std::optional<bool> native_xdp_supported(uint32_t ifindex)
+{
+	// From <linux/netdev.h>, which not every build host has.
+	constexpr uint8_t NETDEV_CMD_DEV_GET = 1;
+	constexpr uint16_t NETDEV_A_DEV_IFINDEX = 1, NETDEV_A_DEV_XDP_FEATURES = 3;
+	constexpr uint64_t NETDEV_XDP_ACT_BASIC = 1;
+	UniqueFd sock(socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_GENERIC));
+	if (!sock)
+		return std::nullopt;
+	struct timeval tv = {1, 0};
+	setsockopt(sock.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	const char family_name[] = "netdev";
+	uint16_t family = 0;
+	for (const auto &[type, value] :
+	     genl_ask(sock.get(), GENL_ID_CTRL, CTRL_CMD_GETFAMILY, CTRL_ATTR_FAMILY_NAME, family_name, sizeof(family_name)))
+		if (type == CTRL_ATTR_FAMILY_ID && value.size() >= 2)
+			std::memcpy(&family, value.data(), 2);
+	if (!family)
+		return std::nullopt;
+	for (const auto &[type, value] : genl_ask(sock.get(), family, NETDEV_CMD_DEV_GET, NETDEV_A_DEV_IFINDEX,
+						  &ifindex, sizeof(ifindex)))
+		if (type == NETDEV_A_DEV_XDP_FEATURES && value.size() >= 8) {
+			uint64_t features = 0;
+			std::memcpy(&features, value.data(), 8);
+			return (features & NETDEV_XDP_ACT_BASIC) != 0;
+		}
+	return std::nullopt;
+}
+
+} // namespace
+
+namespace {
+
+/// struct sluice_meta's loaded_ns of the state pinned under `dir`; 0 if none.
+uint64_t pinned_loaded_ns(const std::string &dir)
+{
+	UniqueFd meta(open_pinned_object(dir + "/" SLUICE_STR(SLUICE_MAP_META)));
+	uint32_t zero = 0;
+	struct sluice_meta m = {};
+	if (!meta || bpf_map_lookup_elem(meta.get(), &zero, &m))
+		return 0;
+	return m.loaded_ns;
+}
+
+} // namespace
+
+void check_attachable(const std::string &ifname, XdpMode mode, const Status &st)
+{
+	unsigned ifindex = if_nametoindex(ifname.c_str());
+	if (!ifindex)
+		throw Error("cannot attach to " + ifname + ": no such interface in this network namespace");
+	if (mode == XdpMode::native && native_xdp_supported(ifindex) == false)
+		throw Error("cannot attach to " + ifname + ": its driver does not support native XDP; use "
+			    "mode: generic");
+	// Sluice's own programs (the loaded one, and those its links of this
+	// interface run) may be on the hook: a mode change replaces them.
+	std::vector<uint32_t> own = {st.prog_id};
+	uint64_t here = 0;
+	if (struct stat ns; stat("/proc/self/ns/net", &ns) == 0)
+		here = ns.st_ino;
+	for (const auto &l : st.links)
+		if (l.netns == here && l.ifindex == ifindex) {
+			if (l.dispatcher)
+				throw Error("cannot change " + ifname + ": sluice runs there through libxdp's dispatcher, "
+					    "which a policy does not describe; detach it and attach it again");
+			own.push_back(l.prog_id);
+		}
+	LIBBPF_OPTS(bpf_xdp_query_opts, q);
+	if (bpf_xdp_query(static_cast<int>(ifindex), 0, &q))
+		return; // the kernel cannot say: attach will
+	for (uint32_t id : {q.drv_prog_id, q.skb_prog_id, q.hw_prog_id})
+		if (id && std::find(own.begin(), own.end(), id) == own.end())
+			throw Error("cannot attach to " + ifname + ": it runs another XDP program, " + describe_prog(id) +
+				    "; to run both, chain it after sluice (detach it, then `sluice attach " + ifname +
+				    " --then PROG`), or share the hook through libxdp's dispatcher (`--multiprog`)");
+}
+
 Instance::Instance(std::string pin_dir) : dir_(std::move(pin_dir)) {}
 
 std::string Instance::default_pin_dir()
@@ -496,8 +622,8 @@ void Instance::check_sizes(const MapSet &m, const TableSizes &sizes)
 	auto differs = [](uint64_t asked, uint32_t have, const char *option) {
 		if (asked && asked != have)
 			throw Error("sluice is loaded with " + std::string(option) + " " + std::to_string(have) +
-				    "; change it with `sluice apply` (tables:), which keeps the rules, or detach "
-				    "from every interface");
+				    "; change it with `sluice apply` (tables:), which keeps the rules, or remove "
+				    "everything with `sluice detach --all`");
 	};
 	differs(sets_of(sizes.max_sources), m.max_sources(), "--max-sources");
 	differs(sizes.max_rules, m.max_rules(), "--max-rules");
@@ -524,8 +650,7 @@ void Instance::record_frame_size(const MapSet &m, uint32_t ifindex, const std::s
 	map_update(m.iface_mtu.get(), &ifindex, &size, "interface MTU");
 }
 
-void Instance::attach(const std::string &ifname, XdpMode mode, const TableSizes &sizes, bool beside_other_mode,
-		      const std::string &then)
+void Instance::attach(const std::string &ifname, XdpMode mode, const TableSizes &sizes, const std::string &then)
 {
 	uint32_t ifindex = resolve_ifindex(ifname, "attach to");
 	// The next program first: a bad --then changes nothing.
@@ -537,10 +662,14 @@ void Instance::attach(const std::string &ifname, XdpMode mode, const TableSizes 
 				    std::to_string(SLUICE_MAX_THEN_IFINDEX) + " sluice can chain on");
 		next = open_next_program(then);
 	}
+	attach_link(ifname, ifindex, mode, sizes, std::move(next), then);
+}
+
+void Instance::attach_link(const std::string &ifname, uint32_t ifindex, XdpMode mode, const TableSizes &sizes,
+			   UniqueFd next, const std::string &then)
+{
 	std::string pin = links_dir() + "/" + link_pin_name(current_netns(), ifindex, mode);
 	for (XdpMode m : {XdpMode::native, XdpMode::generic}) {
-		if (beside_other_mode && m != mode)
-			continue;
 		if (access((links_dir() + "/" + link_pin_name(current_netns(), ifindex, m)).c_str(), F_OK) == 0)
 			throw Error("sluice is already attached to " + ifname + " (" +
 				    std::string(mode_name(m)) + " mode)");
@@ -556,12 +685,8 @@ void Instance::attach(const std::string &ifname, XdpMode mode, const TableSizes 
 	MapSet m = maps();
 	// Chains are kept by interface index: one of another namespace's
 	// interfaces may hold this index's.
-	bool same_interface = false;
-	for (XdpMode other : {XdpMode::native, XdpMode::generic})
-		same_interface |= access((links_dir() + "/" + link_pin_name(current_netns(), ifindex, other)).c_str(),
-					 F_OK) == 0;
 	uint32_t chained = ifindex < SLUICE_MAX_THEN_IFINDEX ? prog_array_entry(m.then.get(), ifindex) : 0;
-	if (chained && !same_interface)
+	if (chained)
 		throw Error("cannot attach to " + ifname + ": its interface index " + std::to_string(ifindex) +
 			    " chains " + describe_prog(chained) + " for an interface of another network namespace, "
 			    "and sluice keeps one chain per interface index");
@@ -674,8 +799,6 @@ void Instance::detach_from_prog_array(const std::string &array_path, uint32_t in
 	if (access(record.c_str(), F_OK) != 0)
 		throw Error("sluice is not at index " + std::to_string(index) + " of " + array_path);
 	release_array_slot(record, index);
-	if (link_pins().empty())
-		remove_pins(dir_);
 }
 
 void Instance::release_array_slot(const std::string &record, uint32_t index) const
@@ -732,9 +855,7 @@ void Instance::detach(const std::string &ifname)
 				detach_from_dispatcher(ifindex, m == XdpMode::generic, d);
 				if (unlink(d.c_str()))
 					throw_errno("cannot remove " + d, errno);
-				if (link_pins().empty())
-					remove_pins(dir_);
-				else if (m == XdpMode::generic && attached_in(current_netns(), ifindex, XdpMode::native))
+				if (m == XdpMode::generic && attached_in(current_netns(), ifindex, XdpMode::native))
 					record_frame_size(maps(), ifindex, ifname, XdpMode::native);
 				return;
 			}
@@ -762,8 +883,6 @@ void Instance::detach(const std::string &ifname)
 				record_frame_size(maps(), pinned_ifindex, ifname, XdpMode::native);
 		}
 	}
-	if (link_pins().empty())
-		remove_pins(dir_);
 }
 
 void Instance::detach_link(const std::string &pin_name)
@@ -780,6 +899,54 @@ void Instance::detach_link(const std::string &pin_name)
 	XdpMode mode;
 	if (parse_link_pin_name(pin_name, netns, ifindex, mode))
 		unchain(ifindex, netns);
+}
+
+void Instance::reattach(const AttachedLink &link)
+{
+	uint32_t ifindex = resolve_ifindex(link.ifname, "attach to");
+	UniqueFd next;
+	if (link.then_prog_id) {
+		next.reset(bpf_prog_get_fd_by_id(link.then_prog_id));
+		if (!next)
+			throw_errno("cannot open " + describe_prog(link.then_prog_id) + ", chained after sluice on " +
+					    link.ifname,
+				    errno);
+	}
+	attach_link(link.ifname, ifindex, link.mode, {}, std::move(next), describe_prog(link.then_prog_id));
+}
+
+void Instance::change_mode(const AttachedLink &link, XdpMode to)
+{
+	if (link.dispatcher)
+		throw Error("cannot move " + link.ifname + " to " + std::string(mode_name(to)) +
+			    " mode: sluice runs there through libxdp's dispatcher; detach it and attach it again");
+	refuse_read_only(dir_);
+	uint32_t ifindex = resolve_ifindex(link.ifname, "attach to");
+	// The kernel runs one mode at a time on an interface: the old link goes
+	// first, and comes back if the new one cannot be made. The chain
+	// (`--then`) goes with both.
+	UniqueFd next;
+	if (link.then_prog_id) {
+		next.reset(bpf_prog_get_fd_by_id(link.then_prog_id));
+		if (!next)
+			throw_errno("cannot open " + describe_prog(link.then_prog_id) + ", chained after sluice on " +
+					    link.ifname,
+				    errno);
+	}
+	detach_link(link.pin);
+	try {
+		UniqueFd again(next ? dup(next.get()) : -1);
+		attach_link(link.ifname, ifindex, to, {}, std::move(again), describe_prog(link.then_prog_id));
+	} catch (const std::exception &e) {
+		try {
+			attach_link(link.ifname, ifindex, link.mode, {}, std::move(next), describe_prog(link.then_prog_id));
+		} catch (const std::exception &again) {
+			throw Error(std::string(e.what()) + "; and attaching " + link.ifname + " again in " +
+				    std::string(mode_name(link.mode)) + " mode failed too: " + again.what() +
+				    " (sluice is detached from it)");
+		}
+		throw;
+	}
 }
 
 std::vector<std::string> Instance::upgrade(const TableSizes &sizes)
@@ -859,6 +1026,8 @@ std::vector<std::string> Instance::upgrade(const TableSizes &sizes)
 		else if (bpf_link_update(link.get(), fresh.prog_fd(), nullptr) && errno != ENOLINK)
 			throw_errno("cannot move link " + name + " to the new program", errno);
 	}
+	if (uint64_t ns = pinned_loaded_ns(staging)) // the old state's: its ring is read no more
+		forget_retired_rules(ns);
 	return restarted; // drop_staging removes the old state, now at `staging`
 }
 
@@ -878,6 +1047,8 @@ void Instance::remove_state_dir(const std::string &dir)
 void Instance::unload()
 {
 	refuse_read_only(dir_);
+	if (uint64_t ns = pinned_loaded_ns(dir_))
+		forget_retired_rules(ns);
 	for (const auto &name : link_pins()) {
 		std::string pin = links_dir() + "/" + name;
 		uint32_t array_id = 0, index = 0;

@@ -142,13 +142,19 @@ public:
 	static void check_sizes(const MapSet &maps, const TableSizes &sizes);
 
 	/// Attaches to an interface of the caller's network namespace, loading and
-	/// pinning the program first if it is not loaded.
-	/// beside_other_mode: the interface may have the other mode attached
-	/// (a mode change attaches the new one before it detaches the old).
+	/// pinning the program first if it is not loaded. Refused if sluice is
+	/// attached to the interface already, in either mode (the kernel runs one
+	/// XDP mode at a time: see change_mode).
 	/// then: `--then` (see open_next_program): the program the interface's
 	/// passed packets go on to, by tail call.
-	void attach(const std::string &ifname, XdpMode mode, const TableSizes &sizes, bool beside_other_mode = false,
-		    const std::string &then = "");
+	void attach(const std::string &ifname, XdpMode mode, const TableSizes &sizes, const std::string &then = "");
+	/// Attaches again as `link` was (interface, mode, chain); the program is loaded.
+	void reattach(const AttachedLink &link);
+	/// Moves sluice's link on an interface to the other mode, keeping its
+	/// chain: detaches the old link, attaches the new one, and attaches the
+	/// old one again if that fails (then rethrows). Between the two the
+	/// interface runs no program, for the time of one attach.
+	void change_mode(const AttachedLink &link, XdpMode to);
 	/// Attaches through libxdp's dispatcher at run priority `priority`,
 	/// beside the programs already there (see multiprog.h); refused where the
 	/// kernel cannot run a dispatcher.
@@ -158,7 +164,7 @@ public:
 	/// needed; recorded in the links directory, so `status`, `detach` and
 	/// `upgrade` know it.
 	void attach_to_prog_array(const std::string &array_path, uint32_t index, const TableSizes &sizes);
-	/// Takes the program out of that slot; the last detach unloads everything.
+	/// Takes the program out of that slot; the rules stay loaded.
 	void detach_from_prog_array(const std::string &array_path, uint32_t index);
 	/// Detaches one link by its pin name; the state stays loaded.
 	void detach_link(const std::string &pin_name);
@@ -169,7 +175,9 @@ public:
 	std::vector<std::string> upgrade(const TableSizes &sizes = {});
 	/// Detaches from one interface, named in the caller's network namespace
 	/// or by its link's pin name (the way to remove the link of an interface
-	/// or namespace that is gone); the last detach unloads everything.
+	/// or namespace that is gone). The last detach leaves the program and its
+	/// rules loaded, enforced nowhere, until the next attach; only unload()
+	/// removes them.
 	void detach(const std::string &ifname);
 	/// Detaches from every interface and removes all pinned state.
 	void unload();
@@ -195,11 +203,22 @@ private:
 	UniqueFd program_to_place(const TableSizes &sizes, bool &fresh);
 	/// Takes sluice's program out of a recorded program-array slot, and the record.
 	void release_array_slot(const std::string &record, uint32_t index) const;
+	/// attach() once the interface and its next program are known.
+	void attach_link(const std::string &ifname, uint32_t ifindex, XdpMode mode, const TableSizes &sizes,
+			 UniqueFd next, const std::string &then);
 	/// Removes an interface's `--then`, unless it still has a link in the other mode.
 	void unchain(uint32_t ifindex, uint64_t netns) const;
 
 	std::string dir_;
 };
+
+/// Checks that sluice could attach to the interface in `mode` now, as far as
+/// it can be told without attaching: the interface exists in this network
+/// namespace, its driver runs native XDP (if asked and the kernel says), and
+/// its hook holds no program but sluice's own (`st`: the running state; a
+/// link of sluice on the interface, in either mode, is its own). Throws, with
+/// one line, what would fail.
+void check_attachable(const std::string &ifname, XdpMode mode, const Status &st);
 
 /// libbpf prints nothing unless verbose (then everything, verifier log included).
 void set_libbpf_verbose(bool verbose);

@@ -6,6 +6,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <fstream>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -43,11 +49,111 @@ std::string iso_time(int64_t unix_ns)
 
 } // namespace
 
+namespace {
+
+/// How far a record of retired rules grows before it starts again (about
+/// 80,000 rules; the one before is kept beside it).
+constexpr off_t RETIRED_RECORD_BYTES = 8 << 20;
+
+std::string run_dir()
+{
+	const char *dir = getenv("SLUICE_RUN_DIR");
+	return dir && *dir ? dir : "/run/sluice";
+}
+
+} // namespace
+
+EventNamer::EventNamer(const MapSet &maps) : maps_(maps)
+{
+	uint32_t zero = 0;
+	struct sluice_meta meta = {};
+	if (bpf_map_lookup_elem(maps_.meta.get(), &zero, &meta) == 0)
+		loaded_ns_ = meta.loaded_ns;
+	refresh();
+}
+
 void EventNamer::refresh()
 {
-	by_bucket_.clear();
+	// Added to, never cleared: the rules gone since keep their names.
 	for (const auto &r : RuleTable(maps_).list())
 		by_bucket_[r.bucket_id ? r.bucket_id : r.id] = r;
+}
+
+void EventNamer::read_retired()
+{
+	// The newer record first: a bucket id is retired once, but what the
+	// newer says wins all the same.
+	for (const std::string &path : {retired_rules_path(loaded_ns_), retired_rules_path(loaded_ns_) + ".old"})
+		read_retired_file(path);
+}
+
+void EventNamer::read_retired_file(const std::string &path)
+{
+	std::ifstream in(path);
+	for (std::string line; std::getline(in, line);) {
+		try {
+			auto j = nlohmann::json::parse(line);
+			InstalledRule r;
+			r.id = j.at("rule_id").get<uint32_t>();
+			r.bucket_id = j.at("bucket").get<uint32_t>();
+			r.spec.name = j.at("rule").get<std::string>();
+			r.spec.shadow = j.at("shadow").get<bool>();
+			r.spec.per_prefix = j.at("per").get<int>();
+			by_bucket_.emplace(r.bucket_id, r); // what the live table says comes first
+		} catch (const nlohmann::json::exception &) {
+			// A line cut short by a killed writer: the others still count.
+		}
+	}
+}
+
+std::string retired_rules_path(uint64_t loaded_ns)
+{
+	return run_dir() + "/retired-rules-" + std::to_string(loaded_ns);
+}
+
+void record_retired_rules(uint64_t loaded_ns, const std::vector<InstalledRule> &rules)
+{
+	if (rules.empty())
+		return;
+	std::string text;
+	for (const auto &r : rules) {
+		nlohmann::ordered_json j = {{"bucket", r.bucket_id ? r.bucket_id : r.id},
+					    {"rule_id", r.id},
+					    {"rule", r.spec.name},
+					    {"shadow", r.spec.shadow},
+					    {"per", r.spec.bucket_prefix()}};
+		text += j.dump() + "\n";
+	}
+	mkdir(run_dir().c_str(), 0700); // EEXIST is fine; open says what else is wrong
+	// Bounded: past RETIRED_RECORD_BYTES the record moves to ".old" (the
+	// one before it goes) and starts again; readers read both.
+	std::string path = retired_rules_path(loaded_ns);
+	if (struct stat st; stat(path.c_str(), &st) == 0 && st.st_size > RETIRED_RECORD_BYTES)
+		rename(path.c_str(), (path + ".old").c_str());
+	// One write of whole lines, appended: concurrent writers (under the
+	// pin directory's lock there are none) never interleave within a line.
+	UniqueFd fd(open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600));
+	if (fd)
+		[[maybe_unused]] ssize_t n = write(fd.get(), text.data(), text.size());
+}
+
+void forget_retired_rules(uint64_t loaded_ns)
+{
+	unlink(retired_rules_path(loaded_ns).c_str());
+	unlink((retired_rules_path(loaded_ns) + ".old").c_str());
+}
+
+RingReaderLock::RingReaderLock(uint32_t ring_id)
+{
+	mkdir(run_dir().c_str(), 0700);
+	std::string path = run_dir() + "/events-" + std::to_string(ring_id) + ".lock";
+	UniqueFd fd(open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+	if (!fd)
+		throw_errno("cannot open " + path, errno);
+	if (flock(fd.get(), LOCK_EX | LOCK_NB) == 0)
+		fd_ = std::move(fd);
+	else if (errno != EWOULDBLOCK)
+		throw_errno("cannot lock " + path, errno);
 }
 
 ThrottleEvent EventNamer::name(const struct sluice_event &e)
@@ -58,6 +164,8 @@ ThrottleEvent EventNamer::name(const struct sluice_event &e)
 	out.since_unix_ns = to_unix_ns(e.since_ns);
 	if (!by_bucket_.count(e.key.bucket_id))
 		refresh();
+	if (!by_bucket_.count(e.key.bucket_id))
+		read_retired();
 	Cidr c;
 	c.family = e.key.family == SLUICE_TABLE_V6 ? 6 : 4;
 	std::copy(std::begin(e.key.addr), std::end(e.key.addr), c.addr.begin());

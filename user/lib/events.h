@@ -11,6 +11,9 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include "fd.h"
 
 #include "maps.h"
 #include "rule.h"
@@ -28,18 +31,40 @@ struct ThrottleEvent {
 	bool shadow = false;        ///< a shadow rule: would-be drops, nothing was dropped
 };
 
-/// Names events' buckets after the installed rules (bucket id -> rule);
-/// refreshed when an event names a bucket it does not know.
+/// Names events' buckets after the rules they belonged to (bucket id ->
+/// rule): the installed rules, read again when an event names a bucket it
+/// does not know, and the rules since deleted (or whose buckets restarted),
+/// as they were: those it saw itself, and those the record of retired rules
+/// holds (see record_retired_rules). A name once learnt is never forgotten:
+/// an event that arrives after its rule's deletion is named all the same.
 class EventNamer {
 public:
-	explicit EventNamer(const MapSet &maps) : maps_(maps) {}
+	explicit EventNamer(const MapSet &maps);
 	ThrottleEvent name(const struct sluice_event &e);
+	/// Reads the installed rules again (the agent does when they change, so
+	/// that it knows a rule deleted soon after it was added).
+	void refresh();
 
 private:
-	void refresh();
+	void read_retired();
+	void read_retired_file(const std::string &path);
 	const MapSet &maps_;
+	uint64_t loaded_ns_ = 0; ///< the program's: names the record of retired rules
 	std::map<uint32_t, InstalledRule> by_bucket_;
 };
+
+/// Where the rules retired from the program loaded at `loaded_ns` (struct
+/// sluice_meta) are recorded: $SLUICE_RUN_DIR (default /run/sluice) /
+/// retired-rules-<loaded_ns>, one JSON object a line.
+std::string retired_rules_path(uint64_t loaded_ns);
+/// Appends the rules whose buckets a change retired (`bucket_id`: the
+/// bucket; the rule as it was), so that a reader started later names their
+/// events. Best effort: a record that cannot be written fails no change.
+/// The record keeps the last 8 to 16 MiB of lines.
+void record_retired_rules(uint64_t loaded_ns, const std::vector<InstalledRule> &rules);
+/// Removes the record of the program loaded at `loaded_ns` (unloaded, or
+/// replaced by an upgrade: its ring buffer is read no more).
+void forget_retired_rules(uint64_t loaded_ns);
 
 /// "2026-11-22T13:20:01.123Z throttled 203.0.113.7 by rule web (3)" and
 /// "... released ... after 4.2 s".
@@ -53,9 +78,23 @@ ThrottleEvent event_from_json(const std::string &line);
 /// default /run/sluice/agent.sock.
 std::string default_events_socket();
 
-/// Consumes the ring buffer of throttle events. Only one consumer should
-/// read it at a time (each event goes to one): the agent while it runs,
-/// otherwise `sluice events`.
+/// The right to read a ring buffer of throttle events: each event goes to
+/// one reader, so one process reads it (the agent, which serves every
+/// `sluice events`, or one `sluice events` when no agent runs) and the
+/// others follow the agent. An flock on $SLUICE_RUN_DIR/events-<ring id>.lock.
+class RingReaderLock {
+public:
+	/// Takes it without waiting; empty() if another process holds it.
+	explicit RingReaderLock(uint32_t ring_id);
+	bool held() const { return bool(fd_); }
+
+private:
+	UniqueFd fd_;
+};
+
+/// Consumes the ring buffer of throttle events. Only one consumer may
+/// read it at a time (each event goes to one): the holder of its
+/// RingReaderLock.
 class EventReader {
 public:
 	using Handler = std::function<void(const struct sluice_event &)>;

@@ -19,6 +19,7 @@
 #include <unordered_set>
 
 #include "dir4.h"
+#include "events.h"
 #include "name_index.h"
 #include "sources.h"
 
@@ -501,6 +502,7 @@ std::optional<InstalledRule> RuleTable::edit_in_place(std::string_view name_or_i
 
 	if (bucket_of(after) != bucket_of(before)) {
 		uint32_t gone = bucket_of(before);
+		record_retired_rules(meta.loaded_ns, {before}); // its events still in flight keep its name
 		purge_buckets(maps_, [gone](uint32_t id) { return id == gone; });
 	}
 	return after;
@@ -868,6 +870,11 @@ void RuleTable::write(const Snapshot &before, const std::vector<InstalledRule> &
 		gone.insert(bucket_of(r));
 	for (const auto &r : after)
 		gone.erase(bucket_of(r));
+	std::vector<InstalledRule> retired; // their events still in flight keep their names
+	for (const auto &r : before.rules)
+		if (gone.count(bucket_of(r)))
+			retired.push_back(r);
+	record_retired_rules(before.meta.loaded_ns, retired);
 	if (!gone.empty())
 		purge_buckets(maps_, [&gone](uint32_t id) { return gone.count(id) > 0; });
 }

@@ -4,6 +4,9 @@
 #include <net/if.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <map>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -57,7 +60,7 @@ std::vector<RuleSpec> specs_of(const std::vector<InstalledRule> &rules)
 bool ApplyPlan::empty() const
 {
 	return !load && !resize.max_sources && !resize.max_rules && !resize.max_log_sources && rules.empty() &&
-	       attach.empty() && detach.empty();
+	       attach.empty() && move.empty() && detach.empty();
 }
 
 std::string ApplyPlan::format() const
@@ -80,6 +83,9 @@ std::string ApplyPlan::format() const
 		out += format_diff(rules);
 	for (const auto &i : attach)
 		out += "+ attach " + i.name + " (" + std::string(mode_name(i.mode)) + " mode)\n";
+	for (const auto &m : move)
+		out += "~ move " + m.link.ifname + " from " + std::string(mode_name(m.link.mode)) + " to " +
+		       std::string(mode_name(m.to)) + " mode (detached for the moment of one attach)\n";
 	for (const auto &l : detach)
 		out += "- detach " + l.ifname + " (" + std::string(mode_name(l.mode)) + " mode)\n";
 	return out;
@@ -89,8 +95,12 @@ namespace {
 
 /// plan_apply; with check_rules false it leaves checking the rules against
 /// the table size to the caller.
-ApplyPlan make_plan(const Instance &inst, const Policy &p, bool check_rules)
+ApplyPlan make_plan(const Instance &inst, const Policy &p, const ApplyOptions &options, bool check_rules)
 {
+	if (p.rules.empty() && p.interfaces.empty() && !options.allow_empty)
+		throw Error("the policy has no rules and no interfaces: applied, it would remove every rule and detach "
+			    "every interface; to do that, run `sluice apply --allow-empty FILE` (or `sluice detach "
+			    "--all`, which also unloads)");
 	ApplyPlan plan;
 	for (const auto &i : p.interfaces)
 		if (!if_nametoindex(i.name.c_str()))
@@ -121,28 +131,72 @@ ApplyPlan make_plan(const Instance &inst, const Policy &p, bool check_rules)
 	if (check_rules)
 		RuleTable::check_fits(p.rules, want.max_rules);
 
+	auto here = [](const AttachedLink &l) { return l.this_netns && l.ifindex; };
 	for (const auto &i : p.interfaces) {
-		auto it = std::find_if(st.links.begin(), st.links.end(), [&i](const AttachedLink &l) {
-			return l.this_netns && l.ifname == i.name && l.mode == i.mode;
+		auto same = std::find_if(st.links.begin(), st.links.end(), [&](const AttachedLink &l) {
+			return here(l) && l.ifname == i.name && l.mode == i.mode;
 		});
-		if (it == st.links.end())
+		if (same != st.links.end())
+			continue;
+		auto other = std::find_if(st.links.begin(), st.links.end(),
+					  [&](const AttachedLink &l) { return here(l) && l.ifname == i.name; });
+		check_attachable(i.name, i.mode, st);
+		if (other != st.links.end())
+			plan.move.push_back({*other, i.mode});
+		else
 			plan.attach.push_back(i);
 	}
 	for (const auto &l : st.links) {
-		if (!l.this_netns || !l.ifindex)
+		if (!here(l))
 			continue; // another namespace's, or a gone interface's: not this file's to judge
-		bool listed = std::any_of(p.interfaces.begin(), p.interfaces.end(), [&l](const PolicyInterface &i) {
-			return i.name == l.ifname && i.mode == l.mode;
-		});
-		if (!listed)
-			plan.detach.push_back(l);
+		bool listed = std::any_of(p.interfaces.begin(), p.interfaces.end(),
+					  [&l](const PolicyInterface &i) { return i.name == l.ifname; });
+		if (listed)
+			continue;
+		if (l.dispatcher)
+			throw Error("cannot detach from " + l.ifname + ": sluice runs there through libxdp's dispatcher, "
+				    "which a policy does not describe; list it, or `sluice detach " + l.ifname + "` first");
+		plan.detach.push_back(l);
 	}
 	return plan;
 }
 
+/// A failure injected for tests ($SLUICE_APPLY_FAIL_AT=STEP or STEP:N, the
+/// Nth time apply reaches STEP): the way to prove that a failure at every
+/// step leaves the previous state.
+void fail_point(const std::string &step)
+{
+	static std::map<std::string, int> reached;
+	const char *at = std::getenv("SLUICE_APPLY_FAIL_AT");
+	if (!at || !*at)
+		return;
+	int n = ++reached[step];
+	std::string want = at;
+	if (want == step || want == step + ":" + std::to_string(n))
+		throw Error("injected failure at " + want);
+}
+
+/// Undo steps of an apply, run newest first; returns what could not be undone.
+std::string undo_all(std::vector<std::pair<std::string, std::function<void()>>> &undo)
+{
+	std::string lost;
+	for (auto it = undo.rbegin(); it != undo.rend(); ++it) {
+		try {
+			it->second();
+		} catch (const std::exception &e) {
+			lost += (lost.empty() ? "" : "; ") + it->first + ": " + e.what();
+		}
+	}
+	undo.clear();
+	return lost;
+}
+
 } // namespace
 
-ApplyPlan plan_apply(const Instance &inst, const Policy &p) { return make_plan(inst, p, true); }
+ApplyPlan plan_apply(const Instance &inst, const Policy &p, const ApplyOptions &options)
+{
+	return make_plan(inst, p, options, true);
+}
 
 ProgramPreload::ProgramPreload(const Instance &inst, std::string_view policy_text)
 {
@@ -187,43 +241,76 @@ std::optional<MapSet> ProgramPreload::tables(const TableSizes &sizes)
 
 std::unique_ptr<LoadedProgram> ProgramPreload::take() { return program_.get(); }
 
-ApplyPlan apply_policy(Instance &inst, const Policy &p, ProgramPreload preload)
+ApplyPlan apply_policy(Instance &inst, const Policy &p, ProgramPreload preload, const ApplyOptions &options)
 {
-	// Everything is checked before the first write. That write is the rule
-	// transaction's, which checks the rules in full before it writes: they
-	// are not compiled twice. A program loaded here gets its rules before
-	// it is pinned: until then nothing is changed.
-	ApplyPlan plan = make_plan(inst, p, false);
-	if (plan.load) {
-		TableSizes want = wanted_sizes(p.tables, default_sizes());
-		// The rules are compiled while the preload's thread makes the
-		// tables, and written while it verifies the program.
-		auto prepared = RuleTable::prepare_empty(p.rules, want.max_rules);
-		std::unique_ptr<LoadedProgram> fresh;
-		if (std::optional<MapSet> tables = preload.tables(want)) {
-			RuleTable(*tables).install(*prepared);
-			fresh = preload.take();
-		} else {
-			fresh = std::make_unique<LoadedProgram>(want);
-			MapSet maps = fresh->maps();
-			RuleTable(maps).install(*prepared);
+	// Everything is checked before the first write, the host's interfaces
+	// included. A program loaded here gets its rules before it is pinned.
+	// Then every step that changes something leaves an undo step, so that a
+	// failure later restores the state found: interfaces first (the step
+	// the host can still refuse), then the tables, then the rules, whose
+	// transaction checks them in full before it writes.
+	ApplyPlan plan = make_plan(inst, p, options, false);
+	std::vector<std::pair<std::string, std::function<void()>>> undo;
+	try {
+		if (plan.load) {
+			TableSizes want = wanted_sizes(p.tables, default_sizes());
+			// The rules are compiled while the preload's thread makes the
+			// tables, and written while it verifies the program.
+			auto prepared = RuleTable::prepare_empty(p.rules, want.max_rules);
+			std::unique_ptr<LoadedProgram> fresh;
+			if (std::optional<MapSet> tables = preload.tables(want)) {
+				RuleTable(*tables).install(*prepared);
+				fresh = preload.take();
+			} else {
+				fresh = std::make_unique<LoadedProgram>(want);
+				MapSet maps = fresh->maps();
+				RuleTable(maps).install(*prepared);
+			}
+			fail_point("load");
+			inst.adopt(*fresh);
+			undo.emplace_back("unload", [&inst] { inst.unload(); });
 		}
-		inst.adopt(*fresh);
-	} else {
-		if (plan.resize.max_sources || plan.resize.max_rules || plan.resize.max_log_sources) {
-			TableSizes want = wanted_sizes(p.tables, loaded_sizes(inst.maps()));
+		for (const auto &l : plan.detach) {
+			fail_point("detach");
+			inst.detach_link(l.pin);
+			undo.emplace_back("attach " + l.ifname + " again", [&inst, l] { inst.reattach(l); });
+		}
+		for (const auto &m : plan.move) {
+			fail_point("move");
+			inst.change_mode(m.link, m.to);
+			undo.emplace_back("move " + m.link.ifname + " back", [&inst, m] {
+				for (const auto &now : inst.status().links)
+					if (now.this_netns && now.ifname == m.link.ifname && now.mode == m.to)
+						inst.change_mode(now, m.link.mode);
+			});
+		}
+		for (const auto &i : plan.attach) {
+			fail_point("attach");
+			inst.attach(i.name, i.mode, {});
+			undo.emplace_back("detach " + i.name, [&inst, i] { inst.detach(i.name); });
+		}
+		if (!plan.load && (plan.resize.max_sources || plan.resize.max_rules || plan.resize.max_log_sources)) {
+			TableSizes have = loaded_sizes(inst.maps());
+			TableSizes want = wanted_sizes(p.tables, have);
 			RuleTable::check_fits(p.rules, want.max_rules);
+			fail_point("resize");
 			inst.upgrade(want);
+			undo.emplace_back("resize the tables back", [&inst, have] { inst.upgrade(have); });
 		}
-		MapSet maps = inst.maps();
-		RuleTable(maps).replace(p.rules);
+		if (!plan.load) {
+			fail_point("rules");
+			MapSet maps = inst.maps();
+			RuleTable(maps).replace(p.rules);
+		}
+	} catch (const std::exception &e) {
+		if (undo.empty())
+			throw;
+		std::string lost = undo_all(undo);
+		if (lost.empty())
+			throw Error(std::string(e.what()) + "; nothing was changed (the steps done were undone)");
+		throw Error(std::string(e.what()) + "; undoing the steps done failed too (" + lost +
+			    "): see `sluice status`, and apply the previous policy");
 	}
-	// A mode change attaches the new mode first: both hooks run for a moment,
-	// never neither.
-	for (const auto &i : plan.attach)
-		inst.attach(i.name, i.mode, {}, true);
-	for (const auto &l : plan.detach)
-		inst.detach_link(l.pin);
 	return plan;
 }
 
@@ -239,6 +326,10 @@ Policy export_policy(const Instance &inst)
 	for (const auto &l : inst.status().links)
 		if (l.this_netns && l.ifindex)
 			p.interfaces.push_back({l.ifname, l.mode});
+	// By name: the links directory's order is the order of creation, which
+	// a detach and attach again (an apply undone) changes.
+	std::sort(p.interfaces.begin(), p.interfaces.end(),
+		  [](const PolicyInterface &a, const PolicyInterface &b) { return a.name < b.name; });
 	return p;
 }
 

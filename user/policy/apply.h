@@ -16,12 +16,27 @@
 
 namespace sluice {
 
+/// An interface sluice runs on in one XDP mode, to run in the other.
+struct ModeChange {
+	AttachedLink link;
+	XdpMode to = XdpMode::native;
+};
+
+/// How `apply` takes a policy.
+struct ApplyOptions {
+	/// A policy with no rules and no interfaces is refused unless this is
+	/// set (`--allow-empty`): applied, it removes every rule and detaches
+	/// every interface.
+	bool allow_empty = false;
+};
+
 /// What applying a policy would change.
 struct ApplyPlan {
 	bool load = false;                  ///< nothing is loaded yet
 	TableSizes resize;                  ///< sizes that change (0: kept)
 	std::vector<RuleChange> rules;
-	std::vector<PolicyInterface> attach; ///< interfaces to attach (or to move to another mode)
+	std::vector<PolicyInterface> attach; ///< interfaces to attach
+	std::vector<ModeChange> move;        ///< interfaces to move to the other mode
 	std::vector<AttachedLink> detach;    ///< links of this namespace the policy does not list
 
 	bool empty() const;
@@ -29,10 +44,12 @@ struct ApplyPlan {
 	std::string format() const;
 };
 
-/// Works out what applying `p` would change and checks that it can: every
-/// interface exists, the rules fit the tables they will have. Writes nothing;
-/// throws, with one line, what would fail.
-ApplyPlan plan_apply(const Instance &inst, const Policy &p);
+/// Works out what applying `p` would change and checks that it can: the
+/// policy is not empty (unless allowed), every interface to attach or move
+/// can take sluice in its mode on this host (check_attachable), the rules
+/// fit the tables they will have. Writes nothing; throws, with one line,
+/// what would fail.
+ApplyPlan plan_apply(const Instance &inst, const Policy &p, const ApplyOptions &options = {});
 
 /// A load of the program begun while the policy is still being parsed, in
 /// a thread of its own, when nothing is loaded: with table sizes guessed
@@ -65,12 +82,16 @@ private:
 	std::future<std::unique_ptr<LoadedProgram>> program_;
 };
 
-/// Applies `p`: loads the program if needed (taking `preload`'s if its sizes
-/// are right), resizes the tables if asked (keeping rules, buckets and
-/// counters), replaces the rules in one transaction, then attaches and
-/// detaches interfaces. A program it loads is pinned once it holds the
-/// rules. The caller holds the instance's exclusive lock.
-ApplyPlan apply_policy(Instance &inst, const Policy &p, ProgramPreload preload = {});
+/// Applies `p`, all or none: checks it as plan_apply does, then loads the
+/// program if needed (taking `preload`'s if its sizes are right; it is
+/// pinned once it holds the rules), changes the interfaces (attach, move to
+/// the other mode, detach), resizes the tables if asked (keeping rules,
+/// buckets and counters) and replaces the rules in one transaction. If a
+/// step fails, the steps before it are undone (a program it loaded is
+/// removed) and the error says so: the previous state is whole. The caller
+/// holds the instance's exclusive lock.
+ApplyPlan apply_policy(Instance &inst, const Policy &p, ProgramPreload preload = {},
+		       const ApplyOptions &options = {});
 
 /// The running state as a policy: the interfaces of this network namespace,
 /// table sizes that differ from the defaults, and every rule in match order.
