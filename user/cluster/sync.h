@@ -66,7 +66,8 @@ const Reading &measure_from(const Reading &last, const Reading &half, const Read
 /// The default node id: the host name.
 std::string default_node_id();
 /// Where the agent reports the sync's health for `sluice status`: in the run
-/// directory ($SLUICE_RUN_DIR, else /run/sluice), cluster.json.
+/// directory (default_run_dir(): $SLUICE_RUN_DIR, else the pin directory's,
+/// such as /run/sluice), cluster.json.
 std::string default_status_path();
 
 /// The sync's health as `sluice status` shows it, read from the status file;
