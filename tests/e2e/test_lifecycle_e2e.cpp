@@ -984,6 +984,8 @@ TEST_F(Lifecycle, DirectoriesAnotherUserMadeOrMayWriteAreRefusedByEveryCommandAn
 	EXPECT_EQ(access((sticky + "/prog").c_str(), F_OK), 0) << "nobody removed the program pin";
 	EXPECT_EQ(run_command(sluice_in(sticky, "", {"detach", "--all"})).exit_code, 0);
 	EXPECT_NE(access((sticky + "-lock").c_str(), F_OK), 0) << "detach --all leaves no lock directory behind";
+	EXPECT_EQ(run_command(sluice_in(sticky, "", {"status"})).exit_code, 0);
+	EXPECT_NE(access((sticky + "-lock").c_str(), F_OK), 0) << "nor does a reader of nothing make one";
 }
 
 // An upgrade stages the new state beside the pin directory, in PIN-next,

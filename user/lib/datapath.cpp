@@ -417,7 +417,7 @@ namespace {
 
 /// An flock on directory `dir`, taken once the path still names the
 /// directory locked: a command that waited while `detach --all` removed it
-/// (or, for the pin directory, an upgrade of ABI 7 or earlier swapped it)
+/// (or, for the pin directory, an upgrade by a binary before 0.2.7 swapped it)
 /// locks the one there now. Empty if there is none (`make`: creates it).
 UniqueFd lock_directory(const std::string &dir, bool exclusive, bool make, const char *what)
 {
@@ -448,9 +448,9 @@ UniqueFd lock_directory(const std::string &dir, bool exclusive, bool make, const
 Instance::Lock Instance::lock(bool exclusive, bool create) const
 {
 	ensure_bpffs(dir_, create);
+	check_dirs(); // before anything is made
 	if (create)
 		make_private_dir(dir_, "pin directory");
-	check_dirs();
 	if (access(dir_.c_str(), F_OK) != 0) {
 		if (errno != ENOENT)
 			throw_errno("cannot open " + dir_, errno);
@@ -461,11 +461,13 @@ Instance::Lock Instance::lock(bool exclusive, bool create) const
 	if (exclusive)
 		refuse_read_only(dir_); // before anything changes, not halfway
 	// The lock directory is made beside a pin directory that has none (one
-	// made by an earlier sluice), except on a read-only bpffs, where nothing
-	// changes and readers lock the pin directory alone.
+	// made by an earlier sluice, or emptied by `detach --all`), except on a
+	// read-only bpffs, where nothing changes and readers lock the pin
+	// directory alone, and for a reader of nothing (no litter after --all).
 	struct statvfs fs;
 	bool writable = statvfs(dir_.c_str(), &fs) == 0 && !(fs.f_flag & ST_RDONLY);
-	UniqueFd stable = lock_directory(lock_dir_for(dir_), exclusive, writable, "lock directory");
+	UniqueFd stable = lock_directory(lock_dir_for(dir_), exclusive, writable && (exclusive || loaded()),
+					 "lock directory");
 	UniqueFd pinned = lock_directory(dir_, exclusive, false, "pin directory");
 	if (!pinned && exclusive)
 		throw Error(NOT_ATTACHED); // removed while this command waited

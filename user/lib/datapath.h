@@ -120,7 +120,7 @@ public:
 	/// The instance's lock, released on destruction: an flock on the lock
 	/// directory beside the pin directory, which nothing renames (an upgrade
 	/// swaps the pin directory itself), and one on the pin directory, which
-	/// binaries of ABI 7 and earlier take. Mutating commands take it
+	/// binaries before 0.2.7 take. Mutating commands take it
 	/// exclusive, readers shared.
 	class Lock {
 	public:

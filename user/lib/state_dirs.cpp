@@ -18,6 +18,18 @@ namespace {
 
 constexpr const char *BPFFS_ROOT = "/sys/fs/bpf/";
 
+/// `path` without repeated or trailing slashes: one directory, one spelling.
+std::string tidy(const std::string &path)
+{
+	std::string out;
+	for (char c : path)
+		if (c != '/' || out.empty() || out.back() != '/')
+			out += c;
+	while (out.size() > 1 && out.back() == '/')
+		out.pop_back();
+	return out;
+}
+
 std::string env_or(const char *name, const std::string &fallback)
 {
 	const char *v = std::getenv(name);
@@ -85,9 +97,7 @@ std::string run_dir_for(const std::string &pin_dir)
 {
 	if (const char *v = std::getenv("SLUICE_RUN_DIR"); v && *v)
 		return v;
-	std::string dir = pin_dir;
-	while (dir.size() > 1 && dir.back() == '/')
-		dir.pop_back();
+	std::string dir = tidy(pin_dir);
 	if (dir == SLUICE_PIN_DIR)
 		return "/run/sluice";
 	std::string name = dir.substr(dir.find_last_of('/') + 1);
@@ -107,10 +117,7 @@ std::string default_run_dir() { return run_dir_for(default_pin_dir()); }
 
 std::string lock_dir_for(const std::string &pin_dir)
 {
-	std::string dir = pin_dir;
-	while (dir.size() > 1 && dir.back() == '/')
-		dir.pop_back();
-	return dir + "-lock"; // bpffs names take no dots
+	return tidy(pin_dir) + "-lock"; // bpffs names take no dots
 }
 
 void check_private_dir(const std::string &dir, const std::string &what)
