@@ -10,9 +10,11 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -21,10 +23,14 @@
 #include <sstream>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <memory>
 #include <random>
+#include <regex>
 #include <set>
+#include <sstream>
 #include <thread>
 
+#include "child.h"
 #include "process.h"
 #include "sluice_abi.h"
 #include "sockaddr.h"
@@ -94,6 +100,15 @@ public:
 			execvp(argv[0], argv.data()); // nsenter execs sluice: the pid killed is sluice's
 			_exit(127);
 		}
+	}
+	/// Waits for it to exit; its exit code (-1 if a signal ended it).
+	int wait()
+	{
+		int status = 0;
+		if (pid_ < 0 || waitpid(pid_, &status, 0) != pid_)
+			return -1;
+		pid_ = -1;
+		return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 	}
 	/// Kills it after `delay`; true if it was still running then.
 	bool kill_after(std::chrono::microseconds delay)
@@ -1009,4 +1024,372 @@ TEST_F(Lifecycle, DetachingTheLastInterfaceKeepsTheRulesUntilDetachAll)
 		<< "the record of retired rules goes with the state";
 	run_command({"rm", "-rf", run_dir});
 	unsetenv("SLUICE_RUN_DIR");
+}
+
+namespace {
+
+/// The command line of sluice run with this environment: SLUICE_PIN_DIR =
+/// `pin`, SLUICE_RUN_DIR = `run` (unset if empty), ended after 10 s (a
+/// command that should have been refused may serve forever: the agent).
+std::vector<std::string> sluice_in(const std::string &pin, const std::string &run, std::vector<std::string> args)
+{
+	std::vector<std::string> argv = {"timeout", "10", "env", "-u", "SLUICE_RUN_DIR", "SLUICE_PIN_DIR=" + pin};
+	if (!run.empty())
+		argv.push_back("SLUICE_RUN_DIR=" + run);
+	argv.push_back(SLUICE_BIN);
+	argv.insert(argv.end(), args.begin(), args.end());
+	return argv;
+}
+
+/// Runs `f` when it goes, whatever the test's outcome.
+class AtExit {
+public:
+	explicit AtExit(std::function<void()> f) : f_(std::move(f)) {}
+	~AtExit() { f_(); }
+	AtExit(const AtExit &) = delete;
+	AtExit &operator=(const AtExit &) = delete;
+
+private:
+	std::function<void()> f_;
+};
+
+/// Runs a command as user nobody (uid 65534), as any local user could.
+CommandResult as_nobody(std::vector<std::string> args)
+{
+	args.insert(args.begin(), {"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"});
+	return run_command(args);
+}
+
+/// Owner, mode and type of everything under these paths: what a refused
+/// command must leave as it was.
+std::string snapshot(const std::vector<std::string> &paths)
+{
+	std::vector<std::string> argv = {"find"};
+	argv.insert(argv.end(), paths.begin(), paths.end());
+	argv.insert(argv.end(), {"-printf", "%p %U %m %y %i\n"});
+	std::string out = run_command(argv).out;
+	std::vector<std::string> lines;
+	std::istringstream in(out);
+	for (std::string line; std::getline(in, line);)
+		lines.push_back(line);
+	std::sort(lines.begin(), lines.end());
+	std::string sorted;
+	for (const auto &l : lines)
+		sorted += l + "\n";
+	return sorted;
+}
+
+} // namespace
+
+// Finding: the lock was an flock on the pin directory, which `sluice upgrade`
+// (and an `apply` that changes `tables:`) swaps for a new one. With 60,000
+// rules, a `rule add` waiting behind the change (on the old directory) and
+// one started just after the swap (on the new one) ran at once: both exited
+// 0 and one rule was lost, 15 times in 15.
+TEST_F(Lifecycle, ACommandWaitingBehindAnUpgradeOrATablesChangeAndOneStartedAfterNeverRunAtOnce)
+{
+	constexpr int RULES = 60000, TRIALS = 15;
+	ASSERT_EQ(cli({"apply", write_file("race-tables.yaml", "tables:\n  max_rules: 65536\nrules:\n"
+							     "  - {name: base, cidr: 10.213.0.0/16, rate: 1000/s}\n")})
+			  .exit_code,
+		  0);
+	std::string lines;
+	for (int i = 0; i < RULES; i++)
+		lines += big_address(i) + " --deny --name big" + std::to_string(i) + "\n";
+	ASSERT_EQ(cli({"rule", "import", write_file("race.txt", lines)}).exit_code, 0);
+
+	size_t expected = RULES + 1;
+	int lost = 0;
+	for (int t = 0; t < TRIALS; t++) {
+		std::vector<std::string> change = {"upgrade"};
+		if (t % 2) { // the state as it is, in tables of another size
+			CommandResult exported = cli({"export"});
+			ASSERT_EQ(exported.exit_code, 0) << exported.err;
+			std::string policy = exported.out;
+			size_t at = policy.find("max_rules: "), end = policy.find('\n', at);
+			ASSERT_NE(at, std::string::npos) << policy.substr(0, 200);
+			bool small = policy.substr(at, end - at) == "max_rules: 65536";
+			policy.replace(at, end - at, small ? "max_rules: 65600" : "max_rules: 65536");
+			change = {"apply", write_file("race.yaml", policy)};
+		}
+		SCOPED_TRACE("trial " + std::to_string(t) + ": " + change[0]);
+		struct stat before = {};
+		ASSERT_EQ(stat(pin_dir().c_str(), &before), 0);
+		change.insert(change.begin(), SLUICE_BIN);
+		Background changer(change);
+		// Reading 60,000 rules and loading the new tables takes the change
+		// seconds: the first add starts while it holds the lock, the second
+		// as soon as the new pin directory is in place.
+		std::this_thread::sleep_for(std::chrono::milliseconds(200));
+		std::string waited = "waited" + std::to_string(t), after = "after" + std::to_string(t);
+		std::string net = "10.214." + std::to_string(t) + ".";
+		Background first({SLUICE_BIN, "rule", "add", net + "1", "--deny", "--name", waited});
+		bool swapped = false;
+		for (auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+		     !swapped && std::chrono::steady_clock::now() < limit;) {
+			struct stat now = {};
+			swapped = stat(pin_dir().c_str(), &now) == 0 && now.st_ino != before.st_ino;
+			if (!swapped)
+				std::this_thread::sleep_for(std::chrono::milliseconds(1));
+		}
+		EXPECT_TRUE(swapped) << "the pin directory was never swapped";
+		Background second({SLUICE_BIN, "rule", "add", net + "2", "--deny", "--name", after});
+		EXPECT_EQ(changer.wait(), 0);
+		EXPECT_EQ(first.wait(), 0);
+		EXPECT_EQ(second.wait(), 0);
+		std::vector<std::string> names = rule_names();
+		bool both = std::find(names.begin(), names.end(), waited) != names.end() &&
+			    std::find(names.begin(), names.end(), after) != names.end();
+		expected += 2;
+		EXPECT_TRUE(both) << "a rule added beside the change was lost";
+		EXPECT_EQ(names.size(), expected);
+		lost += !both;
+		expected = names.size();
+	}
+	std::printf("%d of %d trials lost a rule\n", lost, TRIALS);
+	EXPECT_EQ(lost, 0);
+}
+
+// Finding: an existing pin directory was accepted whoever owned it. With
+// bpffs mounted 1777, user nobody made it first, held its lock, removed the
+// program pin, and root's next rule "succeeded" into a program no interface
+// ran. The pin, lock and run directories must be root's, writable by no one
+// else, under parents no one else can swap them out of; every command refuses
+// otherwise, with one line, and changes nothing.
+TEST_F(Lifecycle, DirectoriesAnotherUserMadeOrMayWriteAreRefusedByEveryCommandAndNothingChanges)
+{
+	const std::string p = pin_dir(), tmp = "/tmp/sluice-lc-" + std::to_string(getpid());
+	const std::string policy = write_file("dirs.yaml", "rules:\n  - {name: a, cidr: 10.214.0.0/16, action: deny}\n");
+	const std::string import = write_file("dirs.txt", "10.214.0.1 --deny\n");
+	struct Case {
+		std::string name;
+		std::function<void()> make;
+		std::string pin, run;     ///< SLUICE_PIN_DIR and SLUICE_RUN_DIR (empty: derived)
+		std::string refused, why; ///< the directory the line names, and why
+	};
+	auto nobody_mkdir = [](const std::string &d) {
+		CommandResult r = as_nobody({"mkdir", d});
+		ASSERT_EQ(r.exit_code, 0) << r.err;
+	};
+	const std::string mnt = tmp + "-mnt";
+	std::vector<Case> cases = {
+		{"a pin directory nobody made", [&] { nobody_mkdir(p); }, p, "", p, "it is owned by uid 65534, not root"},
+		{"a lock directory nobody made", [&] { nobody_mkdir(p + "-lock"); }, p, "", p + "-lock",
+		 "it is owned by uid 65534, not root"},
+		{"a run directory nobody made", [&] { nobody_mkdir(tmp + "-run"); }, p, tmp + "-run", tmp + "-run",
+		 "it is owned by uid 65534, not root"},
+		{"a pin directory others may write", [&] { shell("mkdir " + p + " && chmod 0777 " + p); }, p, "", p,
+		 "others may write it (mode 0777)"},
+		{"a pin directory that is nobody's symbolic link",
+		 [&] {
+			 shell("mkdir -m 0700 " + p + "-target");
+			 ASSERT_EQ(as_nobody({"ln", "-s", p + "-target", p}).exit_code, 0);
+		 },
+		 p, "", p, "it is a symbolic link owned by uid 65534"},
+		// (a bpffs root is always sticky: a directory in it that is not)
+		{"a pin directory in a bpffs directory others may write, not sticky",
+		 [&] { shell("mkdir -m 0777 " + p + "-ww && chmod 0777 " + p + "-ww && mkdir -m 0700 " + p + "-ww/pins"); },
+		 p + "-ww/pins", "", p + "-ww/pins", "it is under " + p + "-ww, which others may write (mode 0777) and is not sticky"},
+		{"a run directory under a directory others may write, not sticky",
+		 [&] { shell("mkdir -m 0777 " + tmp + "-ww && chmod 0777 " + tmp + "-ww && mkdir -m 0700 " + tmp + "-ww/run"); },
+		 p, tmp + "-ww/run", tmp + "-ww/run", "it is under " + tmp + "-ww, which others may write (mode 0777)"},
+	};
+	auto clean = [&] {
+		run_command({"umount", mnt});
+		run_command({"rm", "-rf", p, p + "-lock", p + "-target", p + "-ww", mnt, tmp + "-run", tmp + "-ww"});
+	};
+	AtExit at_exit([&] {
+		run_command(sluice_in(mnt + "/pins", "", {"detach", "--all"}));
+		clean();
+	});
+	const std::vector<std::vector<std::string>> commands = {
+		{"rule", "add", "10.214.0.1", "--deny"}, {"rule", "import", import}, {"rule", "list"},
+		{"rule", "del", "a"}, {"status"}, {"stats"}, {"export"}, {"apply", policy}, {"apply", "--check", policy},
+		{"upgrade"}, {"detach", "--all"}, {"explain", "10.214.0.1"}, {"top", "--once"},
+		{"events", "--count", "1", "--timeout", "1s"}, {"agent", "--metrics", "127.0.0.1:0"}, {"attach", DST_IF}};
+	for (const auto &c : cases) {
+		SCOPED_TRACE(c.name);
+		clean();
+		c.make();
+		const std::vector<std::string> watched = {c.pin, c.pin + "-lock", c.pin + "-next", p + "-target",
+							  c.run.empty() ? "/run/sluice-" + c.pin.substr(c.pin.rfind('/') + 1) : c.run};
+		const std::string before = snapshot(watched);
+		for (const auto &args : commands) {
+			SCOPED_TRACE(args[0] + (args.size() > 1 ? " " + args[1] : ""));
+			std::vector<std::string> argv = sluice_in(c.pin, c.run, args);
+			if (args[0] == "attach") // where the interface is
+				argv.insert(argv.begin() + 2, {"nsenter", "--net=/run/netns/" + DST_NS});
+			CommandResult r = run_command(argv);
+			EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+			EXPECT_EQ(r.err.rfind("sluice: refusing the ", 0), 0u) << r.err;
+			EXPECT_NE(r.err.find(" " + c.refused + ": " + c.why), std::string::npos) << r.err;
+			EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+			EXPECT_EQ(r.out, "");
+			EXPECT_EQ(snapshot(watched), before) << "nothing changed";
+		}
+		EXPECT_EQ(run_command({"ip", "-n", DST_NS, "link", "show", DST_IF}).out.find("xdp"), std::string::npos)
+			<< "nothing attached";
+	}
+	clean();
+
+	// A pin directory of root's, 0700, under a sticky parent that anyone may
+	// write (bpffs mounted 1777) is sluice's own: no one else can open its
+	// lock or remove a pin.
+	shell("mkdir -m 0700 " + mnt + " && mount -t bpf -o mode=1777 bpf " + mnt);
+	const std::string sticky = mnt + "/pins";
+	CommandResult r = run_command(sluice_in(sticky, "", {"rule", "add", "10.214.0.1", "--deny", "--name", "a"}));
+	EXPECT_EQ(r.exit_code, 0) << r.err;
+	EXPECT_NE(run_command(sluice_in(sticky, "", {"rule", "list"})).out.find("10.214.0.1"), std::string::npos);
+	struct stat st = {};
+	ASSERT_EQ(stat(sticky.c_str(), &st), 0);
+	EXPECT_EQ(st.st_mode & 07777, 0700u);
+	ASSERT_EQ(stat((sticky + "-lock").c_str(), &st), 0);
+	EXPECT_EQ(st.st_mode & 07777, 0700u);
+	EXPECT_NE(as_nobody({"flock", "-n", sticky + "-lock", "true"}).exit_code, 0) << "nobody took the lock";
+	EXPECT_NE(as_nobody({"flock", "-n", sticky, "true"}).exit_code, 0) << "nobody took the old lock";
+	EXPECT_NE(as_nobody({"rm", "-f", sticky + "/prog"}).exit_code, 0);
+	EXPECT_EQ(access((sticky + "/prog").c_str(), F_OK), 0) << "nobody removed the program pin";
+	EXPECT_EQ(run_command(sluice_in(sticky, "", {"detach", "--all"})).exit_code, 0);
+	EXPECT_NE(access((sticky + "-lock").c_str(), F_OK), 0) << "detach --all leaves no lock directory behind";
+	EXPECT_EQ(run_command(sluice_in(sticky, "", {"status"})).exit_code, 0);
+	EXPECT_NE(access((sticky + "-lock").c_str(), F_OK), 0) << "nor does a reader of nothing make one";
+}
+
+// An upgrade stages the new state beside the pin directory, in PIN-next,
+// and empties whatever is there first: one that another user made (or a
+// link of theirs to another instance's state) is refused, and nothing of
+// either instance is removed.
+TEST_F(Lifecycle, AnUpgradeRefusesAStagingDirectoryAnotherUserMadeAndRemovesNothing)
+{
+	const std::string p = pin_dir(), other = pin_dir() + "-other";
+	auto clean = [&] {
+		run_command(sluice_in(other, "", {"detach", "--all"}));
+		run_command({"rm", "-rf", p + "-next", other, other + "-lock"});
+	};
+	clean();
+	AtExit at_exit(clean);
+	ASSERT_EQ(cli({"rule", "add", "10.214.0.1", "--deny", "--name", "mine"}).exit_code, 0);
+	ASSERT_EQ(run_command(sluice_in(other, "", {"rule", "add", "10.214.0.2", "--deny", "--name", "theirs"})).exit_code,
+		  0);
+	for (bool link : {false, true}) {
+		SCOPED_TRACE(link ? "a link to another instance" : "a directory");
+		CommandResult made = as_nobody(link ? std::vector<std::string>{"ln", "-s", other, p + "-next"}
+						    : std::vector<std::string>{"mkdir", p + "-next"});
+		ASSERT_EQ(made.exit_code, 0) << made.err;
+		std::string mine = cli({"rule", "list"}).out;
+		std::string theirs = run_command(sluice_in(other, "", {"rule", "list"})).out;
+		CommandResult r = cli({"upgrade"});
+		EXPECT_EQ(r.exit_code, 1) << r.out;
+		EXPECT_EQ(r.err, "sluice: refusing the upgrade's staging directory " + p + "-next: it " +
+					 (link ? "is a symbolic link owned by uid 65534, not root; remove it (rm " + p +
+							 "-next) and run the command again\n"
+					       : "is owned by uid 65534, not root, who can change or remove what sluice "
+						 "keeps there; check what it holds, remove it (rm -r " + p +
+							 "-next) and run the command again\n"));
+		EXPECT_EQ(cli({"rule", "list"}).out, mine);
+		EXPECT_EQ(run_command(sluice_in(other, "", {"rule", "list"})).out, theirs) << "the other instance is whole";
+		EXPECT_NE(theirs.find("theirs"), std::string::npos);
+		run_command({"rm", "-rf", p + "-next"});
+	}
+	EXPECT_EQ(cli({"upgrade"}).exit_code, 0) << "and once it is gone, the upgrade runs";
+}
+
+// Finding: two instances on one host, each with its own SLUICE_PIN_DIR,
+// shared /run/sluice/agent.sock: the second agent exited ("another agent
+// serves events at ..."). The run directory follows the pin directory.
+TEST_F(Lifecycle, TwoInstancesEachWithItsPinDirectoryRunAnAgentEachInItsOwnRunDirectory)
+{
+	unsetenv("SLUICE_RUN_DIR");
+	const std::vector<std::string> pins = {pin_dir() + "-a", pin_dir() + "-b"};
+	auto run_dir_of = [](const std::string &pin) { return "/run/sluice-" + pin.substr(pin.rfind('/') + 1); };
+	auto clean = [&] {
+		for (const auto &pin : pins) {
+			run_command(sluice_in(pin, "", {"detach", "--all"}));
+			run_command({"rm", "-rf", pin, run_dir_of(pin)});
+		}
+	};
+	clean();
+	AtExit at_exit(clean);
+	for (size_t i = 0; i < pins.size(); i++) {
+		CommandResult r = run_command(sluice_in(pins[i], "", {"rule", "add", "10.214.0." + std::to_string(i + 1),
+								      "--deny", "--name", "rule" + std::to_string(i)}));
+		ASSERT_EQ(r.exit_code, 0) << r.err;
+		json status = json::parse(run_command(sluice_in(pins[i], "", {"status", "--json"})).out);
+		EXPECT_EQ(status["run_dir"], run_dir_of(pins[i]));
+	}
+	{
+		std::vector<std::unique_ptr<AgentProcess>> agents;
+		for (const auto &pin : pins)
+			agents.push_back(std::make_unique<AgentProcess>(SLUICE_BIN, std::vector<std::string>{},
+									std::vector<std::string>{"env", "-u", "SLUICE_RUN_DIR",
+												 "SLUICE_PIN_DIR=" + pin}));
+		for (size_t i = 0; i < pins.size(); i++) {
+			SCOPED_TRACE(pins[i]);
+			std::string sock = run_dir_of(pins[i]) + "/agent.sock";
+			for (int k = 0; k < 100 && access(sock.c_str(), F_OK) != 0; k++)
+				std::this_thread::sleep_for(std::chrono::milliseconds(20));
+			EXPECT_EQ(access(sock.c_str(), F_OK), 0) << agents[i]->child().seen();
+			struct stat st = {};
+			ASSERT_EQ(stat(run_dir_of(pins[i]).c_str(), &st), 0);
+			EXPECT_EQ(st.st_mode & 07777, 0700u) << "the run directory is made 0700";
+		}
+		std::this_thread::sleep_for(std::chrono::milliseconds(500));
+		for (size_t i = 0; i < pins.size(); i++) {
+			SCOPED_TRACE(pins[i]);
+			EXPECT_TRUE(agents[i]->child().running()) << agents[i]->child().seen();
+			std::string scrape;
+			EXPECT_NO_THROW(scrape = agents[i]->scrape());
+			EXPECT_EQ(metric_sample(scrape, "sluice_up"), 1) << scrape;
+			EXPECT_EQ(metric_sample(scrape, "sluice_rules"), 1) << scrape;
+			EXPECT_EQ(agents[i]->child().stop(SIGTERM), 0) << agents[i]->child().seen();
+		}
+	}
+}
+
+// Finding: `--version` printed "sluice 0.2" for builds five ABIs apart.
+TEST(Version, NamesTheReleaseTheStateAbiAndTheCommit)
+{
+	CommandResult r = run_command({SLUICE_BIN, "--version"});
+	EXPECT_EQ(r.exit_code, 0);
+	std::smatch m;
+	ASSERT_TRUE(std::regex_match(r.out, m, std::regex("sluice ([0-9]+\\.[0-9]+\\.[0-9]+) \\(state ABI ([0-9]+), "
+							  "commit ([0-9a-f]{7,}(-dirty)?|[^ ]+-g[0-9a-f]+(-dirty)?|unknown)\\)\n")))
+		<< r.out;
+	EXPECT_EQ(m[1].str(), SLUICE_VERSION);
+	EXPECT_EQ(m[2].str(), std::to_string(SLUICE_ABI_VERSION));
+}
+
+// Finding: for a pin directory on /tmp, a hint said `mount -t bpf bpf /tmp`,
+// which would hide everything in /tmp. No hint suggests a mount: a pin
+// directory whose parent is not bpffs names /sys/fs/bpf instead, for every
+// command and every such parent (the system's directories among them).
+TEST(PinDirectoryHints, APinDirectoryOffBpffsNamesSysFsBpfAndNeverSuggestsAMount)
+{
+	const std::string name = "sluice-hint-" + std::to_string(getpid());
+	const std::vector<std::string> parents = {"/tmp", "/etc", "/run", "/var", "/usr", "/home", "/root", "/opt",
+						  "/srv", "/boot", "/dev", "/proc", "/sys/fs", "/sys", "/var/tmp", ""};
+	const std::vector<std::vector<std::string>> commands = {
+		{"rule", "add", "10.214.0.1", "--deny"}, {"attach", "lo"}, {"status"}, {"stats"}, {"rule", "list"},
+		{"upgrade"}, {"detach", "--all"}, {"export"}};
+	for (const auto &parent : parents) {
+		if (access((parent.empty() ? "/" : parent).c_str(), F_OK) != 0)
+			continue;
+		const std::string dir = parent + "/" + name;
+		for (const auto &args : commands) {
+			SCOPED_TRACE(dir + ": " + args[0]);
+			CommandResult r = run_command(sluice_in(dir, "", args));
+			EXPECT_EQ(r.err.find("mount -t"), std::string::npos) << r.err;
+			EXPECT_EQ(r.err.find("mount bpf"), std::string::npos) << r.err;
+			EXPECT_EQ(r.err.find("`mount"), std::string::npos) << r.err;
+			EXPECT_LE(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+			if (args[0] == "rule" && args[1] == "add") { // a change: refused, naming the way on
+				EXPECT_EQ(r.exit_code, 1);
+				EXPECT_EQ(r.err, "sluice: cannot keep sluice's state in " + dir + ": " +
+							 (parent.empty() ? "/" : parent) +
+							 " is not on a BPF filesystem; choose a pin directory under "
+							 "/sys/fs/bpf, such as /sys/fs/bpf/" + name + "\n");
+			}
+			EXPECT_NE(access(dir.c_str(), F_OK), 0) << "nothing made";
+		}
+	}
 }

@@ -30,6 +30,7 @@
 #include "metrics.h"
 #include "rule_args.h"
 #include "rule_table.h"
+#include "sluice_build.h"
 #include "stats.h"
 #include "top.h"
 #include "top_view.h"
@@ -202,7 +203,7 @@ void cmd_status(const Instance &inst, bool json)
 					  {"index", a.index},
 					  {"prog_id", a.prog_id},
 					  {"pin", a.pin}});
-		nlohmann::ordered_json j = {{"loaded", s.loaded}, {"pin_dir", inst.pin_dir()}, {"links", links},
+		nlohmann::ordered_json j = {{"loaded", s.loaded}, {"pin_dir", inst.pin_dir()}, {"run_dir", inst.run_dir()}, {"links", links},
 					    {"prog_arrays", arrays}};
 		if (s.loaded) {
 			j["loaded_at"] = s.loaded_ns / 1000000000ULL; // Unix time
@@ -579,9 +580,16 @@ int main(int argc, char **argv)
 {
 	CLI::App app{"sluice: per-source rate limiting in XDP"};
 	app.require_subcommand(1);
-	app.set_version_flag("--version", std::string("sluice ") + SLUICE_VERSION);
+	app.set_version_flag("--version", std::string("sluice ") + SLUICE_VERSION + " (state ABI " +
+					       std::to_string(SLUICE_ABI_VERSION) + ", commit " + SLUICE_COMMIT + ")");
 	bool verbose = false;
 	app.add_flag("-v,--verbose", verbose, "Show libbpf's messages (verifier log included)");
+	std::string pin_dir_option, run_dir_option;
+	app.add_option("--pin-dir", pin_dir_option,
+		       "The instance's state in bpffs (default $SLUICE_PIN_DIR, else " SLUICE_PIN_DIR ")");
+	app.add_option("--run-dir", run_dir_option,
+		       "The instance's agent socket and status files (default $SLUICE_RUN_DIR, else derived from "
+		       "the pin directory: /run/sluice for " SLUICE_PIN_DIR ", /run/sluice-NAME for /sys/fs/bpf/NAME)");
 
 	std::string ifname, mode_text = "native";
 	uint32_t max_sources = 0, max_rules = 0, max_log_sources = 0;
@@ -743,8 +751,17 @@ int main(int argc, char **argv)
 	}
 
 	set_libbpf_verbose(verbose);
+	// The options stand for the variables, which every default the library
+	// computes reads (the run directory, the events socket, the status file).
+	if (!pin_dir_option.empty())
+		setenv("SLUICE_PIN_DIR", pin_dir_option.c_str(), 1);
+	if (!run_dir_option.empty())
+		setenv("SLUICE_RUN_DIR", run_dir_option.c_str(), 1);
+	if (!agent_cmd->count("--events-socket"))
+		events_socket = default_events_socket();
 	try {
 		Instance inst;
+		inst.check_dirs(); // every command, before it reads or writes anything
 		if (*agent_cmd) {
 			agent::MetricsOptions options;
 			options.listen = agent::parse_listen_address(metrics_text);
@@ -758,6 +775,7 @@ int main(int argc, char **argv)
 				sync = std::make_unique<cluster::ClusterSync>(to_sync_options(cluster_args, inst.pin_dir()));
 				options.extra = [s = sync.get()] { return cluster::sync_metric_families(s->figures()); };
 			}
+			inst.make_run_dir();
 			agent::Agent a;
 			a.add(std::make_unique<agent::MetricsExporter>(options));
 			a.add(std::make_unique<agent::EventLog>(inst.pin_dir(), events_socket));

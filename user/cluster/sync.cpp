@@ -161,8 +161,7 @@ std::string default_node_id()
 
 std::string default_status_path()
 {
-	const char *dir = getenv("SLUICE_RUN_DIR");
-	return std::string(dir && *dir ? dir : "/run/sluice") + "/cluster.json";
+	return default_run_dir() + "/cluster.json";
 }
 
 ClusterSync::ClusterSync(SyncOptions options) : options_(std::move(options)), state_(std::make_unique<State>())

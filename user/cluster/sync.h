@@ -89,7 +89,8 @@ ArrivalShift arrival_shift(double share, double local, double rate, double dt, d
 /// The default node id: the host name.
 std::string default_node_id();
 /// Where the agent reports the sync's health for `sluice status`: in the run
-/// directory ($SLUICE_RUN_DIR, else /run/sluice), cluster.json.
+/// directory (default_run_dir(): $SLUICE_RUN_DIR, else the pin directory's,
+/// such as /run/sluice), cluster.json.
 std::string default_status_path();
 
 /// The sync's health as `sluice status` shows it, read from the status file;

@@ -115,7 +115,11 @@ void ensure_bpffs(const std::string &dir, bool may_mount)
 			throw_errno("cannot mount bpffs on /sys/fs/bpf", errno);
 		return;
 	}
-	throw Error(parent + " is not a BPF filesystem (mount -t bpf bpf " + parent + ")");
+	// No mount is suggested: the parent may be a system directory (/tmp),
+	// and a bpffs mounted over it would hide what it holds.
+	throw Error("cannot keep sluice's state in " + dir + ": " + parent +
+		    " is not on a BPF filesystem; choose a pin directory under /sys/fs/bpf, such as /sys/fs/bpf/" +
+		    dir.substr(dir.find_last_of('/') + 1));
 }
 
 // A change on a read-only bpffs would fail halfway (detach: links gone, pins
@@ -520,32 +524,81 @@ void check_attachable(const std::string &ifname, XdpMode mode, const Status &st)
 				    " --then PROG`), or share the hook through libxdp's dispatcher (`--multiprog`)");
 }
 
-Instance::Instance(std::string pin_dir) : dir_(std::move(pin_dir)) {}
-
-std::string Instance::default_pin_dir()
+Instance::Instance(std::string pin_dir, std::string run_dir)
+	: dir_(std::move(pin_dir)), run_dir_(run_dir.empty() ? run_dir_for(dir_) : std::move(run_dir))
 {
-	const char *env = std::getenv("SLUICE_PIN_DIR");
-	return env && *env ? env : SLUICE_PIN_DIR;
 }
+
+std::string Instance::default_pin_dir() { return sluice::default_pin_dir(); }
+
+void Instance::check_dirs() const
+{
+	check_private_dir(dir_, "pin directory");
+	check_private_dir(lock_dir_for(dir_), "lock directory");
+	check_private_dir(run_dir_, "run directory");
+}
+
+void Instance::make_run_dir() const { make_private_dir(run_dir_, "run directory"); }
+
+namespace {
+
+/// An flock on directory `dir`, taken once the path still names the
+/// directory locked: a command that waited while `detach --all` removed it
+/// (or, for the pin directory, an upgrade by a binary before 0.2.7 swapped it)
+/// locks the one there now. Empty if there is none (`make`: creates it).
+UniqueFd lock_directory(const std::string &dir, bool exclusive, bool make, const char *what)
+{
+	for (;;) {
+		if (make)
+			make_private_dir(dir, what);
+		UniqueFd fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+		if (!fd && errno == ENOENT && !make)
+			return fd;
+		if (!fd && errno != ENOENT)
+			throw_errno("cannot open " + dir, errno);
+		if (!fd)
+			continue; // removed between mkdir and open
+		if (flock(fd.get(), exclusive ? LOCK_EX : LOCK_SH))
+			throw_errno("cannot lock " + dir, errno);
+		struct stat held, now;
+		if (fstat(fd.get(), &held))
+			throw_errno("cannot inspect " + dir, errno);
+		if (stat(dir.c_str(), &now) == 0 && now.st_ino == held.st_ino && now.st_dev == held.st_dev)
+			return fd;
+		if (!make && access(dir.c_str(), F_OK) != 0)
+			return UniqueFd();
+	}
+}
+
+} // namespace
 
 Instance::Lock Instance::lock(bool exclusive, bool create) const
 {
 	ensure_bpffs(dir_, create);
-	if (create && mkdir(dir_.c_str(), 0700) && errno != EEXIST)
-		throw_errno("cannot create " + dir_, errno);
-	UniqueFd fd(open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-	if (!fd && errno == ENOENT) {
+	check_dirs(); // before anything is made
+	if (create)
+		make_private_dir(dir_, "pin directory");
+	if (access(dir_.c_str(), F_OK) != 0) {
+		if (errno != ENOENT)
+			throw_errno("cannot open " + dir_, errno);
 		if (exclusive)
 			throw Error(NOT_ATTACHED); // nothing was ever pinned here, and this command loads nothing
-		return Lock(UniqueFd());   // nothing to read, nothing created
+		return Lock();             // nothing to read, nothing created
 	}
-	if (!fd)
-		throw_errno("cannot open " + dir_, errno);
 	if (exclusive)
 		refuse_read_only(dir_); // before anything changes, not halfway
-	if (flock(fd.get(), exclusive ? LOCK_EX : LOCK_SH))
-		throw_errno("cannot lock " + dir_, errno);
-	return Lock(std::move(fd));
+	// The lock directory is made beside a pin directory that has none (one
+	// made by an earlier sluice, or emptied by `detach --all`), except on a
+	// read-only bpffs, where nothing changes and readers lock the pin
+	// directory alone, and for a reader of nothing (no litter after --all).
+	struct statvfs fs;
+	bool writable = statvfs(dir_.c_str(), &fs) == 0 && !(fs.f_flag & ST_RDONLY);
+	UniqueFd stable = lock_directory(lock_dir_for(dir_), exclusive, writable && (exclusive || loaded()),
+					 "lock directory");
+	UniqueFd pinned = lock_directory(dir_, exclusive, false, "pin directory");
+	if (!pinned && exclusive)
+		throw Error(NOT_ATTACHED); // removed while this command waited
+	return Lock(std::move(stable), std::move(pinned));
 }
 
 bool Instance::loaded() const { return access(prog_pin().c_str(), F_OK) == 0; }
@@ -997,6 +1050,7 @@ std::vector<std::string> Instance::upgrade(const TableSizes &sizes)
 	//    pins), and swap the two directories in one rename: a command sees
 	//    the old state or the new. Leftovers of a killed upgrade go first.
 	std::string staging = dir_ + "-next"; // bpffs names take no dots
+	check_private_dir(staging, "upgrade's staging directory"); // never empty another's directory
 	remove_state_dir(staging);
 	if (mkdir(staging.c_str(), 0700))
 		throw_errno("cannot create " + staging, errno);
@@ -1074,6 +1128,9 @@ void Instance::unload()
 		unlink(pin.c_str());
 	}
 	remove_pins(dir_);
+	// Nothing is left to lock: the lock directory goes too. A command waiting
+	// on it locks the one made after (see Instance::lock).
+	rmdir(lock_dir_for(dir_).c_str());
 }
 
 Status Instance::status() const

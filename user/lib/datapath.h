@@ -10,6 +10,7 @@
 
 #include "fd.h"
 #include "maps.h"
+#include "state_dirs.h"
 
 namespace sluice {
 
@@ -107,26 +108,41 @@ struct Status {
 };
 
 /// The pinned Sluice state under one bpffs directory (normally
-/// /sys/fs/bpf/sluice). Every CLI call opens it afresh: nothing lives in a process.
+/// /sys/fs/bpf/sluice), with its lock and run directories (see state_dirs.h).
+/// Every CLI call opens it afresh: nothing lives in a process.
 class Instance {
 public:
-	explicit Instance(std::string pin_dir = default_pin_dir());
+	/// `run_dir` empty: run_dir_for(pin_dir).
+	explicit Instance(std::string pin_dir = default_pin_dir(), std::string run_dir = "");
 
 	/// $SLUICE_PIN_DIR if set (tests), else SLUICE_PIN_DIR.
 	static std::string default_pin_dir();
 
-	/// flock on the pin directory, released on destruction. Mutating commands
-	/// take it exclusive, readers shared.
+	/// The instance's lock, released on destruction: an flock on the lock
+	/// directory beside the pin directory, which nothing renames (an upgrade
+	/// swaps the pin directory itself), and one on the pin directory, which
+	/// binaries before 0.2.7 take. Mutating commands take it
+	/// exclusive, readers shared.
 	class Lock {
 	public:
-		explicit Lock(UniqueFd fd) : fd_(std::move(fd)) {}
+		Lock() = default;
+		Lock(UniqueFd stable, UniqueFd pin_dir) : stable_(std::move(stable)), pin_dir_(std::move(pin_dir)) {}
 
 	private:
-		UniqueFd fd_;
+		UniqueFd stable_, pin_dir_;
 	};
 	/// `create`: the command may load the program, so the pin directory is
 	/// made if missing; otherwise a missing one means "not attached".
+	/// Refuses, as check_dirs does, directories that others own or may write.
 	Lock lock(bool exclusive, bool create = false) const;
+
+	/// Throws one line naming the directory unless the pin, lock and run
+	/// directories, those that exist, are root's and writable by no one else
+	/// (check_private_dir): every command checks this before it reads or
+	/// writes anything.
+	void check_dirs() const;
+	/// Creates the run directory (mode 0700) if missing; the agent serves there.
+	void make_run_dir() const;
 
 	bool loaded() const;
 	/// The pinned maps; throws "not attached" with a hint when nothing is loaded.
@@ -184,6 +200,7 @@ public:
 
 	Status status() const;
 	const std::string &pin_dir() const { return dir_; }
+	const std::string &run_dir() const { return run_dir_; }
 
 private:
 	std::string links_dir() const { return dir_ + "/links"; }
@@ -209,7 +226,7 @@ private:
 	/// Removes an interface's `--then`, unless it still has a link in the other mode.
 	void unchain(uint32_t ifindex, uint64_t netns) const;
 
-	std::string dir_;
+	std::string dir_, run_dir_;
 };
 
 /// Checks that sluice could attach to the interface in `mode` now, as far as

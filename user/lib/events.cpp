@@ -18,6 +18,7 @@
 #include "error.h"
 #include "net.h"
 #include "rule_table.h"
+#include "state_dirs.h"
 
 namespace sluice {
 
@@ -231,8 +232,7 @@ ThrottleEvent event_from_json(const std::string &line)
 
 std::string default_events_socket()
 {
-	const char *dir = getenv("SLUICE_RUN_DIR");
-	return std::string(dir && *dir ? dir : "/run/sluice") + "/agent.sock";
+	return default_run_dir() + "/agent.sock";
 }
 
 EventReader::EventReader(int ring_fd, Handler handler) : handler_(std::move(handler))

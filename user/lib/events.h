@@ -74,8 +74,9 @@ std::string event_json(const ThrottleEvent &e);
 /// Back from event_json's line (what the agent serves); throws on another line.
 ThrottleEvent event_from_json(const std::string &line);
 
-/// Where a running agent serves events: $SLUICE_RUN_DIR/agent.sock, by
-/// default /run/sluice/agent.sock.
+/// Where a running agent serves events: agent.sock in the run directory
+/// (default_run_dir(): $SLUICE_RUN_DIR, else the pin directory's, such as
+/// /run/sluice/agent.sock).
 std::string default_events_socket();
 
 /// The right to read a ring buffer of throttle events: each event goes to

@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: GPL-2.0-only
+// Where an instance keeps its things (user/lib/state_dirs.h): the default
+// instance keeps /run/sluice, and no two pin directories share a run
+// directory, over generated pin directories.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <string>
+
+#include "state_dirs.h"
+
+using namespace sluice;
+
+namespace {
+
+/// Unsets SLUICE_RUN_DIR for a test, and puts back what was there.
+class NoRunDirVariable {
+public:
+	NoRunDirVariable()
+	{
+		if (const char *v = std::getenv("SLUICE_RUN_DIR"))
+			saved_ = v, had_ = true;
+		unsetenv("SLUICE_RUN_DIR");
+	}
+	~NoRunDirVariable()
+	{
+		if (had_)
+			setenv("SLUICE_RUN_DIR", saved_.c_str(), 1);
+		else
+			unsetenv("SLUICE_RUN_DIR");
+	}
+
+private:
+	std::string saved_;
+	bool had_ = false;
+};
+
+/// `path` as one directory is spelled once: no repeated or trailing slash.
+std::string canonical(const std::string &path)
+{
+	std::string out;
+	for (char c : path)
+		if (c != '/' || out.empty() || out.back() != '/')
+			out += c;
+	while (out.size() > 1 && out.back() == '/')
+		out.pop_back();
+	return out;
+}
+
+} // namespace
+
+TEST(RunDir, TheDefaultInstanceKeepsRunSluiceAndAnotherUnderSysFsBpfIsNamedAfterIt)
+{
+	NoRunDirVariable guard;
+	EXPECT_EQ(run_dir_for("/sys/fs/bpf/sluice"), "/run/sluice");
+	EXPECT_EQ(run_dir_for("/sys/fs/bpf/sluice/"), "/run/sluice");
+	EXPECT_EQ(run_dir_for("/sys/fs/bpf/edge"), "/run/sluice-edge");
+	EXPECT_EQ(run_dir_for("/sys/fs/bpf//edge"), "/run/sluice-edge");
+	EXPECT_EQ(lock_dir_for("/sys/fs/bpf/sluice"), "/sys/fs/bpf/sluice-lock");
+	EXPECT_EQ(lock_dir_for("/sys/fs/bpf/edge/"), "/sys/fs/bpf/edge-lock");
+	setenv("SLUICE_RUN_DIR", "/srv/sluice-run", 1);
+	EXPECT_EQ(run_dir_for("/sys/fs/bpf/edge"), "/srv/sluice-run") << "the variable wins";
+}
+
+// bpffs names take no dots; a pin directory anywhere else gets its path's
+// hash after a dot. Generated pin directories: names of the letters bpffs
+// takes, at depths 1 to 3, under /sys/fs/bpf and under other mounts, with
+// the same names in several places, spelled with stray slashes too.
+TEST(RunDir, NoTwoPinDirectoriesShareARunDirectory)
+{
+	NoRunDirVariable guard;
+	std::mt19937 rng(20261127);
+	const std::string letters = "abcdefghijklmnopqrstuvwxyz0123456789_-";
+	const std::vector<std::string> roots = {"/sys/fs/bpf", "/sys/fs/bpf/sluice", "/mnt/bpf", "/tmp/b", "/run/bpf", ""};
+	auto name = [&] {
+		std::string n;
+		for (size_t k = 1 + rng() % 6; k; k--)
+			n += letters[rng() % letters.size()];
+		return n;
+	};
+	std::map<std::string, std::string> owner; // run directory -> the pin directory it serves
+	for (int i = 0; i < 200000; i++) {
+		std::string pin = roots[rng() % roots.size()];
+		for (size_t depth = 1 + rng() % 3; depth; depth--)
+			pin += (rng() % 8 ? "/" : "//") + name();
+		if (rng() % 8 == 0)
+			pin += "/";
+		std::string run = run_dir_for(pin);
+		ASSERT_EQ(run.rfind("/run/sluice", 0), 0u) << pin << " -> " << run;
+		ASSERT_EQ(run.find('/', 5), std::string::npos) << "one directory under /run: " << pin << " -> " << run;
+		auto [it, fresh] = owner.emplace(run, canonical(pin));
+		ASSERT_EQ(it->second, canonical(pin)) << "two pin directories share " << run;
+		if (canonical(pin) == "/sys/fs/bpf/sluice")
+			ASSERT_EQ(run, "/run/sluice");
+		else
+			ASSERT_NE(run, "/run/sluice") << pin;
+	}
+}
