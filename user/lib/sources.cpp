@@ -329,8 +329,9 @@ bool SetTable<Set>::refill(uint32_t rule_id, const uint8_t *addr, uint64_t seed,
 					a.sliding.cur = 0;
 					a.sliding.prev = 0;
 					break;
-				default: // a token bucket with warm-up
+				default: // a token bucket with warm-up: full and cold, as a new one (sluice_tb_init)
 					a.tb.tokens = rule.bucket.capacity;
+					a.tb.cold = rule.bucket.warmup;
 					break;
 				}
 			}

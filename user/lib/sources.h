@@ -145,7 +145,8 @@ public:
 	/// find looks it up, so that its source passes its burst again: a
 	/// GCRA-form bucket's arrival time moves to now_ticks (see
 	/// shift_arrival), a token bucket with warm-up gets its capacity of
-	/// tokens, a window forgets its counts, a sliding log its passes. The
+	/// tokens and full coldness (as a new bucket), a window forgets its
+	/// counts, a sliding log its passes: the source passes as a new one would. The
 	/// locked algorithms are written under their sequence lock, as the
 	/// program writes them. `rule` is the rule's data-plane entry. False if
 	/// the table holds no such bucket (a source with none passes already).
