@@ -435,8 +435,11 @@ ResetSummary reset_counters(const MapSet &maps, const ResetQuery &query)
 
 	uint64_t seed = hash_seed(maps);
 	std::map<std::tuple<int, uint32_t, int, uint16_t, uint64_t>, Debit> debits;
-	for (const Debit &d : read_debits(seed))
-		debits[{d.table, d.set, d.way, d.gen, d.key}] = d;
+	// A reset of everything zeroed every bucket there is: the records of
+	// earlier resets are of buckets it zeroed again, or of buckets gone.
+	if (!query.rule.empty() || query.source)
+		for (const Debit &d : read_debits(seed))
+			debits[{d.table, d.set, d.way, d.gen, d.key}] = d;
 	for (const Zeroed &z : zeroed) {
 		struct sluice_source_counters a = {}, b = {};
 		before.add_to(a, z.table, z.set, z.way, z.gen);
