@@ -283,3 +283,24 @@ TEST_F(Reset, ReleaseRefusesWhenNothingMatches)
 	}
 	EXPECT_EQ(send(addr_of(0, 1), 1), 0) << "a refused release changes nothing";
 }
+
+// IPv6: a bucket per /64 by default; an address inside it resets and
+// releases the /64's bucket.
+TEST_F(Reset, AnIpv6SourceIsResetAndReleasedByItsPrefix)
+{
+	table_->add(limit_spec("2001:db8::/32", "1/h", 5, "six"));
+	EXPECT_EQ(send("2001:db8:0:1::1", 8), 5);
+	EXPECT_EQ(send("2001:db8:0:1::2", 2), 0) << "the same /64";
+
+	ResetSummary done = reset_counters(maps_, {"", parse_cidr("2001:db8:0:1::7")});
+	EXPECT_EQ(done.buckets, 1u);
+	EXPECT_TRUE(zero(counts("2001:db8:0:1::/64", "six")));
+	EXPECT_EQ(send("2001:db8:0:1::1", 1), 0) << "still throttled";
+	EXPECT_EQ(counts("2001:db8:0:1::/64", "six").dropped_packets, 1u);
+
+	auto released = release_source(maps_, parse_cidr("2001:db8:0:1::9"));
+	ASSERT_EQ(released.size(), 1u);
+	EXPECT_EQ(released[0].bucket, "2001:db8:0:1::/64");
+	EXPECT_EQ(send("2001:db8:0:1::3", 8), 5);
+	EXPECT_THROW(release_source(maps_, parse_cidr("2001:db8:0:2::1")), Error) << "another /64 has no bucket";
+}
