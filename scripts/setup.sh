@@ -15,6 +15,7 @@ packages=(
   libyaml-cpp-dev                        # policy files (sluice apply, export)
   iproute2 util-linux procps             # ip netns/veth, nsenter, pgrep (tests, demo)
   tmux                                   # sluice top's end-to-end test (a terminal to drive and capture)
+  iperf3                                 # one TCP flow through a byte limit (e2e.TcpThroughAByteLimit*, bench)
   groff-base mandoc                      # the man page's checks (packaging.man): groff -ww, mandoc -T lint
   prometheus-cpp-dev                     # the agent's metrics exporter (sluice agent)
   prometheus curl                        # a real Prometheus server that scrapes the agent (e2e.Agent*)

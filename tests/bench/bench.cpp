@@ -10,8 +10,11 @@
 //   3. kernel memory per tracked source (slab, vmalloc and per-CPU growth);
 //   4. control plane: importing 10,000 rules, reading 1,000,000 sources' stats;
 //   5. what a flood of spoofed sources sending k packets each costs limited
-//      sources (the test-clock program, one packet per BPF_PROG_TEST_RUN).
+//      sources (the test-clock program, one packet per BPF_PROG_TEST_RUN);
+//   6. one TCP flow through a byte limit (iperf3 over veth): the share of the
+//      rate it gets with the default burst, and with a burst of 100 ms.
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -22,6 +25,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <atomic>
 #include <cstring>
 #include <chrono>
@@ -38,6 +42,7 @@
 
 #include "baselines_bpf.skel.h"
 #include "bench_timing.h"
+#include "child.h"
 #include "datapath.h"
 #include "packet.h"
 #include "process.h"
@@ -61,7 +66,7 @@ struct Options {
 	uint32_t live_repeat = 2000000; // per test run, section 2
 	int rounds = 5;
 	bool quick = false;
-	std::set<int> sections = {1, 2, 3, 4, 5};
+	std::set<int> sections = {1, 2, 3, 4, 5, 6};
 };
 
 std::string fixed(double v, int digits)
@@ -775,6 +780,96 @@ void section_spoofed(const Options &o)
 
 } // namespace
 
+// ---- Section 6: one TCP flow through a byte limit.
+
+void section_tcp(const Options &o)
+{
+	const std::string src_ns = "sluice-bench-ta", dst_ns = "sluice-bench-tb";
+	const int seconds = o.quick ? 4 : 10, omit = 2;
+	std::cout << "\n## 6. One TCP flow through a byte limit\n\n"
+		  << "iperf3 (cubic) from one namespace to another over veth, sluice on the receiving veth in "
+		  << "native mode, one rule limiting the sender's address; " << seconds << " s measured after "
+		  << omit << " s left out (slow start and the first burst). Received is iperf3's goodput (TCP "
+		  << "payload); the limit counts IP bytes, about 3.5 % more. The default burst of a byte rate "
+		  << "is 500 ms of it; a burst of 100 ms of it is shown beside it.\n\n"
+		  << "| rate | burst | received Mbit/s | share of the rate | retransmits |\n"
+		  << "| --- | --- | ---: | ---: | ---: |\n";
+	auto cleanup = [&] {
+		run_command({SLUICE_BIN, "detach", "--all"});
+		run_command({"ip", "netns", "del", src_ns});
+		run_command({"ip", "netns", "del", dst_ns});
+		rmdir(PIN_DIR.c_str());
+	};
+	// iperf3's two ends and the stack run on any CPU, not on the one the
+	// other sections pin themselves to.
+	cpu_set_t pinned, all;
+	sched_getaffinity(0, sizeof(pinned), &pinned);
+	CPU_ZERO(&all);
+	for (long i = 0; i < sysconf(_SC_NPROCESSORS_ONLN); i++)
+		CPU_SET(i, &all);
+	sched_setaffinity(0, sizeof(all), &all);
+	setenv("SLUICE_PIN_DIR", PIN_DIR.c_str(), 1);
+	cleanup();
+	try {
+		VethPair{src_ns, dst_ns, "benchtcp0", "benchtcp1", "10.213.0.1/24", {"10.213.0.2/24"}, "02:00:00:00:0b"}
+			.create();
+		CommandResult a = run_command({"nsenter", "--net=/run/netns/" + dst_ns, SLUICE_BIN, "attach", "benchtcp1",
+					       "--mode", "native"});
+		if (a.exit_code != 0)
+			throw Error("attach failed: " + a.err);
+		struct Case {
+			double mbit;
+			bool default_burst;
+		};
+		std::vector<Case> cases;
+		for (double mbit : o.quick ? std::vector<double>{10} : std::vector<double>{1, 10, 100})
+			for (bool d : {true, false})
+				cases.push_back({mbit, d});
+		for (const Case &c : cases) {
+			std::string rate = fixed(c.mbit, 0) + "mbit";
+			std::vector<std::string> add = {SLUICE_BIN, "rule", "add", "10.213.0.2", "--rate", rate, "--name", "tcp"};
+			std::string burst = fixed(c.mbit * 1e6 / 8 / 10, 0); // 100 ms
+			if (!c.default_burst)
+				add.insert(add.end(), {"--burst", burst});
+			CommandResult r = run_command(add);
+			if (r.exit_code != 0)
+				throw Error("rule add failed: " + r.err);
+			if (c.default_burst)
+				burst = std::to_string(
+					nlohmann::json::parse(run_command({SLUICE_BIN, "rule", "list", "--json"}).out)
+						.at(0)
+						.at("burst")
+						.get<uint64_t>());
+			Child server({"ip", "netns", "exec", dst_ns, "iperf3", "--server", "--one-off", "--bind", "10.213.0.1"});
+			CommandResult client;
+			for (int attempt = 0; attempt < 50; attempt++) {
+				std::this_thread::sleep_for(std::chrono::milliseconds(100));
+				client = run_command({"ip", "netns", "exec", src_ns, "iperf3", "--client", "10.213.0.1", "--time",
+						      std::to_string(seconds), "--omit", std::to_string(omit), "--json"});
+				if (client.exit_code == 0 || client.out.find("Connection refused") == std::string::npos)
+					break;
+			}
+			server.stop(SIGTERM);
+			run_command({SLUICE_BIN, "rule", "del", "tcp"});
+			if (client.exit_code != 0)
+				throw Error("iperf3 failed: " + client.out.substr(0, 300) + client.err);
+			// The receiver's figure and the sender's retransmits, for the measured seconds.
+			nlohmann::json report = nlohmann::json::parse(client.out);
+			double received = report["end"]["sum_received"]["bits_per_second"].get<double>();
+			uint64_t retransmits = report["end"]["sum_sent"].value("retransmits", uint64_t(0));
+			std::cout << "| " << rate << " | " << burst << " B" << (c.default_burst ? " (default)" : " (100 ms)")
+				  << " | " << fixed(received / 1e6, 2) << " | " << fixed(100 * received / (c.mbit * 1e6), 1)
+				  << " % | " << retransmits << " |\n";
+		}
+	} catch (...) {
+		cleanup();
+		sched_setaffinity(0, sizeof(pinned), &pinned);
+		throw;
+	}
+	cleanup();
+	sched_setaffinity(0, sizeof(pinned), &pinned);
+}
+
 int main(int argc, char **argv)
 {
 	CLI::App app{"sluice-bench: Sluice's per-packet cost, peers, memory and control plane"};
@@ -782,9 +877,10 @@ int main(int argc, char **argv)
 	app.add_flag("--quick", o.quick, "Fewer repeats and smaller tables, for a smoke run");
 	std::vector<int> sections;
 	app.add_option("--sections", sections,
-		       "Only these sections (1 per-packet, 2 peers, 3 memory, 4 control, 5 spoofed floods)")
+		       "Only these sections (1 per-packet, 2 peers, 3 memory, 4 control, 5 spoofed floods, "
+		       "6 TCP through a byte limit)")
 		->delimiter(',')
-		->check(CLI::Range(1, 5));
+		->check(CLI::Range(1, 6));
 	CLI11_PARSE(app, argc, argv);
 	if (!sections.empty())
 		o.sections = std::set<int>(sections.begin(), sections.end());
@@ -830,6 +926,8 @@ int main(int argc, char **argv)
 			section_control(o);
 		if (o.sections.count(5))
 			section_spoofed(o);
+		if (o.sections.count(6))
+			section_tcp(o);
 		if (need_netns)
 			run_command({"ip", "netns", "del", NETNS});
 		baselines_bpf__destroy(base);

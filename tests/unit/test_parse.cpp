@@ -152,12 +152,17 @@ TEST(Rate, CompileRejectsRatesAndBurstsOutsideTheSafeRange)
 	EXPECT_NO_THROW(compile_limit(parse_rate("1TB/s"), 1ULL << 40));
 }
 
-TEST(Rate, DefaultBurstIsATenthOfASecondWithAFloor)
+TEST(Rate, DefaultBurstIsATenthOfASecondOfPacketsHalfASecondOfBytesWithAFloor)
 {
 	EXPECT_EQ(default_burst(parse_rate("1000/s")), 100u);
 	EXPECT_EQ(default_burst(parse_rate("5/min")), 5u);
-	EXPECT_EQ(default_burst(parse_rate("1MB/s")), 100000u);
+	// Byte rates: half a second, so that one TCP flow gets its rate (e2e.TcpThroughAByteLimit).
+	EXPECT_EQ(default_burst(parse_rate("1MB/s")), 500000u);
+	EXPECT_EQ(default_burst(parse_rate("10mbit")), 625000u);
+	EXPECT_EQ(default_burst(parse_rate("100mbit")), 6250000u);
+	EXPECT_EQ(default_burst(parse_rate("1mbit")), 62500u);
 	EXPECT_EQ(default_burst(parse_rate("10kbit/s")), 1500u);
+	EXPECT_EQ(default_burst(parse_rate("6MB/min")), 50000u);
 }
 
 TEST(Ports, ParsesSinglePortsAndRanges)

@@ -425,7 +425,7 @@ rules:
   - name: b
     cidr: 2001:db8::/32
     rate: 10mbit
-    burst: 125000           # the default for 10mbit (100 ms of it), written out
+    burst: 625000           # the default for 10mbit (500 ms of it), written out
     algo: token-bucket
     warmup: 1500ms
     shadow: false

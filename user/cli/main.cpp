@@ -297,13 +297,55 @@ void cmd_rule_list(const Instance &inst, bool json)
 	print_table(RULE_HEADER, rows);
 }
 
-void cmd_stats(const Instance &inst, const StatsQuery &q, bool json)
+void print_stats(const Stats &s, bool json, bool with_global, bool with_rules);
+
+/// A source as `stats --source` and `release` take it: an address or a prefix.
+Cidr parse_source(const std::string &text)
 {
-	auto lock = inst.lock(false);
+	try {
+		return parse_cidr(text);
+	} catch (const Error &e) {
+		throw Error(std::string(e.what()) + " (a source: an address or a prefix)");
+	}
+}
+
+/// `sluice stats`: with --rule, that rule's lines only; with --source, the
+/// buckets of that source only. With --reset, prints the counters as they
+/// were and then zeroes them (as `nft reset counters` lists what it resets).
+void cmd_stats(const Instance &inst, const StatsQuery &q, bool json, bool reset, const std::string &source_text)
+{
+	std::optional<Cidr> source;
+	if (!source_text.empty())
+		source = parse_source(source_text);
+	auto lock = inst.lock(reset);
 	MapSet maps = inst.maps();
 	Stats s = collect_stats(maps, q);
+	if (!q.rule.empty() || source) {
+		std::erase_if(s.rules, [&](const RuleStats &rs) { return !q.rule.empty() && !rule_is(rs.rule, q.rule); });
+		uint64_t tracked = 0;
+		for (const auto &rs : s.rules)
+			tracked += rs.sources;
+		s.tracked_sources = tracked;
+	}
+	if (source)
+		std::erase_if(s.sources, [&](const SourceStats &src) {
+			Cidr c = parse_cidr(src.source);
+			return !cidr_contains(c, *source) && !cidr_contains(*source, c);
+		});
+	ResetSummary done;
+	if (reset)
+		done = reset_counters(maps, {q.rule, source});
+	print_stats(s, json, q.rule.empty() && !source, !source);
+	if (reset && !json)
+		std::cout << "\ncounters zeroed: " << (done.global ? "global, " : "") << done.rules << " rule"
+			  << (done.rules == 1 ? "" : "s") << ", " << done.buckets << " bucket"
+			  << (done.buckets == 1 ? "" : "s") << "; buckets kept\n";
+}
+
+void print_stats(const Stats &s, bool json, bool with_global, bool with_rules)
+{
 	if (json) {
-		write_stats_json(std::cout, s);
+		write_stats_json(std::cout, s, with_global);
 		return;
 	}
 	// A shadow rule's "drops" were passed: the table says "would drop" for them.
@@ -318,12 +360,13 @@ void cmd_stats(const Instance &inst, const StatsQuery &q, bool json)
 	if (std::any_of(s.rules.begin(), s.rules.end(), [](const auto &rs) { return rs.rule.spec.shadow; }))
 		std::cout << "(for shadow rules, DROPPED counts packets that would have been dropped; "
 			     "they were passed)\n";
-	std::cout << "(" << s.sources.size() << " of " << s.tracked_sources << " tracked sources shown)\n\n";
+	std::cout << "(" << s.sources.size() << " of " << s.tracked_sources << " tracked sources shown)\n";
+	if (!with_rules)
+		return;
+	std::cout << "\n";
 
 	rows.clear();
 	for (const auto &rs : s.rules) {
-		if (!q.rule.empty() && !rule_is(rs.rule, q.rule))
-			continue;
 		const auto &c = rs.counters;
 		rows.push_back({rs.rule.spec.name, action_cell(rs.rule.spec), algo_cell(rs.rule.spec),
 				std::to_string(rs.sources), std::to_string(c.passed_packets),
@@ -334,6 +377,8 @@ void cmd_stats(const Instance &inst, const StatsQuery &q, bool json)
 	print_table({"RULE", "ACTION", "ALGO", "SOURCES", "PASSED_PKTS", "DROPPED_PKTS", "PASSED_BYTES",
 		     "DROPPED_BYTES", "FAILOPEN"},
 		    rows);
+	if (!with_global)
+		return;
 	std::cout << "\n";
 
 	rows.clear();
@@ -341,6 +386,17 @@ void cmd_stats(const Instance &inst, const StatsQuery &q, bool json)
 		rows.push_back({counter_name(i), std::to_string(s.global[i].packets),
 				std::to_string(s.global[i].bytes)});
 	print_table({"GLOBAL", "PACKETS", "BYTES"}, rows);
+}
+
+/// `sluice release ADDR [--rule R]`: refills the source's buckets.
+void cmd_release(const Instance &inst, const std::string &source_text, const std::string &rule)
+{
+	Cidr source = parse_source(source_text);
+	auto lock = inst.lock(true);
+	MapSet maps = inst.maps();
+	for (const ReleasedBucket &b : release_source(maps, source, rule))
+		std::cout << "released " << b.bucket << " from rule " << b.rule << " (" << algo_name(b.algo)
+			  << "): its bucket is full again\n";
 }
 
 /// The agent's events socket, connected; empty if no agent serves it.
@@ -675,8 +731,19 @@ int main(int argc, char **argv)
 								 : std::string();
 			},
 			"N"));
-	stats->add_option("--rule", query.rule, "Only this rule's sources");
+	stats->add_option("--rule", query.rule, "Only this rule's lines");
+	std::string stats_source;
+	stats->add_option("--source", stats_source, "Only the buckets of this address or prefix");
+	bool stats_reset = false;
+	stats->add_flag("--reset", stats_reset,
+			"Print the counters, then zero them (all, --rule's, or --source's); buckets are kept");
 	stats->add_flag("--json", json, "JSON output");
+
+	std::string release_source_text, release_rule;
+	auto *release = app.add_subcommand(
+		"release", "Refill a throttled source's buckets so that it passes its burst again at once");
+	release->add_option("ADDR", release_source_text, "Source address or prefix")->required();
+	release->add_option("--rule", release_rule, "Only this rule's bucket");
 
 	uint64_t event_count = 0;
 	std::string event_timeout;
@@ -744,8 +811,8 @@ int main(int argc, char **argv)
 	} catch (const CLI::ParseError &e) {
 		std::string msg = e.what();
 		if (msg.empty())
-			msg = "a subcommand is required (attach, detach, status, rule, stats, top, events, explain, apply, "
-			      "export, upgrade, agent); see --help";
+			msg = "a subcommand is required (attach, detach, status, rule, stats, release, top, events, explain, "
+			      "apply, export, upgrade, agent); see --help";
 		std::cerr << "sluice: " << msg << "\n";
 		return 2;
 	}
@@ -864,7 +931,9 @@ int main(int argc, char **argv)
 		} else if (*list) {
 			cmd_rule_list(inst, json);
 		} else if (*stats) {
-			cmd_stats(inst, query, json);
+			cmd_stats(inst, query, json, stats_reset, stats_source);
+		} else if (*release) {
+			cmd_release(inst, release_source_text, release_rule);
 		} else if (*top) {
 			top_options.interval_ns = parse_interval_ns(interval_text);
 			top_options.key = parse_rate_key(sort_text);

@@ -11,6 +11,7 @@
 #include "rule_table.h"
 #include "sluice_algos.h"
 #include "sources.h"
+#include "stats.h"
 #include "tick_clock.h"
 
 namespace sluice {
@@ -428,7 +429,7 @@ Explanation explain(const MapSet &maps, const ExplainPacket &pkt, const ClockRea
 	uint32_t zero = 0;
 	if (bpf_map_lookup_elem(maps.config.get(), &zero, &cfg))
 		throw_errno("cannot read the program's configuration", errno);
-	const PendingDrops pending(read_pending(maps.pending.get()), read_owed(maps.owed.get()));
+	const PendingDrops pending = read_accounts(maps); // less what a counters reset zeroed
 
 	e.verdict = SLUICE_CNT_PASS_NO_MATCH;
 	for (size_t index : e.walk.applied) {

@@ -42,8 +42,15 @@ struct LimitParams {
 /// cannot overflow and compiles them. Throws Error naming what is out of range.
 LimitParams compile_limit(const Rate &rate, uint64_t burst);
 
-/// The burst used when none is given: 100 ms of the rate, at least 5 packets
-/// or 1500 bytes (one full-size packet must always fit).
+/// How much of its rate a rule's default burst holds: 100 ms of a packet
+/// rate, 500 ms of a byte rate (so that one TCP flow gets at least 90 % of
+/// the rate through it: see default_burst and docs on bursts and TCP).
+constexpr uint64_t PACKET_BURST_NS = 100000000ULL;
+constexpr uint64_t BYTE_BURST_NS = 500000000ULL;
+
+/// The burst used when none is given: PACKET_BURST_NS or BYTE_BURST_NS of
+/// the rate, at least 5 packets or 1500 bytes (one full-size packet must
+/// always fit).
 uint64_t default_burst(const Rate &rate);
 
 /// The smallest burst accepted: 1 packet, or 1500 bytes.

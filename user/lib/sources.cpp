@@ -75,6 +75,38 @@ void PendingDrops::add_to(struct sluice_source_counters &cnt, int table, uint32_
 	}
 }
 
+void PendingDrops::add_to(struct sluice_source_counters &cnt, int table, uint32_t set, int way, uint16_t gen,
+			  uint64_t key) const
+{
+	add_to(cnt, table, set, way, gen);
+	auto [from, to] = debit_by_way_.equal_range(way_key(table, set, way));
+	for (auto it = from; it != to; ++it) {
+		const Debit &d = debits_[it->second];
+		if (d.table != table || d.set != set || d.way != way || d.gen != gen || d.key != key)
+			continue;
+		// The words carry their generation's tag above the count: take
+		// the debit from the count alone, and stop at zero (a count the
+		// program lost to a race with the reset is not owed twice).
+		auto take = [](__u64 &word, uint64_t debit) {
+			uint64_t value = sluice_cnt_value(word);
+			word = (word & ~SLUICE_CNT_VALUE_MASK) | (value > debit ? value - debit : 0);
+		};
+		take(cnt.passed_packets, d.cnt.passed_packets);
+		take(cnt.passed_bytes, d.cnt.passed_bytes);
+		take(cnt.dropped_packets, d.cnt.dropped_packets);
+		take(cnt.dropped_bytes, d.cnt.dropped_bytes);
+	}
+}
+
+void PendingDrops::subtract(const std::vector<Debit> &debits)
+{
+	debits_ = debits;
+	debit_by_way_.clear();
+	for (size_t i = 0; i < debits_.size(); i++)
+		if (debits_[i].table >= 0)
+			debit_by_way_.emplace(way_key(debits_[i].table, debits_[i].set, debits_[i].way), i);
+}
+
 template <class Set> SetTable<Set>::SetTable(int fd) : sets_(map_max_entries(fd))
 {
 	long page = sysconf(_SC_PAGESIZE);
@@ -104,7 +136,7 @@ void SetTable<Set>::for_each(const std::function<void(uint32_t, const uint8_t *,
 			uint16_t gen = __atomic_load_n(&set.tag.gen[w], __ATOMIC_ACQUIRE);
 			if (__atomic_load_n(&set.tag.key[w], __ATOMIC_ACQUIRE) != key)
 				continue; // evicted while being copied
-			pending.add_to(copy.cnt, SetTraits<Set>::table, i, w, gen);
+			pending.add_to(copy.cnt, SetTraits<Set>::table, i, w, gen, key);
 			f(static_cast<uint32_t>(key >> 32), addr, copy);
 		}
 	}
@@ -184,7 +216,7 @@ SetTable<Set>::find(uint32_t rule_id, const uint8_t *addr, uint64_t seed,
 		// copied: the word and its offset may be of two buckets.
 		if (__atomic_load_n(&set.tag.gen[w], __ATOMIC_ACQUIRE) != gen)
 			continue;
-		pending.add_to(copy.cnt, SetTraits<Set>::table, idx, w, gen);
+		pending.add_to(copy.cnt, SetTraits<Set>::table, idx, w, gen, key);
 		return copy;
 	}
 	throw Error("the bucket's lock stayed held; try again");
@@ -223,6 +255,93 @@ bool SetTable<Set>::shift_arrival(uint32_t rule_id, const uint8_t *addr, uint64_
 	// offset is what moves.
 	__atomic_fetch_add(&set.way[w].algo.gcra.off, static_cast<uint64_t>(ticks), __ATOMIC_SEQ_CST);
 	return true;
+}
+
+template <class Set>
+uint64_t SetTable<Set>::zero_counters(const std::function<bool(uint32_t, const uint8_t *)> &pick,
+				     const std::function<void(uint32_t, int, uint16_t, uint64_t)> &zeroed)
+{
+	uint64_t count = 0;
+	for (uint32_t i = 0; i < sets_; i++) {
+		Set &set = sets_ptr_[i];
+		for (int w = 0; w < SLUICE_SET_WAYS; w++) {
+			uint64_t key = __atomic_load_n(&set.tag.key[w], __ATOMIC_ACQUIRE);
+			if (key == SLUICE_KEY_EMPTY || key == SLUICE_KEY_BUSY)
+				continue;
+			uint8_t addr[16] = {};
+			way_address(set, w, key, addr);
+			uint16_t gen = __atomic_load_n(&set.tag.gen[w], __ATOMIC_ACQUIRE);
+			if (__atomic_load_n(&set.tag.key[w], __ATOMIC_ACQUIRE) != key ||
+			    !pick(static_cast<uint32_t>(key >> 32), addr))
+				continue;
+			// The program adds to these words by compare-and-swap or
+			// fetch-and-add, checking the tag in the top bits: keep the
+			// tag, zero the count.
+			auto &cnt = set.way[w].cnt;
+			for (__u64 *word : {&cnt.passed_packets, &cnt.passed_bytes, &cnt.dropped_packets,
+					    &cnt.dropped_bytes}) {
+				uint64_t v = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+				while (!__atomic_compare_exchange_n(word, &v, v & ~SLUICE_CNT_VALUE_MASK, false,
+								    __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE)) {
+				}
+			}
+			count++;
+			zeroed(i, w, gen, key);
+		}
+	}
+	return count;
+}
+
+template <class Set>
+bool SetTable<Set>::refill(uint32_t rule_id, const uint8_t *addr, uint64_t seed, const struct sluice_rule &rule,
+			   uint64_t now_ticks)
+{
+	auto place = locate(rule_id, addr, seed);
+	if (!place)
+		return false;
+	auto [idx, w] = *place;
+	Set &set = sets_ptr_[idx];
+	uint16_t gen = __atomic_load_n(&set.tag.gen[w], __ATOMIC_ACQUIRE);
+	if constexpr (std::is_same_v<Bucket, struct sluice_source_state>) {
+		if (!(gen & 1)) // the GCRA form: credit up to a full bucket
+			return shift_arrival(rule_id, addr, seed, INT64_MAX, now_ticks);
+	}
+	uint64_t key = __atomic_load_n(&set.tag.key[w], __ATOMIC_ACQUIRE);
+	// The sequence lock, taken as the program takes it: from an even
+	// value to the next odd one by compare-and-swap, released two above.
+	for (int attempt = 0; attempt < 1000000; attempt++) {
+		uint64_t s = __atomic_load_n(&set.way[w].word, __ATOMIC_ACQUIRE);
+		if ((s & 1) || !__atomic_compare_exchange_n(&set.way[w].word, &s, s + 1, false, __ATOMIC_SEQ_CST,
+							     __ATOMIC_ACQUIRE))
+			continue;
+		// Evicted before the lock was taken: the way is another bucket's now.
+		bool ours = holds(set, w, key, addr) && __atomic_load_n(&set.tag.gen[w], __ATOMIC_ACQUIRE) == gen;
+		if (ours) {
+			if constexpr (std::is_same_v<Bucket, struct sluice_log_state>) {
+				std::memset(set.way[w].ring, 0, sizeof(set.way[w].ring));
+				set.way[w].head = 0;
+			} else {
+				union sluice_algo_state &a = set.way[w].algo;
+				switch (rule.algo) {
+				case SLUICE_ALGO_FIXED_WINDOW:
+					a.fixed.count = 0;
+					break;
+				case SLUICE_ALGO_SLIDING_WINDOW:
+					a.sliding.cur = 0;
+					a.sliding.prev = 0;
+					break;
+				default: // a token bucket with warm-up: full and cold, as a new one (sluice_tb_init)
+					a.tb.tokens = rule.bucket.capacity;
+					a.tb.cold = rule.bucket.warmup;
+					break;
+				}
+			}
+		}
+		// An exchange: the state is visible before the lock is seen free.
+		__atomic_exchange_n(&set.way[w].word, s + 2, __ATOMIC_SEQ_CST);
+		return ours;
+	}
+	throw Error("the bucket's lock stayed held; try again");
 }
 
 template <class Set> uint64_t SetTable<Set>::purge(uint32_t rule_id)

@@ -53,7 +53,29 @@ public:
 	/// sluice_table; -1, a table without either, adds nothing).
 	void add_to(struct sluice_source_counters &cnt, int table, uint32_t set, int way, uint16_t gen) const;
 
+	/// As add_to, for the bucket whose key is `key`, then takes away what a
+	/// counters reset left on account for it (subtract): the counts read
+	/// stay those since the reset. Never below zero.
+	void add_to(struct sluice_source_counters &cnt, int table, uint32_t set, int way, uint16_t gen,
+		    uint64_t key) const;
+
+	/// A bucket's counts that a reset zeroed while they were still on CPUs'
+	/// accounts (pending drops, owed passes): the program adds them to the
+	/// bucket's counters later, so readers take them away again. Named as
+	/// add_to names a bucket, and by its key.
+	struct Debit {
+		int table = 0;
+		uint32_t set = 0;
+		int way = 0;
+		uint16_t gen = 0;
+		uint64_t key = 0;
+		struct sluice_source_counters cnt = {};
+	};
+	/// Readers take these away from the buckets they name (replacing any earlier ones).
+	void subtract(const std::vector<Debit> &debits);
+
 private:
+
 	static uint64_t way_key(int table, uint32_t set, int way)
 	{
 		return (uint64_t(set) * SLUICE_SET_WAYS + uint64_t(way & (SLUICE_SET_WAYS - 1))) * 2 + uint64_t(table & 1);
@@ -62,6 +84,8 @@ private:
 	std::vector<struct sluice_pending_drops> slots_;
 	std::vector<struct sluice_owed> owed_;
 	std::unordered_multimap<uint64_t, size_t> by_way_, owed_by_way_;
+	std::vector<Debit> debits_;
+	std::unordered_multimap<uint64_t, size_t> debit_by_way_;
 };
 
 /// One source table, mapped: `Set` is one of the four set types of sluice_abi.h.
@@ -109,6 +133,26 @@ public:
 	uint64_t purge(uint32_t rule_id);
 	/// Empties every way holding a bucket of a rule id for which doomed(id) holds.
 	uint64_t purge_if(const std::function<bool(uint32_t)> &doomed);
+
+	/// Zeroes the counters of every bucket for which pick(bucket id,
+	/// address bytes) holds, and keeps the buckets: each counter word is
+	/// set to its generation tag alone by compare-and-swap, so a count the
+	/// program adds at the same moment lands before (and is zeroed) or after.
+	/// Calls zeroed(set, way, generation, key) for each; returns how many.
+	uint64_t zero_counters(const std::function<bool(uint32_t, const uint8_t *)> &pick,
+			       const std::function<void(uint32_t, int, uint16_t, uint64_t)> &zeroed);
+
+	/// Refills the bucket of `rule_id` (a rule's bucket id) for `addr`, as
+	/// find looks it up, so that its source passes its burst again: a
+	/// GCRA-form bucket's arrival time moves to now_ticks (see
+	/// shift_arrival), a token bucket with warm-up gets its capacity of
+	/// tokens and full coldness (as a new bucket), a window forgets its
+	/// counts, a sliding log its passes: the source passes as a new one would. The
+	/// locked algorithms are written under their sequence lock, as the
+	/// program writes them. `rule` is the rule's data-plane entry. False if
+	/// the table holds no such bucket (a source with none passes already).
+	bool refill(uint32_t rule_id, const uint8_t *addr, uint64_t seed, const struct sluice_rule &rule,
+		    uint64_t now_ticks);
 
 	/// Buckets the table has room for: its sets times their ways.
 	uint64_t capacity() const { return uint64_t(sets_) * SLUICE_SET_WAYS; }

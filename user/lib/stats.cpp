@@ -1,14 +1,24 @@
 // SPDX-License-Identifier: GPL-2.0-only
 #include "stats.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <map>
 #include <cstring>
 #include <functional>
 #include <tuple>
 #include <ostream>
 #include <unordered_map>
 
+#include "error.h"
 #include "rule_table.h"
+#include "sluice_algos.h"
+#include "tick_clock.h"
 #include "sources.h"
 
 namespace sluice {
@@ -111,7 +121,7 @@ Stats collect_stats(const MapSet &maps, const StatsQuery &query)
 		s.tables.push_back({family, sliding_log, s.tracked_sources - before, capacity});
 	};
 	// Every CPU's drops not yet added to their bucket.
-	const PendingDrops pending(read_pending(maps.pending.get()), read_owed(maps.owed.get()));
+	const PendingDrops pending = read_accounts(maps);
 	auto capacity = [](int fd) { return uint64_t(map_max_entries(fd)) * SLUICE_SET_WAYS; };
 	count_table(4, false, capacity(maps.src4.get()), [&] {
 		collect_table<struct sluice_set_v4>(maps.src4.get(), pending, by_id, query, raw, s.tracked_sources);
@@ -239,7 +249,7 @@ std::string nested(const nlohmann::ordered_json &j)
 
 } // namespace
 
-void write_stats_json(std::ostream &out, const Stats &s)
+void write_stats_json(std::ostream &out, const Stats &s, bool with_global)
 {
 	// A million sources would make a million-node tree: each is written as it
 	// comes, one object per line.
@@ -282,7 +292,249 @@ void write_stats_json(std::ostream &out, const Stats &s)
 	nlohmann::ordered_json global = nlohmann::ordered_json::object();
 	for (int i = 0; i < SLUICE_CNT_MAX; i++)
 		global[counter_name(i)] = {{"packets", s.global[i].packets}, {"bytes", s.global[i].bytes}};
-	out << "  \"rules\": " << nested(rules) << ",\n  \"global\": " << nested(global) << "\n}\n";
+	out << "  \"rules\": " << nested(rules);
+	if (with_global)
+		out << ",\n  \"global\": " << nested(global);
+	out << "\n}\n";
+}
+
+namespace {
+
+using Debit = PendingDrops::Debit;
+
+uint64_t hash_seed(const MapSet &maps)
+{
+	struct sluice_config cfg = {};
+	uint32_t zero = 0;
+	if (bpf_map_lookup_elem(maps.config.get(), &zero, &cfg))
+		throw_errno("cannot read the program's configuration", errno);
+	return cfg.hash_seed;
+}
+
+std::vector<Debit> read_debits(uint64_t seed)
+{
+	std::ifstream in(reset_debits_path(seed));
+	std::vector<Debit> debits;
+	if (!in)
+		return debits; // never reset since this program loaded
+	nlohmann::json j;
+	try {
+		j = nlohmann::json::parse(in);
+		for (const auto &e : j.at("buckets")) {
+			Debit d;
+			d.table = e.at(0).get<int>();
+			d.set = e.at(1).get<uint32_t>();
+			d.way = e.at(2).get<int>();
+			d.gen = e.at(3).get<uint16_t>();
+			d.key = e.at(4).get<uint64_t>();
+			d.cnt = {e.at(5).get<uint64_t>(), e.at(6).get<uint64_t>(), e.at(7).get<uint64_t>(),
+				 e.at(8).get<uint64_t>()};
+			debits.push_back(d);
+		}
+	} catch (const nlohmann::json::exception &e) {
+		throw Error("cannot read " + reset_debits_path(seed) + ": " + e.what() +
+			    " (delete it: the counts since the last reset will include what was pending then)");
+	}
+	return debits;
+}
+
+void write_debits(uint64_t seed, const std::vector<Debit> &debits)
+{
+	std::string path = reset_debits_path(seed);
+	std::string dir = path.substr(0, path.rfind('/'));
+	if (mkdir(dir.c_str(), 0700) && errno != EEXIST)
+		throw_errno("cannot create " + dir, errno);
+	nlohmann::json buckets = nlohmann::json::array();
+	for (const Debit &d : debits)
+		buckets.push_back({d.table, d.set, d.way, d.gen, d.key, d.cnt.passed_packets, d.cnt.passed_bytes,
+				   d.cnt.dropped_packets, d.cnt.dropped_bytes});
+	// Written aside and renamed: a reader sees the old list or the new.
+	std::string tmp = path + ".tmp";
+	{
+		std::ofstream out(tmp, std::ios::trunc);
+		out << nlohmann::json{{"buckets", buckets}}.dump() << "\n";
+		if (!out.flush())
+			throw_errno("cannot write " + tmp, errno);
+	}
+	if (rename(tmp.c_str(), path.c_str()))
+		throw_errno("cannot write " + path, errno);
+}
+
+/// Whether two prefixes share an address: one holds the other.
+bool overlaps(const Cidr &a, const Cidr &b) { return cidr_contains(a, b) || cidr_contains(b, a); }
+
+/// A bucket's prefix: its address masked to its rule's --per length.
+Cidr bucket_cidr(int family, const uint8_t *addr, int prefix_len)
+{
+	Cidr c;
+	c.family = family;
+	std::memcpy(c.addr.data(), addr, family == 4 ? 4 : 16);
+	c.prefix_len = prefix_len;
+	return c;
+}
+
+} // namespace
+
+std::string reset_debits_path(uint64_t seed)
+{
+	const char *dir = getenv("SLUICE_RUN_DIR");
+	return std::string(dir && *dir ? dir : "/run/sluice") + "/counters-reset-" + hex64(seed).substr(2) + ".json";
+}
+
+PendingDrops read_accounts(const MapSet &maps)
+{
+	PendingDrops accounts(read_pending(maps.pending.get()), read_owed(maps.owed.get()));
+	accounts.subtract(read_debits(hash_seed(maps)));
+	return accounts;
+}
+
+ResetSummary reset_counters(const MapSet &maps, const ResetQuery &query)
+{
+	ResetSummary summary;
+	RuleTable table(maps);
+	std::vector<InstalledRule> rules;
+	if (!query.rule.empty())
+		rules.push_back(table.find(query.rule));
+	else
+		rules = table.list();
+	// The bucket ids whose buckets are zeroed, and each one's --per length.
+	std::unordered_map<uint32_t, int> prefix_of;
+	for (const auto &r : rules)
+		if (r.spec.action == Action::limit)
+			prefix_of[r.bucket_id ? r.bucket_id : r.id] = r.spec.bucket_prefix();
+	auto pick = [&](int family) {
+		return [&prefix_of, &query, family](uint32_t id, const uint8_t *addr) {
+			auto it = prefix_of.find(id);
+			if (it == prefix_of.end())
+				return false;
+			return !query.source || overlaps(*query.source, bucket_cidr(family, addr, it->second));
+		};
+	};
+
+	// What the CPUs hold on account, before and after the counters are
+	// zeroed: a count the program moved from an account to its bucket in
+	// between is in neither the bucket nor the smaller of the two.
+	const PendingDrops before(read_pending(maps.pending.get()), read_owed(maps.owed.get()));
+	struct Zeroed {
+		int table;
+		uint32_t set;
+		int way;
+		uint16_t gen;
+		uint64_t key;
+	};
+	std::vector<Zeroed> zeroed;
+	auto note = [&zeroed](int table) {
+		return [&zeroed, table](uint32_t set, int way, uint16_t gen, uint64_t key) {
+			zeroed.push_back({table, set, way, gen, key});
+		};
+	};
+	summary.buckets += SourceTable4(maps.src4.get()).zero_counters(pick(4), note(SLUICE_TABLE_V4));
+	summary.buckets += SourceTable6(maps.src6.get()).zero_counters(pick(6), note(SLUICE_TABLE_V6));
+	summary.buckets += LogTable4(maps.logs4.get()).zero_counters(pick(4), [](uint32_t, int, uint16_t, uint64_t) {});
+	summary.buckets += LogTable6(maps.logs6.get()).zero_counters(pick(6), [](uint32_t, int, uint16_t, uint64_t) {});
+	const PendingDrops after(read_pending(maps.pending.get()), read_owed(maps.owed.get()));
+
+	uint64_t seed = hash_seed(maps);
+	std::map<std::tuple<int, uint32_t, int, uint16_t, uint64_t>, Debit> debits;
+	// A reset of everything zeroed every bucket there is: the records of
+	// earlier resets are of buckets it zeroed again, or of buckets gone.
+	if (!query.rule.empty() || query.source)
+		for (const Debit &d : read_debits(seed))
+			debits[{d.table, d.set, d.way, d.gen, d.key}] = d;
+	for (const Zeroed &z : zeroed) {
+		struct sluice_source_counters a = {}, b = {};
+		before.add_to(a, z.table, z.set, z.way, z.gen);
+		after.add_to(b, z.table, z.set, z.way, z.gen);
+		Debit d{z.table, z.set, z.way, z.gen, z.key,
+			{std::min(a.passed_packets, b.passed_packets), std::min(a.passed_bytes, b.passed_bytes),
+			 std::min(a.dropped_packets, b.dropped_packets), std::min(a.dropped_bytes, b.dropped_bytes)}};
+		auto where = std::tuple{z.table, z.set, z.way, z.gen, z.key};
+		if (d.cnt.passed_packets || d.cnt.passed_bytes || d.cnt.dropped_packets || d.cnt.dropped_bytes)
+			debits[where] = d;
+		else
+			debits.erase(where); // the bucket's counters hold all its counts: none owed back
+	}
+	std::vector<Debit> list;
+	for (const auto &[where, d] : debits)
+		list.push_back(d);
+	if (!list.empty() || !read_debits(seed).empty())
+		write_debits(seed, list);
+
+	if (query.source)
+		return summary; // one source's buckets: its rules' and the global counters stay
+	std::vector<uint8_t> zero_rule(sizeof(struct sluice_rule_counters) * possible_cpus(), 0);
+	for (const auto &r : rules) {
+		map_update(maps.rule_counters.get(), &r.slot, zero_rule.data(), "rule counters");
+		summary.rules++;
+	}
+	if (query.rule.empty()) {
+		std::vector<uint8_t> zero(sizeof(struct sluice_counter) * possible_cpus(), 0);
+		for (uint32_t i = 0; i < SLUICE_CNT_MAX; i++)
+			map_update(maps.counters.get(), &i, zero.data(), "global counters");
+		summary.global = true;
+	}
+	return summary;
+}
+
+std::vector<ReleasedBucket> release_source(const MapSet &maps, const Cidr &source, const std::string &rule)
+{
+	RuleTable table(maps);
+	std::vector<InstalledRule> rules;
+	if (!rule.empty()) {
+		InstalledRule r = table.find(rule);
+		if (r.spec.action != Action::limit)
+			throw Error("rule " + r.spec.name + " does not limit (" + std::string(action_name(r.spec.action)) +
+				    "): it has no buckets to release");
+		rules.push_back(r);
+	} else {
+		rules = table.list();
+	}
+	struct Target {
+		const InstalledRule *rule;
+		struct sluice_rule dp;
+	};
+	std::unordered_map<uint32_t, Target> by_bucket_id;
+	for (const auto &r : rules)
+		if (r.spec.action == Action::limit)
+			by_bucket_id[r.bucket_id ? r.bucket_id : r.id] = {&r, table.datapath_rule(r.slot)};
+
+	uint64_t seed = hash_seed(maps);
+	uint64_t now_ticks = sluice_ns_to_ticks(program_coarse_floor_ns());
+	std::vector<ReleasedBucket> released;
+	auto release_in = [&](auto &&tbl, int family) {
+		// Found first, refilled after: the walk copies, the refill writes.
+		std::vector<std::pair<uint32_t, std::array<uint8_t, 16>>> found;
+		tbl.for_each([&](uint32_t id, const uint8_t *addr, const auto &) {
+			auto it = by_bucket_id.find(id);
+			if (it == by_bucket_id.end())
+				return;
+			Cidr c = bucket_cidr(family, addr, it->second.dp.per_prefix);
+			if (!overlaps(source, c))
+				return;
+			std::array<uint8_t, 16> a{};
+			std::memcpy(a.data(), addr, family == 4 ? 4 : 16);
+			found.push_back({id, a});
+		});
+		for (const auto &[id, addr] : found) {
+			const Target &t = by_bucket_id.at(id);
+			if (tbl.refill(id, addr.data(), seed, t.dp, now_ticks))
+				released.push_back({t.rule->spec.name,
+						    format_cidr(bucket_cidr(family, addr.data(), t.dp.per_prefix)),
+						    t.rule->spec.algo});
+		}
+	};
+	if (source.family == 4) {
+		release_in(SourceTable4(maps.src4.get()), 4);
+		release_in(LogTable4(maps.logs4.get()), 4);
+	} else {
+		release_in(SourceTable6(maps.src6.get()), 6);
+		release_in(LogTable6(maps.logs6.get()), 6);
+	}
+	if (released.empty())
+		throw Error("nothing to release: no bucket of " + format_cidr(source) +
+			    (rule.empty() ? std::string(" under any limit rule") : " under rule " + rule) +
+			    " (a source without one passes already)");
+	return released;
 }
 
 } // namespace sluice

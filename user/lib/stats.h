@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <optional>
 #include <iosfwd>
 #include <cstdint>
 #include <string>
@@ -11,7 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "maps.h"
+#include "net.h"
 #include "rule.h"
+#include "sources.h"
 
 namespace sluice {
 
@@ -57,6 +60,56 @@ struct StatsQuery {
 
 Stats collect_stats(const MapSet &maps, const StatsQuery &query);
 
+/// What `sluice stats --reset` zeroes: every counter (empty query), one
+/// rule's (its rule counters and its buckets' counters), or the buckets of
+/// one source (an address or a prefix: every bucket that overlaps it), under
+/// one rule or every rule.
+struct ResetQuery {
+	std::string rule;           ///< name or id; empty: every rule
+	std::optional<Cidr> source; ///< none: every source
+};
+
+/// What a reset zeroed.
+struct ResetSummary {
+	bool global = false;  ///< the global counters
+	uint64_t rules = 0;   ///< rules whose counters were zeroed
+	uint64_t buckets = 0; ///< buckets whose counters were zeroed
+};
+
+/// Zeroes counters at once, as `nft reset counters` and `iptables -Z` do,
+/// and leaves every bucket as it is: a throttled source stays throttled.
+/// Global and rule counters are per-CPU entries written whole; a bucket's
+/// counters are zeroed word by word by compare-and-swap. Counts still on a
+/// CPU's account (pending drops, owed passes) stay there, since the program
+/// adds them to their bucket later and owed passes carry charges: what they
+/// held at the reset is recorded (reset_debits_path) and read_accounts takes
+/// it away again, so every reader sees counts since the reset. A packet
+/// counted during the reset may land before it (and be zeroed) or after.
+ResetSummary reset_counters(const MapSet &maps, const ResetQuery &query);
+
+/// One bucket `release_source` refilled.
+struct ReleasedBucket {
+	std::string rule;   ///< the rule's name
+	std::string bucket; ///< the bucket's address or prefix (the rule's --per)
+	Algo algo = Algo::token_bucket;
+};
+
+/// Refills the buckets of `source` (an address or a prefix: every bucket that
+/// overlaps it) of every limit rule, or of `rule` only, so that the source
+/// passes its burst again at once; counters stay. Throws if `rule` is not a
+/// limit rule, or if no bucket matched (one line saying so).
+std::vector<ReleasedBucket> release_source(const MapSet &maps, const Cidr &source, const std::string &rule = "");
+
+/// Every CPU's pending drops and owed passes, as readers add them to the
+/// buckets they name, less what the latest counter resets zeroed of them.
+PendingDrops read_accounts(const MapSet &maps);
+
+/// Where the counts a reset zeroed on CPUs' accounts are kept: a file in
+/// the run directory ($SLUICE_RUN_DIR, else /run/sluice) named by the
+/// loaded program's hash seed, so that each load (and each instance) has
+/// its own and a reload starts with none.
+std::string reset_debits_path(uint64_t hash_seed);
+
 /// Packets per kind of verdict, from the global counters.
 struct VerdictTotals {
 	uint64_t passed = 0, dropped = 0, failopen = 0;
@@ -74,6 +127,8 @@ uint64_t rule_set_digest(const std::vector<RuleStats> &rules);
 nlohmann::ordered_json rule_json(const InstalledRule &r);
 /// Writes `sluice stats --json`: {"sources": [...], "tracked_sources": N,
 /// "rules": [...], "global": {...}}, streaming the sources (there may be millions).
-void write_stats_json(std::ostream &out, const Stats &s);
+/// with_global false: without the "global" object (`stats --rule R`, which
+/// shows that rule's lines only).
+void write_stats_json(std::ostream &out, const Stats &s, bool with_global = true);
 
 } // namespace sluice
