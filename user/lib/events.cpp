@@ -56,10 +56,16 @@ namespace {
 /// 80,000 rules; the one before is kept beside it).
 constexpr off_t RETIRED_RECORD_BYTES = 8 << 20;
 
-std::string run_dir()
+/// The instance's run directory (the pin directory's, unless
+/// $SLUICE_RUN_DIR names another).
+std::string run_dir() { return default_run_dir(); }
+
+/// run_dir(), made 0700 if missing and checked: for the writers.
+std::string made_run_dir()
 {
-	const char *dir = getenv("SLUICE_RUN_DIR");
-	return dir && *dir ? dir : "/run/sluice";
+	std::string dir = run_dir();
+	make_private_dir(dir, "run directory");
+	return dir;
 }
 
 } // namespace
@@ -125,9 +131,13 @@ void record_retired_rules(uint64_t loaded_ns, const std::vector<InstalledRule> &
 					    {"per", r.spec.bucket_prefix()}};
 		text += j.dump() + "\n";
 	}
-	mkdir(run_dir().c_str(), 0700); // EEXIST is fine; open says what else is wrong
 	// Bounded: past RETIRED_RECORD_BYTES the record moves to ".old" (the
 	// one before it goes) and starts again; readers read both.
+	try {
+		made_run_dir();
+	} catch (const Error &) {
+		return; // after the change is live: the record is best effort, as a write that fails below
+	}
 	std::string path = retired_rules_path(loaded_ns);
 	if (struct stat st; stat(path.c_str(), &st) == 0 && st.st_size > RETIRED_RECORD_BYTES)
 		rename(path.c_str(), (path + ".old").c_str());
@@ -146,8 +156,7 @@ void forget_retired_rules(uint64_t loaded_ns)
 
 RingReaderLock::RingReaderLock(uint32_t ring_id)
 {
-	mkdir(run_dir().c_str(), 0700);
-	std::string path = run_dir() + "/events-" + std::to_string(ring_id) + ".lock";
+	std::string path = made_run_dir() + "/events-" + std::to_string(ring_id) + ".lock";
 	UniqueFd fd(open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
 	if (!fd)
 		throw_errno("cannot open " + path, errno);

@@ -54,7 +54,7 @@ private:
 };
 
 /// Where the rules retired from the program loaded at `loaded_ns` (struct
-/// sluice_meta) are recorded: $SLUICE_RUN_DIR (default /run/sluice) /
+/// sluice_meta) are recorded: the instance's run directory (default_run_dir()) /
 /// retired-rules-<loaded_ns>, one JSON object a line.
 std::string retired_rules_path(uint64_t loaded_ns);
 /// Appends the rules whose buckets a change retired (`bucket_id`: the

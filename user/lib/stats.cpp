@@ -20,6 +20,7 @@
 #include "sluice_algos.h"
 #include "tick_clock.h"
 #include "sources.h"
+#include "state_dirs.h"
 
 namespace sluice {
 
@@ -341,9 +342,7 @@ std::vector<Debit> read_debits(uint64_t seed)
 void write_debits(uint64_t seed, const std::vector<Debit> &debits)
 {
 	std::string path = reset_debits_path(seed);
-	std::string dir = path.substr(0, path.rfind('/'));
-	if (mkdir(dir.c_str(), 0700) && errno != EEXIST)
-		throw_errno("cannot create " + dir, errno);
+	make_private_dir(path.substr(0, path.rfind('/')), "run directory");
 	nlohmann::json buckets = nlohmann::json::array();
 	for (const Debit &d : debits)
 		buckets.push_back({d.table, d.set, d.way, d.gen, d.key, d.cnt.passed_packets, d.cnt.passed_bytes,
@@ -377,8 +376,7 @@ Cidr bucket_cidr(int family, const uint8_t *addr, int prefix_len)
 
 std::string reset_debits_path(uint64_t seed)
 {
-	const char *dir = getenv("SLUICE_RUN_DIR");
-	return std::string(dir && *dir ? dir : "/run/sluice") + "/counters-reset-" + hex64(seed).substr(2) + ".json";
+	return default_run_dir() + "/counters-reset-" + hex64(seed).substr(2) + ".json";
 }
 
 PendingDrops read_accounts(const MapSet &maps)

@@ -105,7 +105,7 @@ std::vector<ReleasedBucket> release_source(const MapSet &maps, const Cidr &sourc
 PendingDrops read_accounts(const MapSet &maps);
 
 /// Where the counts a reset zeroed on CPUs' accounts are kept: a file in
-/// the run directory ($SLUICE_RUN_DIR, else /run/sluice) named by the
+/// the instance's run directory (default_run_dir()) named by the
 /// loaded program's hash seed, so that each load (and each instance) has
 /// its own and a reload starts with none.
 std::string reset_debits_path(uint64_t hash_seed);
