@@ -1393,3 +1393,34 @@ TEST(PinDirectoryHints, APinDirectoryOffBpffsNamesSysFsBpfAndNeverSuggestsAMount
 		}
 	}
 }
+
+// A rule refused on a host with nothing loaded leaves nothing loaded: the
+// rule is checked before the program (about 270 MiB of maps) is loaded and
+// pinned, by `rule add` and `rule import` alike.
+TEST_F(Lifecycle, ARuleRefusedWithNothingLoadedLoadsNothing)
+{
+	ASSERT_FALSE(cli_json({"status", "--json"})["loaded"].get<bool>());
+	const std::vector<std::vector<std::string>> refused = {
+		{"10.0.0.0/8", "--rate", "10/s", "--name", "123"},                      // a name that reads as an id
+		{"10.0.0.0/8", "--rate", "10/s", "--burst", "2", "--warmup", "10s"},   // too small a burst to warm up
+		{"10.0.0.0/8", "--rate", "10/s", "--per", "33"},                       // longer than the address
+		{"10.0.0.0/8", "--rate", "10/s", "--algo", "gcra", "--warmup", "10s"}, // warm-up of the token bucket only
+		{"10.0.0.0/8", "--allow", "--shadow"},                                 // shadow of a limit only
+	};
+	for (const auto &args : refused) {
+		std::vector<std::string> add = {"rule", "add"};
+		add.insert(add.end(), args.begin(), args.end());
+		std::string line;
+		for (const auto &a : args)
+			line += a + " ";
+		std::string file = write_file("import.txt", "10.9.0.0/16 --deny\n" + line + "\n");
+		for (const auto &cmd : {add, std::vector<std::string>{"rule", "import", file}}) {
+			SCOPED_TRACE(cmd[1] + " " + line);
+			CommandResult r = cli(cmd);
+			EXPECT_EQ(r.exit_code, 1) << r.out;
+			EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+			EXPECT_FALSE(cli_json({"status", "--json"})["loaded"].get<bool>()) << "a program was left loaded";
+			EXPECT_EQ(run_command({"ls", "-A", pin_dir()}).out, "") << "pins left behind";
+		}
+	}
+}

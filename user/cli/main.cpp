@@ -893,6 +893,9 @@ int main(int argc, char **argv)
 		} else if (*add) {
 			RuleSpec spec = to_spec(rule_args, add->count("--per") > 0);
 			auto lock = inst.lock(true, true);
+			// A rule refused must not leave a program loaded: checked first.
+			if (!inst.loaded())
+				RuleTable::check_fits({spec}, SLUICE_DEFAULT_MAX_RULES);
 			inst.load({}); // rules may come before the first attach
 			MapSet maps = inst.maps();
 			InstalledRule r = RuleTable(maps).add(spec);
@@ -901,6 +904,15 @@ int main(int argc, char **argv)
 			std::vector<std::string> where;
 			std::vector<RuleSpec> specs = read_rule_file(import_path, where);
 			auto lock = inst.lock(true, true);
+			// A file refused must not leave a program loaded: each rule checked first.
+			if (!inst.loaded())
+				for (size_t i = 0; i < specs.size(); i++)
+					try {
+						RuleSpec check = specs[i];
+						validate_rule(check);
+					} catch (const Error &e) {
+						throw Error((i < where.size() ? where[i] + ": " : "") + e.what());
+					}
 			inst.load({});
 			MapSet maps = inst.maps();
 			size_t asked = specs.size();
