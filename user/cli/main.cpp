@@ -635,7 +635,9 @@ void cmd_explain(const Instance &inst, const ExplainPacket &pkt, bool json)
 int main(int argc, char **argv)
 {
 	CLI::App app{"sluice: per-source rate limiting in XDP"};
-	app.require_subcommand(1);
+	// At most one; none is refused after parsing, so that an unknown option is
+	// named as such rather than reported as a missing subcommand.
+	app.require_subcommand(0, 1);
 	app.set_version_flag("--version", std::string("sluice ") + SLUICE_VERSION + " (state ABI " +
 					       std::to_string(SLUICE_ABI_VERSION) + ", commit " + SLUICE_COMMIT + ")");
 	bool verbose = false;
@@ -691,7 +693,7 @@ int main(int argc, char **argv)
 	status->add_flag("--json", json, "JSON output");
 
 	auto *rule = app.add_subcommand("rule", "Manage rules");
-	rule->require_subcommand(1);
+	rule->require_subcommand(0, 1);
 	RuleArgs rule_args;
 	std::string key, import_path;
 	auto *add = rule->add_subcommand("add", "Add a rule; it applies at once");
@@ -809,11 +811,16 @@ int main(int argc, char **argv)
 	} catch (const CLI::CallForVersion &e) {
 		return app.exit(e);
 	} catch (const CLI::ParseError &e) {
-		std::string msg = e.what();
-		if (msg.empty())
-			msg = "a subcommand is required (attach, detach, status, rule, stats, release, top, events, explain, "
-			      "apply, export, upgrade, agent); see --help";
-		std::cerr << "sluice: " << msg << "\n";
+		std::cerr << "sluice: " << e.what() << "\n";
+		return 2;
+	}
+	if (app.get_subcommands().empty()) {
+		std::cerr << "sluice: a subcommand is required (attach, detach, status, rule, stats, release, top, events, "
+			     "explain, apply, export, upgrade, agent); see --help\n";
+		return 2;
+	}
+	if (*rule && rule->get_subcommands().empty()) {
+		std::cerr << "sluice: rule needs a subcommand (add, import, del, set, flush, list); see rule --help\n";
 		return 2;
 	}
 
