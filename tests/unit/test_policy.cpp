@@ -94,7 +94,7 @@ rules:
     rate: 10mbit/s
     burst: 64000
     algo: gcra
-    per: 64
+    per: 128
   - name: fixed-bytes
     cidr: 192.0.2.0/24
     rate: 1MB/s
@@ -406,7 +406,7 @@ TEST(PolicyRoundTrip, TheExportFormatReadsBackByteForByte)
 	EXPECT_EQ(p.rules[0].warmup_ns, 30000000000ULL);
 	EXPECT_TRUE(p.rules[0].layered);
 	EXPECT_EQ(p.rules[1].rate.unit, RateUnit::bits);
-	EXPECT_EQ(p.rules[1].per_prefix, 64);
+	EXPECT_EQ(p.rules[1].per_prefix, 128) << "an IPv6 rule's per address is not its default (/64)";
 	EXPECT_EQ(p.rules[2].rate, (Rate{1000000, 1000000000ULL, RateUnit::bytes}));
 	EXPECT_EQ(p.rules[3].rate, parse_rate("0.5/s"));
 	EXPECT_EQ(p.rules[3].cidr.family, 6);
@@ -553,7 +553,8 @@ TEST(PolicyDiff, WhichChangesKeepTheBuckets)
 		{"rate: 100/s, burst: 200", "rate: 250/s, burst: 200", {"rate"}, false},
 		{"rate: 100/s", "rate: 100/10s", {"rate", "burst"}, false},
 		{"rate: 100/s, burst: 200", "rate: 100/s, burst: 400", {"burst"}, false},
-		{"rate: 100/s, burst: 400", "rate: 100/s, burst: 400, warmup: 10s", {"warmup"}, false},
+		{"rate: 100/s, burst: 400, warmup: 10s", "rate: 100/s, burst: 400, warmup: 20s", {"warmup"}, false},
+		{"rate: 100/s, burst: 400, warmup: 10s", "rate: 100/s, burst: 800, warmup: 10s", {"burst"}, false},
 		{"rate: 100/s", "rate: 100/s, shadow: true", {"shadow"}, false},
 		{"rate: 100/s", "rate: 100/s, continue: true", {"continue"}, false},
 		{"rate: 1MB/s", "rate: 8mbit", {"rate"}, false}, // bits are a way of writing bytes
@@ -570,6 +571,11 @@ TEST(PolicyDiff, WhichChangesKeepTheBuckets)
 		{"rate: 100/10s, algo: fixed-window", "rate: 100/min, algo: fixed-window", {"rate"}, true},
 		{"rate: 100/10s, algo: sliding-window", "rate: 100/min, algo: sliding-window", {"rate"}, true},
 		{"rate: 100/s", "action: deny", {"action", "rate", "burst"}, true},
+		{"rate: 100/s, burst: 400", "rate: 100/s, burst: 400, warmup: 10s", {"warmup"}, true},
+		{"rate: 100/s, burst: 400, warmup: 10s", "rate: 100/s, burst: 400", {"warmup"}, true},
+		{"rate: 100/s, burst: 400, warmup: 10s", "rate: 100/s, burst: 300, warmup: 10s", {"burst"}, true},
+		{"rate: 100/s, burst: 400, warmup: 10s", "rate: 200/s, burst: 400, warmup: 10s", {"rate"}, true},
+		{"rate: 50/10s, algo: sliding-log", "rate: 40/10s, algo: sliding-log", {"rate"}, true},
 	};
 	for (const auto &c : cases) {
 		RuleSpec before = rule(std::string("{name: r, cidr: 10.0.0.0/8, ") + c.before + "}");
@@ -587,7 +593,8 @@ TEST(PolicyDiff, WhichChangesKeepTheBuckets)
 	ASSERT_EQ(changes.size(), 1u);
 	EXPECT_EQ(changes[0].fields, std::vector<std::string>{"cidr"});
 	EXPECT_TRUE(changes[0].restarts_buckets);
-	EXPECT_EQ(format_diff(changes), "~ rule r: cidr 10.0.0.0/8 -> 10.0.0.0/16 (buckets restart)\n");
+	EXPECT_EQ(format_diff(changes),
+		  "~ rule r: cidr 10.0.0.0/8 -> 10.0.0.0/16 (buckets restart: the selector changes)\n");
 }
 
 TEST(PolicyDiff, FormatDiffDescribesEachRule)
@@ -612,7 +619,7 @@ TEST(PolicyDiff, FormatDiffDescribesEachRule)
 	changed[0].shadow = false;
 	changed[2].rate = parse_rate("2MB/s");
 	EXPECT_EQ(format_diff(diff_rules(added, changed)),
-		  "~ rule web: per 48 -> default, shadow true -> false (buckets restart)\n"
+		  "~ rule web: per 48 -> default, shadow true -> false (buckets restart: the aggregation prefix changes)\n"
 		  "~ rule bulk: rate 1MB/s -> 2MB/s (buckets kept)\n");
 }
 

@@ -46,7 +46,7 @@ void EventNamer::refresh()
 {
 	by_bucket_.clear();
 	for (const auto &r : RuleTable(maps_).list())
-		by_bucket_[r.bucket_id ? r.bucket_id : r.id] = r;
+		by_bucket_[bucket_id(r)] = r;
 }
 
 ThrottleEvent EventNamer::name(const struct sluice_event &e)

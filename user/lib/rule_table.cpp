@@ -152,8 +152,6 @@ void purge_buckets(const MapSet &maps, const std::function<bool(uint32_t)> &doom
 	LogTable6(maps.logs6.get()).purge_if(doomed);
 }
 
-uint32_t bucket_of(const InstalledRule &r) { return r.bucket_id ? r.bucket_id : r.id; }
-
 /// True if two rule sets compile to the same lookup tables: the tables
 /// depend on each rule's slot, id, prefix, protocol and ports alone.
 bool same_lookups(const std::vector<InstalledRule> &a, const std::vector<InstalledRule> &b, uint32_t n)
@@ -498,8 +496,8 @@ std::optional<InstalledRule> RuleTable::edit_in_place(std::string_view name_or_i
 	next.sync = (active.sync & SLUICE_SYNC_LOOKUPS) | SLUICE_SYNC_RULES | (slot + 1);
 	map_update(maps_.active.get(), &zero, &next, "the live rule set's number");
 
-	if (bucket_of(after) != bucket_of(before)) {
-		uint32_t gone = bucket_of(before);
+	if (bucket_id(after) != bucket_id(before)) {
+		uint32_t gone = bucket_id(before);
 		purge_buckets(maps_, [gone](uint32_t id) { return id == gone; });
 	}
 	return after;
@@ -864,9 +862,9 @@ void RuleTable::write(const Snapshot &before, const std::vector<InstalledRule> &
 	//    buckets of ids that are never used again, which age out.
 	std::unordered_set<uint32_t> gone;
 	for (const auto &r : before.rules)
-		gone.insert(bucket_of(r));
+		gone.insert(bucket_id(r));
 	for (const auto &r : after)
-		gone.erase(bucket_of(r));
+		gone.erase(bucket_id(r));
 	if (!gone.empty())
 		purge_buckets(maps_, [&gone](uint32_t id) { return gone.count(id) > 0; });
 }

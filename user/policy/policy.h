@@ -90,10 +90,11 @@ struct RuleChange {
 	RuleSpec after;  ///< add and change
 	/// change: the policy keys whose values differ, in the file's key order.
 	std::vector<std::string> fields;
-	/// change: the rule's buckets cannot be kept (their meaning changes):
-	/// selector, action to or from limit, per, algo, packets <-> bytes, or the
-	/// window length of a fixed or sliding window. False for add and remove.
+	/// change: the rule's buckets cannot be kept (bucket_change, the one
+	/// place that decides it for `apply` too). False for add and remove.
 	bool restarts_buckets = false;
+	/// change: why they restart, or keep.
+	BucketChange buckets = BucketChange::keep;
 };
 
 /// What applying `desired` over `running` changes, rules matched by name
@@ -106,6 +107,7 @@ std::vector<RuleChange> diff_rules(const std::vector<RuleSpec> &running, const s
 ///   + rule ssh: 0.0.0.0/0 tcp dport 22 limit 5/min sliding-log
 ///   - rule old: 10.0.0.0/8 deny
 ///   ~ rule web: rate 100/s -> 200/s, burst 10 -> 20 (buckets kept)
+///   ~ rule api: algo token-bucket -> gcra (buckets restart: the algorithm changes)
 /// or "no changes" when there are none.
 std::string format_diff(const std::vector<RuleChange> &changes);
 
