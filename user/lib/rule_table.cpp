@@ -722,6 +722,20 @@ std::shared_ptr<const RuleTable::Prepared> RuleTable::prepare_empty(std::vector<
 	return p;
 }
 
+std::vector<InstalledRule> RuleTable::prepared_rules(const Prepared &prepared)
+{
+	// What write() puts in the maps and read() takes back out of them.
+	std::vector<InstalledRule> out;
+	out.reserve(prepared.after.size());
+	for (const auto &r : prepared.after) {
+		InstalledRule back = from_maps(to_datapath(r), to_info(r));
+		back.slot = r.slot;
+		out.push_back(std::move(back));
+	}
+	std::sort(out.begin(), out.end(), match_order);
+	return out;
+}
+
 void RuleTable::install(const Prepared &prepared)
 {
 	Snapshot before = read();
