@@ -146,7 +146,8 @@ Stats collect_stats(const MapSet &maps, const StatsQuery &query)
 		const RuleSpec &spec = r.rule->rule.spec;
 		Cidr c{r.family, r.addr, spec.bucket_prefix()};
 		s.sources.push_back({format_cidr(c), spec.name, r.rule->rule.id, spec.shadow, r.cnt.passed_packets,
-				     r.cnt.passed_bytes, r.cnt.dropped_packets, r.cnt.dropped_bytes, spec.algo});
+				     r.cnt.passed_bytes, r.cnt.dropped_packets, r.cnt.dropped_bytes, spec.algo,
+				     bucket_id(r.rule->rule)});
 	}
 
 	for (int i = 0; i < SLUICE_CNT_MAX; i++) {

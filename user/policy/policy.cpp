@@ -599,6 +599,14 @@ bool default_burst_of(const RuleSpec &n)
 
 } // namespace
 
+std::vector<std::string> policy_rule_keys()
+{
+	std::vector<std::string> keys = {"name"};
+	for (const auto &f : RULE_FIELDS)
+		keys.push_back(f.key);
+	return keys;
+}
+
 std::string write_policy(const Policy &p)
 {
 	std::string out;

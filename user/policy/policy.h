@@ -81,6 +81,10 @@ std::optional<TableSizes> peek_table_sizes(std::string_view text);
 /// writing what it reads gives the same text byte for byte.
 std::string write_policy(const Policy &p);
 
+/// A policy rule's keys, in the export's order: "name", then each key a
+/// rule may state (the ones diff_rules names in a change).
+std::vector<std::string> policy_rule_keys();
+
 /// One difference between the running rules and a policy's, by name.
 struct RuleChange {
 	enum class Kind { add, remove, change };
