@@ -391,18 +391,24 @@ TEST_F(Views, EachRowOfTheBucketTableHoldsInTheProgram)
 		InstalledRule before = table_->add(before_spec);
 		// Several sources, exhausted: a bucket's stored words differ from one
 		// to the next (a sequence lock's parity among them).
-		// (In /16s of their own: a --per 16 bucket is one source's too.)
-		const std::vector<std::string> sources = {SOURCE,       "10.2.2.3", "10.3.2.3", "10.4.2.3",
-							  "10.5.2.3",   "10.6.2.3", "10.7.2.3", "10.8.2.3"};
+		// 64 of them, each in a /16 of its own (a --per 16 bucket is then
+		// one source's too): a stored word misread passes in about one
+		// bucket in eight.
+		std::vector<std::string> sources;
+		for (int i = 1; i <= 64; i++)
+			sources.push_back("10." + std::to_string(i) + ".2.3");
 		for (const auto &s : sources)
 			send(s.c_str(), 20);
+		// And one that rested: its bucket nearly full.
+		const char *rested = "10.101.2.3";
+		send(rested, 1);
 		table_->replace({after_spec});
 		InstalledRule after = *rule("exp");
 		EXPECT_EQ(bucket_id(after) != bucket_id(before), decided != BucketChange::keep)
 			<< "apply restarts the buckets exactly when bucket_change says ("
 			<< bucket_change_reason(decided) << ")";
 		// A source never seen: what a fresh bucket of the edited rule passes.
-		uint32_t passed_fresh = 200 - static_cast<uint32_t>(send("10.9.9.9", 200));
+		uint32_t passed_fresh = 200 - static_cast<uint32_t>(send("10.100.9.9", 200));
 		uint64_t contention = global(SLUICE_CNT_PASS_CONTENTION);
 		for (const auto &s : sources) {
 			uint32_t passed_after = 200 - static_cast<uint32_t>(send(s.c_str(), 200));
@@ -412,6 +418,8 @@ TEST_F(Views, EachRowOfTheBucketTableHoldsInTheProgram)
 				EXPECT_EQ(passed_after, passed_fresh) << s << ": a restarted bucket starts afresh";
 			}
 		}
+		uint32_t rested_after = 200 - static_cast<uint32_t>(send(rested, 200));
+		EXPECT_LE(rested_after, passed_fresh) << "a rested bucket, kept or not, gives no more than a fresh one";
 		EXPECT_EQ(global(SLUICE_CNT_PASS_CONTENTION), contention) << "one CPU contends with no one";
 		if (after_spec.action == Action::limit) {
 			Cidr bucket{4, parse_cidr(SOURCE).addr, after_spec.bucket_prefix()};
