@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "error.h"
+#include "events.h"
 #include "explain.h"
 #include "fixture.h"
 #include "metrics.h"
@@ -119,6 +120,26 @@ std::string joined(const std::vector<std::string> &v)
 
 class Views : public Datapath {
 protected:
+	void SetUp() override
+	{
+		Datapath::SetUp();
+		namer_ = std::make_unique<EventNamer>(maps_);
+		reader_ = std::make_unique<EventReader>(maps_.events.get(), [this](const struct sluice_event &e) {
+			events_.push_back({e, namer_->name(e)});
+		});
+	}
+
+	/// The throttle events in the ring now, as read and as named.
+	std::vector<std::pair<struct sluice_event, ThrottleEvent>> take_events()
+	{
+		reader_->poll(std::chrono::milliseconds(0));
+		return std::exchange(events_, {});
+	}
+
+	std::unique_ptr<EventNamer> namer_;
+	std::unique_ptr<EventReader> reader_;
+	std::vector<std::pair<struct sluice_event, ThrottleEvent>> events_;
+
 	/// Sends `n` packets from `src`; returns how many the program dropped.
 	uint64_t send(const char *src, uint32_t n)
 	{
@@ -203,6 +224,14 @@ protected:
 			EXPECT_EQ(row->rates->dropped.packets_per_s, double(dropped_after));
 		}
 
+		// Events of the rule's buckets carry its name and id.
+		for (const auto &[raw, ev] : take_events()) {
+			if (raw.key.bucket_id != bucket_id(after))
+				continue;
+			EXPECT_EQ(ev.rule, name) << "an event of the rule's bucket names the rule";
+			EXPECT_EQ(ev.rule_id, after.id);
+		}
+
 		// explain finds the bucket.
 		ExplainPacket pkt;
 		pkt.src = parse_cidr(SOURCE).addr;
@@ -261,6 +290,7 @@ TEST_F(Views, EveryRuleSetEditKeepsTheLimitedSourceInView)
 				args.push_back(a);
 		std::string what = "rule set exp " + joined(args);
 		table_->flush();
+		take_events();
 		InstalledRule before = table_->add(spec_of(BASE));
 		uint64_t dropped_before = send(SOURCE, 20);
 		ASSERT_EQ(dropped_before, 15u);
@@ -300,6 +330,7 @@ TEST_F(Views, EveryApplyChangeKeepsTheLimitedSourceInView)
 	for (const auto &fields : singles_and_pairs(keys)) {
 		std::string what = "apply with " + joined(fields) + " changed";
 		table_->flush();
+		take_events();
 		InstalledRule before = table_->add(spec_of(BASE));
 		uint64_t dropped_before = send(SOURCE, 20);
 		ASSERT_EQ(dropped_before, 15u);
