@@ -7,13 +7,17 @@
 
 #include <cstdio>
 #include <fstream>
+#include <random>
+#include <set>
 #include <sstream>
+#include <tuple>
 
 #include "apply.h"
 #include "error.h"
 #include "policy.h"
 #include "policy_doc.h"
 #include "rule_args.h"
+#include "rule_table.h"
 
 using namespace sluice;
 
@@ -96,7 +100,7 @@ rules:
     rate: 10mbit/s
     burst: 64000
     algo: gcra
-    per: 64
+    per: 128
   - name: fixed-bytes
     cidr: 192.0.2.0/24
     rate: 1MB/s
@@ -408,7 +412,7 @@ TEST(PolicyRoundTrip, TheExportFormatReadsBackByteForByte)
 	EXPECT_EQ(p.rules[0].warmup_ns, 30000000000ULL);
 	EXPECT_TRUE(p.rules[0].layered);
 	EXPECT_EQ(p.rules[1].rate.unit, RateUnit::bits);
-	EXPECT_EQ(p.rules[1].per_prefix, 64);
+	EXPECT_EQ(p.rules[1].per_prefix, 128) << "an IPv6 rule's per address is not its default (/64)";
 	EXPECT_EQ(p.rules[2].rate, (Rate{1000000, 1000000000ULL, RateUnit::bytes}));
 	EXPECT_EQ(p.rules[3].rate, parse_rate("0.5/s"));
 	EXPECT_EQ(p.rules[3].cidr.family, 6);
@@ -555,7 +559,8 @@ TEST(PolicyDiff, WhichChangesKeepTheBuckets)
 		{"rate: 100/s, burst: 200", "rate: 250/s, burst: 200", {"rate"}, false},
 		{"rate: 100/s", "rate: 100/10s", {"rate", "burst"}, false},
 		{"rate: 100/s, burst: 200", "rate: 100/s, burst: 400", {"burst"}, false},
-		{"rate: 100/s, burst: 400", "rate: 100/s, burst: 400, warmup: 10s", {"warmup"}, false},
+		{"rate: 100/s, burst: 400, warmup: 10s", "rate: 100/s, burst: 400, warmup: 20s", {"warmup"}, false},
+		{"rate: 100/s, burst: 400, warmup: 10s", "rate: 100/s, burst: 800, warmup: 10s", {"burst"}, false},
 		{"rate: 100/s", "rate: 100/s, shadow: true", {"shadow"}, false},
 		{"rate: 100/s", "rate: 100/s, continue: true", {"continue"}, false},
 		{"rate: 1MB/s", "rate: 8mbit", {"rate"}, false}, // bits are a way of writing bytes
@@ -572,6 +577,11 @@ TEST(PolicyDiff, WhichChangesKeepTheBuckets)
 		{"rate: 100/10s, algo: fixed-window", "rate: 100/min, algo: fixed-window", {"rate"}, true},
 		{"rate: 100/10s, algo: sliding-window", "rate: 100/min, algo: sliding-window", {"rate"}, true},
 		{"rate: 100/s", "action: deny", {"action", "rate", "burst"}, true},
+		{"rate: 100/s, burst: 400", "rate: 100/s, burst: 400, warmup: 10s", {"warmup"}, true},
+		{"rate: 100/s, burst: 400, warmup: 10s", "rate: 100/s, burst: 400", {"warmup"}, true},
+		{"rate: 100/s, burst: 400, warmup: 10s", "rate: 100/s, burst: 300, warmup: 10s", {"burst"}, true},
+		{"rate: 100/s, burst: 400, warmup: 10s", "rate: 200/s, burst: 400, warmup: 10s", {"rate"}, true},
+		{"rate: 50/10s, algo: sliding-log", "rate: 40/10s, algo: sliding-log", {"rate"}, true},
 	};
 	for (const auto &c : cases) {
 		RuleSpec before = rule(std::string("{name: r, cidr: 10.0.0.0/8, ") + c.before + "}");
@@ -589,7 +599,8 @@ TEST(PolicyDiff, WhichChangesKeepTheBuckets)
 	ASSERT_EQ(changes.size(), 1u);
 	EXPECT_EQ(changes[0].fields, std::vector<std::string>{"cidr"});
 	EXPECT_TRUE(changes[0].restarts_buckets);
-	EXPECT_EQ(format_diff(changes), "~ rule r: cidr 10.0.0.0/8 -> 10.0.0.0/16 (buckets restart)\n");
+	EXPECT_EQ(format_diff(changes),
+		  "~ rule r: cidr 10.0.0.0/8 -> 10.0.0.0/16 (buckets restart: the selector changes)\n");
 }
 
 TEST(PolicyDiff, FormatDiffDescribesEachRule)
@@ -614,7 +625,7 @@ TEST(PolicyDiff, FormatDiffDescribesEachRule)
 	changed[0].shadow = false;
 	changed[2].rate = parse_rate("2MB/s");
 	EXPECT_EQ(format_diff(diff_rules(added, changed)),
-		  "~ rule web: per 48 -> default, shadow true -> false (buckets restart)\n"
+		  "~ rule web: per 48 -> default, shadow true -> false (buckets restart: the aggregation prefix changes)\n"
 		  "~ rule bulk: rate 1MB/s -> 2MB/s (buckets kept)\n");
 }
 
@@ -849,4 +860,216 @@ TEST(PolicyApply, APolicyOfNothingIsRefusedUnlessAllowed)
 	}
 	// One rule is not nothing.
 	EXPECT_NO_THROW(plan_apply(nowhere, parse("rules: [{name: a, cidr: 10.0.0.0/8, rate: 5/s}]\n")));
+}
+
+// ---- Exact round trips, over generated policies: every key and default,
+// both families, every `per` length, every action and algorithm.
+
+namespace {
+
+/// Random rules of every kind, each valid on its own (validate_rule), with
+/// distinct names and selectors. Every `per` length of both families is
+/// dealt out in turn; the other keys are drawn.
+class PolicyGenerator {
+public:
+	explicit PolicyGenerator(uint64_t seed) : rng_(seed) {}
+
+	/// The next rule; `per` is -1 (the default) or a length the caller
+	/// wants covered (the rule is then a limit rule of that family).
+	RuleSpec next(int family, int per)
+	{
+		for (;;) {
+			RuleSpec s = draw(family, per);
+			try {
+				validate_rule(s);
+			} catch (const Error &) {
+				continue; // a combination the checks refuse: draw again
+			}
+			bool taken = false;
+			for (const auto &t : taken_)
+				taken = taken || same_selector(t, s);
+			if (taken)
+				continue;
+			// Layered rules that cover one address are bounded: keep few.
+			if (s.layered && ++layered_ > 8)
+				s.layered = false;
+			taken_.push_back(s);
+			s.burst = burst_written_ ? s.burst : 0; // as written: validate_rule's fill left to the reader
+			return s;
+		}
+	}
+
+	Policy policy(size_t rules)
+	{
+		Policy p;
+		taken_.clear();
+		layered_ = 0;
+		for (size_t i = 0; i < rules; i++) {
+			int family = pick(2) ? 6 : 4;
+			int per = pick(3) ? -1 : static_cast<int>(pick(family == 4 ? 33 : 129));
+			p.rules.push_back(next(family, per));
+		}
+		if (pick(2))
+			p.interfaces.push_back({"eth" + std::to_string(pick(10)), pick(2) ? XdpMode::generic : XdpMode::native});
+		p.tables.max_rules = pick(2) ? 0 : 256u << pick(4);
+		p.tables.max_sources = pick(2) ? 0 : 4096u << pick(4);
+		p.tables.max_log_sources = pick(2) ? 0 : 1024u << pick(4);
+		return p;
+	}
+
+	uint64_t pick(uint64_t n) { return std::uniform_int_distribution<uint64_t>(0, n - 1)(rng_); }
+
+private:
+	RuleSpec draw(int family, int per)
+	{
+		static const char *const RATES[] = {"100/s", "0.5/s",  "6000/min", "10mbit", "1MB/s",  "1.25MB/s",
+						    "100/10s", "64kB/s", "1/h",      "3/min",  "20/s",   "1gbit",
+						    "5000/s",  "40/10s", "2kB/s",    "250/s"};
+		static const Algo ALGOS[] = {Algo::token_bucket, Algo::gcra, Algo::fixed_window, Algo::sliding_log,
+					     Algo::sliding_window};
+		RuleSpec s;
+		s.name = "r" + std::to_string(serial_++);
+		int max = family == 4 ? 32 : 128;
+		int len = static_cast<int>(pick(static_cast<uint64_t>(per >= 0 ? per : max) + 1));
+		s.cidr.family = family;
+		s.cidr.prefix_len = len;
+		for (size_t i = 0; i < (family == 4 ? 4u : 16u); i++)
+			s.cidr.addr[i] = static_cast<uint8_t>(pick(256));
+		mask_address(s.cidr.addr, len);
+		s.action = per >= 0 || pick(5) < 3 ? Action::limit : pick(2) ? Action::allow : Action::deny;
+		if (pick(3) == 0) {
+			s.proto = pick(2) ? Proto::tcp : Proto::udp;
+			if (pick(2)) {
+				uint16_t lo = static_cast<uint16_t>(pick(65536));
+				s.dport = {lo, pick(2) ? lo : static_cast<uint16_t>(lo + pick(65536 - lo))};
+			}
+		} else if (pick(6) == 0) {
+			s.proto = Proto::icmp;
+		}
+		s.shadow = s.action != Action::allow && pick(4) == 0;
+		burst_written_ = false;
+		if (s.action != Action::limit)
+			return s;
+		s.rate = parse_rate(RATES[pick(std::size(RATES))]);
+		s.algo = ALGOS[pick(std::size(ALGOS))];
+		s.per_prefix = per;
+		if (per < 0 && pick(4) == 0)
+			s.per_prefix = s.default_bucket_prefix(); // the default, written out
+		if (s.has_burst() && pick(2)) {
+			burst_written_ = true;
+			uint64_t least = min_burst(s.rate);
+			s.burst = least * (1 + pick(400));
+		}
+		if (s.algo == Algo::token_bucket && pick(3) == 0)
+			s.warmup_ns = (pick(2) ? 1500 : 30000) * 1000000ULL;
+		s.layered = pick(6) == 0;
+		if (s.has_burst() && !s.warmup_ns && pick(4) == 0) {
+			s.scope = Scope::cluster;
+			if (pick(2))
+				s.fallback = {std::max<uint64_t>(s.rate.amount / (2 + pick(4)), 1), s.rate.period_ns,
+					      s.rate.unit};
+		}
+		return s;
+	}
+
+	std::mt19937_64 rng_;
+	std::vector<RuleSpec> taken_;
+	uint32_t serial_ = 0;
+	size_t layered_ = 0;
+	bool burst_written_ = false;
+};
+
+/// `apply` into a table that holds nothing, then `export`: the rules as the
+/// maps hold them, written out.
+struct Applied {
+	std::vector<InstalledRule> rules;
+	std::string text;
+};
+
+Applied apply_then_export(const Policy &p)
+{
+	Policy out = p;
+	Applied a;
+	a.rules = RuleTable::prepared_rules(*RuleTable::prepare_empty(p.rules, 4096));
+	out.rules.clear();
+	for (const auto &r : a.rules)
+		out.rules.push_back(r.spec);
+	a.text = write_policy(out);
+	return a;
+}
+
+/// The data plane's entries of a rule: what runs (its ids aside: a file
+/// read in another order numbers its rules otherwise).
+std::string effective(const InstalledRule &r)
+{
+	struct sluice_rule dp = to_datapath(r);
+	struct sluice_rule_info info = to_info(r);
+	dp.id = 0;
+	info.rule_id = 0;
+	return std::string(reinterpret_cast<const char *>(&dp), sizeof(dp)) +
+	       std::string(reinterpret_cast<const char *>(&info), sizeof(info));
+}
+
+} // namespace
+
+TEST(PolicyRoundTrip, ExportApplyExportIsExactOverGeneratedPolicies)
+{
+	PolicyGenerator gen(0x5eed2025);
+	std::set<std::pair<int, int>> pers;         // family, per length covered
+	std::set<std::tuple<int, int, int>> kinds; // action, algo, unit
+	size_t checked = 0;
+	auto check = [&](const Policy &p) {
+		Applied first = apply_then_export(p);
+		Policy read = parse(first.text);
+		Applied second = apply_then_export(read);
+		ASSERT_EQ(second.text, first.text) << "export -> apply -> export changed the file";
+		ASSERT_EQ(second.rules.size(), first.rules.size());
+		for (size_t i = 0; i < first.rules.size(); i++) {
+			EXPECT_EQ(effective(second.rules[i]), effective(first.rules[i]))
+				<< "rule " << first.rules[i].spec.name << " runs otherwise after the round trip:\n"
+				<< first.text;
+			EXPECT_EQ(second.rules[i].spec, first.rules[i].spec);
+		}
+		// What was applied is what the file asked for, rule by rule.
+		std::vector<RuleSpec> asked = p.rules;
+		for (auto &s : asked)
+			validate_rule(s);
+		for (const auto &r : first.rules) {
+			auto it = std::find_if(asked.begin(), asked.end(),
+					       [&](const RuleSpec &s) { return s.name == r.spec.name; });
+			ASSERT_NE(it, asked.end());
+			EXPECT_TRUE(same_spec(*it, r.spec)) << describe_rule(*it) << " ran as " << describe_rule(r.spec);
+			EXPECT_EQ(effective(InstalledRule{r.id, r.slot, *it}), effective(r)) << describe_rule(*it);
+			if (it->action == Action::limit)
+				pers.insert({it->cidr.family, it->per_prefix < 0 ? -1 : it->per_prefix});
+			kinds.insert({int(it->action), it->action == Action::limit ? int(it->algo) : -1,
+				      it->action == Action::limit ? int(it->rate.unit) : -1});
+		}
+		// `apply --diff` of the export over what runs: nothing to do.
+		std::vector<RuleSpec> running;
+		for (const auto &r : first.rules)
+			running.push_back(r.spec);
+		EXPECT_EQ(format_diff(diff_rules(running, read.rules)), "no changes\n") << first.text;
+		checked += p.rules.size();
+	};
+
+	// Every per length of both families, each in a rule of its own kind.
+	for (int family : {4, 6}) {
+		Policy p;
+		for (int per = 0; per <= (family == 4 ? 32 : 128); per++)
+			p.rules.push_back(gen.next(family, per));
+		check(p);
+	}
+	for (int round = 0; round < 300; round++)
+		check(gen.policy(1 + gen.pick(24)));
+
+	for (int family : {4, 6})
+		for (int per = 0; per <= (family == 4 ? 32 : 128); per++)
+			EXPECT_TRUE(pers.count({family, per})) << "IPv" << family << " per " << per << " never generated";
+	EXPECT_TRUE(pers.count({4, -1}) && pers.count({6, -1}));
+	// Every algorithm in every unit it takes (token bucket and GCRA: packets,
+	// bytes, bits; the windows: packets, bytes; the sliding log: packets),
+	// and allow and deny.
+	EXPECT_EQ(kinds.size(), 3u + 3u + 2u + 2u + 1u + 2u);
+	EXPECT_GT(checked, 3000u);
 }

@@ -939,9 +939,13 @@ int main(int argc, char **argv)
 			auto lock = inst.lock(true);
 			MapSet maps = inst.maps();
 			RuleTable table(maps);
-			RuleEdit edit = to_edit(edit_args, *set, table.find(key).spec.rate.counts_bytes());
+			InstalledRule was = table.find(key);
+			RuleEdit edit = to_edit(edit_args, *set, was.spec.rate.counts_bytes());
 			InstalledRule r = table.edit(key, edit);
 			print_table(RULE_HEADER, {rule_cells(r)});
+			if (bucket_id(r) != bucket_id(was))
+				std::cout << "its buckets restart: " << bucket_change_reason(bucket_change(was.spec, r.spec))
+					  << "\n";
 		} else if (*flush) {
 			auto lock = inst.lock(true);
 			MapSet maps = inst.maps();

@@ -54,10 +54,10 @@ void add_rule_options(CLI::App *cmd, RuleArgs &a)
 
 void add_edit_options(CLI::App *cmd, RuleEditArgs &a)
 {
-	cmd->add_option("--rate", a.rate, "New rate (keeps the buckets unless the unit or a window's length changes)");
+	cmd->add_option("--rate", a.rate, "New rate (keeps the buckets unless their stored form changes; see sluice(8))");
 	cmd->add_option("--burst", a.burst, "New bucket size");
 	cmd->add_option("--algo", a.algo, "New algorithm (restarts the buckets)");
-	cmd->add_option("--warmup", a.warmup, "New warm-up period (0 for none)");
+	cmd->add_option("--warmup", a.warmup, "New warm-up period (0 for none; on or off restarts the buckets)");
 	cmd->add_option("--per", a.per, "New aggregation prefix length (restarts the buckets)");
 	cmd->add_option("--name", a.name, "New name");
 	auto *shadow = cmd->add_flag("--shadow", a.shadow, "Make it a shadow rule");

@@ -235,7 +235,7 @@ std::map<uint32_t, ClusterRule> cluster_rules(const MapSet &maps)
 			continue;
 		ClusterRule c;
 		c.name = s.name;
-		c.bucket_id = r.bucket_id ? r.bucket_id : r.id;
+		c.bucket_id = sluice::bucket_id(r);
 		c.cidr = s.cidr;
 		c.per = s.bucket_prefix();
 		c.bytes = s.rate.counts_bytes();

@@ -83,7 +83,7 @@ void EventNamer::refresh()
 {
 	// Added to, never cleared: the rules gone since keep their names.
 	for (const auto &r : RuleTable(maps_).list())
-		by_bucket_[r.bucket_id ? r.bucket_id : r.id] = r;
+		by_bucket_[bucket_id(r)] = r;
 }
 
 void EventNamer::read_retired()

@@ -452,21 +452,22 @@ Explanation explain(const MapSet &maps, const ExplainPacket &pkt, const ClockRea
 			a.bucket = bucket;
 			uint64_t now = clock.for_rule(a.dp);
 			uint64_t cost = a.dp.unit == SLUICE_UNIT_BYTES ? pkt.bytes : 1;
+			uint32_t filed_under = bucket_id(c.rule); // not the rule's id once an edit restarted them
 			if (a.dp.algo == SLUICE_ALGO_SLIDING_LOG) {
 				std::optional<struct sluice_log_state> found;
 				if (pkt.family == 4)
-					found = LogTable4(maps.logs4.get()).find(a.dp.id, bucket.addr.data(), cfg.hash_seed);
+					found = LogTable4(maps.logs4.get()).find(filed_under, bucket.addr.data(), cfg.hash_seed);
 				else
-					found = LogTable6(maps.logs6.get()).find(a.dp.id, bucket.addr.data(), cfg.hash_seed);
+					found = LogTable6(maps.logs6.get()).find(filed_under, bucket.addr.data(), cfg.hash_seed);
 				a.state = log_state(a.dp, found, now, cost);
 			} else {
 				std::optional<struct sluice_source_state> found;
 				if (pkt.family == 4)
 					found = SourceTable4(maps.src4.get())
-							.find(a.dp.id, bucket.addr.data(), cfg.hash_seed, pending);
+							.find(filed_under, bucket.addr.data(), cfg.hash_seed, pending);
 				else
 					found = SourceTable6(maps.src6.get())
-							.find(a.dp.id, bucket.addr.data(), cfg.hash_seed, pending);
+							.find(filed_under, bucket.addr.data(), cfg.hash_seed, pending);
 				a.state = bucket_state(a.dp, found, now, cost);
 			}
 			a.drops = !a.state->passes;

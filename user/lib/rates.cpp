@@ -39,9 +39,11 @@ FlowCounts total_counts(const Stats &s)
 	return t;
 }
 
-std::string source_key(uint32_t rule_id, const std::string &source)
+/// A source's row across readings: its rule, and the bucket generation an
+/// edit that restarts the buckets moves on (then its counters start anew).
+std::string source_key(const SourceStats &s)
 {
-	return std::to_string(rule_id) + " " + source;
+	return std::to_string(s.rule_id) + "/" + std::to_string(s.bucket_id) + " " + s.source;
 }
 
 double value_of(const std::optional<FlowRates> &r, RateKey key)
@@ -96,7 +98,7 @@ RateView rate_view(const Stats *before, const Stats &after, double seconds)
 		for (const auto &r : before->rules)
 			old_rules[r.rule.id] = &r;
 		for (const auto &s : before->sources)
-			old_sources[source_key(s.rule_id, s.source)] = &s;
+			old_sources[source_key(s)] = &s;
 		view.total = rates_between(total_counts(*before), total_counts(after), seconds);
 	}
 
@@ -112,7 +114,7 @@ RateView rate_view(const Stats *before, const Stats &after, double seconds)
 	for (const auto &s : after.sources) {
 		SourceRates row{s.source, s.rule, s.rule_id, s.shadow, std::nullopt};
 		if (deltas) {
-			auto it = old_sources.find(source_key(s.rule_id, s.source));
+			auto it = old_sources.find(source_key(s));
 			row.rates = rates_between(it == old_sources.end() ? FlowCounts{} : source_counts(*it->second),
 						  source_counts(s), seconds);
 		}

@@ -64,9 +64,10 @@ struct RateView {
 };
 
 /// The view between two readings taken `seconds` apart; `before` null (the
-/// first refresh) gives rows without rates. Rules and sources are matched by
-/// rule id (ids are never reused) and source; a row new since `before`
-/// counts from zero. `after` should hold every source (StatsQuery top 0):
+/// first refresh) gives rows without rates. Rules are matched by rule id
+/// (ids are never reused), sources by rule id, bucket id and source; a row
+/// new since `before` (a bucket an edit restarted among them) counts from
+/// zero. `after` should hold every source (StatsQuery top 0):
 /// rates rank sources, and a source cut from a reading has no delta.
 RateView rate_view(const Stats *before, const Stats &after, double seconds);
 

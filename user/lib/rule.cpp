@@ -224,33 +224,114 @@ size_t SelectorHash::operator()(const RuleSpec *s) const
 	return h ^ (h >> 29);
 }
 
+RuleSpec canonical(RuleSpec s)
+{
+	if (s.action != Action::limit) {
+		RuleSpec defaults;
+		s.rate = defaults.rate;
+		s.algo = defaults.algo;
+		s.burst = defaults.burst;
+		s.per_prefix = defaults.per_prefix;
+		s.warmup_ns = defaults.warmup_ns;
+		s.layered = defaults.layered;
+		s.scope = defaults.scope;
+		s.fallback = defaults.fallback;
+		return s;
+	}
+	if (!s.has_burst())
+		s.burst = 0;
+	else if (s.burst == 0 && s.rate.period_ns)
+		s.burst = default_burst(s.rate);
+	// The default is the family's (and a long IPv6 prefix's own), not the
+	// address length: an IPv6 rule's /128 is a choice to keep.
+	if (s.per_prefix < 0 || s.per_prefix == s.default_bucket_prefix())
+		s.per_prefix = -1;
+	if (s.algo != Algo::token_bucket)
+		s.warmup_ns = 0;
+	if (s.scope == Scope::local)
+		s.fallback = {};
+	return s;
+}
+
 bool same_spec(const RuleSpec &a, const RuleSpec &b)
 {
-	if (a.name != b.name || !same_selector(a, b) || a.action != b.action || a.shadow != b.shadow)
+	// Most comparisons are of rules left as they were: the cheap fields first.
+	if (a.name != b.name || a.action != b.action || a.shadow != b.shadow || !same_selector(a, b))
 		return false;
-	if (a.action != Action::limit)
-		return true; // nothing else reaches the data plane
-	auto burst = [](const RuleSpec &s) {
-		return !s.has_burst() ? 0 : s.burst ? s.burst : default_burst(s.rate);
-	};
-	auto warmup = [](const RuleSpec &s) { return s.algo == Algo::token_bucket ? s.warmup_ns : 0; };
-	return a.rate == b.rate && a.algo == b.algo && burst(a) == burst(b) && warmup(a) == warmup(b) &&
-	       a.bucket_prefix() == b.bucket_prefix() && a.layered == b.layered && a.scope == b.scope &&
-	       a.fallback == b.fallback;
+	return canonical(a) == canonical(b);
+}
+
+uint32_t bucket_id(const InstalledRule &r) { return r.bucket_id ? r.bucket_id : r.id; }
+
+namespace {
+
+/// A warm-up token bucket's capacity in ticks (its stored tokens are ticks
+/// up to it); 0 for any other rule.
+uint64_t warm_capacity(const RuleSpec &s)
+{
+	if (s.action != Action::limit || s.algo != Algo::token_bucket || !s.warmup_ns || !s.burst)
+		return 0;
+	try {
+		return compile_limit(s.rate, s.burst).capacity;
+	} catch (const Error &) {
+		return 0; // not a rule that runs: nothing is stored under it
+	}
+}
+
+} // namespace
+
+BucketChange bucket_change(const RuleSpec &before_spec, const RuleSpec &after_spec)
+{
+	const RuleSpec b = canonical(before_spec), a = canonical(after_spec);
+	if (!same_selector(b, a))
+		return b.action == Action::limit || a.action == Action::limit ? BucketChange::selector
+									      : BucketChange::keep;
+	if (b.action != Action::limit || a.action != Action::limit)
+		return b.action != a.action && (b.action == Action::limit || a.action == Action::limit)
+			       ? BucketChange::action
+			       : BucketChange::keep;
+	if (b.bucket_prefix() != a.bucket_prefix())
+		return BucketChange::per;
+	if (b.algo != a.algo)
+		return BucketChange::algorithm;
+	if (b.rate.counts_bytes() != a.rate.counts_bytes())
+		return BucketChange::unit;
+	if (b.algo == Algo::token_bucket && (b.warmup_ns != 0) != (a.warmup_ns != 0))
+		return BucketChange::warmup_on_off;
+	// A fixed or sliding window's state holds the index of its window since
+	// boot: under another window length that index means nothing.
+	bool windowed = a.algo == Algo::fixed_window || a.algo == Algo::sliding_window;
+	if (windowed && b.rate.period_ns != a.rate.period_ns)
+		return BucketChange::window;
+	if (a.algo == Algo::sliding_log && compile_window(b.rate).limit != compile_window(a.rate).limit)
+		return BucketChange::log_limit;
+	// The token bucket's refill stops at the capacity only from below: tokens
+	// stored above a smaller one would grow without bound.
+	if (warm_capacity(a) < warm_capacity(b))
+		return BucketChange::warm_capacity;
+	return BucketChange::keep;
 }
 
 bool edit_restarts_buckets(const RuleSpec &before, const RuleSpec &after)
 {
-	if (before.action != Action::limit || after.action != Action::limit)
-		return before.action != after.action && (before.action == Action::limit || after.action == Action::limit);
-	if (!same_selector(before, after) || before.algo != after.algo ||
-	    before.bucket_prefix() != after.bucket_prefix() ||
-	    before.rate.counts_bytes() != after.rate.counts_bytes())
-		return true;
-	// A fixed or sliding window's state holds the index of its window since
-	// boot: under another window length that index means nothing.
-	bool windowed = after.algo == Algo::fixed_window || after.algo == Algo::sliding_window;
-	return windowed && before.rate.period_ns != after.rate.period_ns;
+	return bucket_change(before, after) != BucketChange::keep;
+}
+
+std::string_view bucket_change_reason(BucketChange c)
+{
+	switch (c) {
+	case BucketChange::keep: return "kept";
+	case BucketChange::selector: return "the selector changes";
+	case BucketChange::action: return "the action changes";
+	case BucketChange::per: return "the aggregation prefix changes";
+	case BucketChange::algorithm: return "the algorithm changes";
+	case BucketChange::unit: return "packets <-> bytes";
+	case BucketChange::warmup_on_off: return "warm-up on <-> off";
+	case BucketChange::window: return "the window length changes";
+	case BucketChange::log_limit: return "the log's packets per window change";
+	case BucketChange::warm_capacity: return "a warm-up bucket's burst shrinks";
+	}
+	return "unknown";
 }
 
 bool rule_is(const InstalledRule &r, std::string_view key)
@@ -277,7 +358,7 @@ struct sluice_rule to_datapath(const InstalledRule &r)
 {
 	struct sluice_rule dp = {};
 	const RuleSpec &s = r.spec;
-	dp.id = r.bucket_id ? r.bucket_id : r.id;
+	dp.id = bucket_id(r);
 	dp.action = static_cast<__u8>(s.action);
 	dp.proto = static_cast<__u8>(s.proto);
 	dp.dport_lo = s.dport.lo;
@@ -380,6 +461,7 @@ InstalledRule from_maps(const struct sluice_rule &dp, const struct sluice_rule_i
 		s.fallback = {info.fallback_amount, info.fallback_period_ns, static_cast<RateUnit>(info.fallback_unit)};
 		r.cluster_hosts = std::max<uint32_t>(info.cluster_hosts, 1);
 	}
+	r.spec = canonical(std::move(r.spec));
 	return r;
 }
 

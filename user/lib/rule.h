@@ -72,7 +72,23 @@ struct RuleSpec {
 		return cidr.family == 4 ? 32 : cidr.prefix_len > IPV6_DEFAULT_PER ? cidr.prefix_len : IPV6_DEFAULT_PER;
 	}
 	static constexpr int IPV6_DEFAULT_PER = 64;
+
+	/// Field by field, as written: compare canonical forms (same_spec) to
+	/// ask whether two rules mean the same.
+	bool operator==(const RuleSpec &) const = default;
 };
+
+/// A rule's canonical form: the one way of writing each rule, its defaults
+/// filled in and what its action ignores cleared. A limit rule's omitted
+/// burst becomes the default burst (a window algorithm's burst 0); `per`
+/// equal to the default aggregation (/32 for IPv4, /64 or the rule's own
+/// longer prefix for IPv6) becomes -1, any other length stays (an IPv6
+/// rule's /128 is not its default); warm-up is kept for the token bucket
+/// alone, the fallback for cluster rules alone. An allow or deny rule keeps
+/// its name, selector, action and shadow. Two rules mean the same exactly
+/// when their canonical forms are equal. Export, diff, apply and `rule list`
+/// all read rules in this form.
+RuleSpec canonical(RuleSpec spec);
 
 /// A rule held in the maps: its stable id, the id of its buckets (the rule's
 /// own id until an edit restarts them) and its slot in the rule arrays.
@@ -80,12 +96,20 @@ struct InstalledRule {
 	uint32_t id = 0;
 	uint32_t slot = 0;
 	RuleSpec spec;
-	uint32_t bucket_id = 0; ///< 0: the same as id
+	uint32_t bucket_id = 0; ///< 0: the same as id; read it through sluice::bucket_id()
 	/// Cluster rules: the host count the agent last learnt from the store,
 	/// which divides the rate into the default local share. State, not spec:
 	/// edits and policies keep it.
 	uint32_t cluster_hosts = 1;
 };
+
+/// The id a rule's buckets are filed under in the source and log tables
+/// (struct sluice_rule's id, the key's rule part): the rule's own id until an
+/// edit restarts its buckets, then a fresh id that no rule ever had. Every
+/// reader of the bucket tables (stats, top, the agent's metrics, explain,
+/// events, the cluster sync) finds a rule's buckets through this, never
+/// through the rule's id.
+uint32_t bucket_id(const InstalledRule &r);
 
 /// A cluster rule's local share while the store is out of reach, the rate
 /// its data-plane entry is compiled with: the fallback if set, else the rate
@@ -124,20 +148,37 @@ struct SelectorEqual {
 	bool operator()(const RuleSpec *a, const RuleSpec *b) const { return same_selector(*a, *b); }
 };
 
-/// True if two rules are the same in everything that reaches the data plane
-/// or the operator: name, selector, action, shadow, and for limit rules rate,
-/// burst, algorithm, aggregation prefix, warm-up and continue. An omitted
-/// burst counts as the default burst, `per` equal to the address length as
-/// per address.
+/// True if two rules mean the same: their canonical forms are equal (see
+/// canonical()).
 bool same_spec(const RuleSpec &a, const RuleSpec &b);
 
-/// Whether changing a rule from `before` to `after` must restart its buckets:
-/// a bucket means something else once the selector, the aggregation prefix,
-/// the algorithm, the unit (packets or bytes), a fixed or sliding window's
-/// length, or the action to or from limit changes. A new rate, burst or
-/// warm-up, shadow, layering or name keeps them. A selector change keeps
-/// the rule's id and counters: it is still the same rule to the operator.
+/// Why an edit restarts a rule's buckets, or keep: the rows of the table of
+/// edits (docs: "Which edits keep buckets").
+enum class BucketChange : uint8_t {
+	keep,          ///< the buckets stay as they are: a rule's state is read the same way
+	selector,      ///< prefix, protocol or ports: other traffic lands in the buckets
+	action,        ///< to or from limit
+	per,           ///< the aggregation prefix: a bucket is another set of addresses
+	algorithm,     ///< another algorithm stores another state
+	unit,          ///< packets <-> bytes: credit counted in another unit
+	warmup_on_off, ///< a warm-up token bucket stores tokens and coldness, the other form one timestamp
+	window,        ///< fixed or sliding window length: its state holds a window's index
+	log_limit,     ///< sliding log's packets per window: its ring is laid out by that count
+	warm_capacity, ///< a warm-up bucket whose burst (in time) shrinks: stored tokens would exceed it
+};
+
+/// Whether changing a rule from `before` to `after` keeps its buckets, and
+/// if not, the first reason (in BucketChange's order) why not. The one place
+/// that decides it: `rule set`, `apply` and `apply --diff` all ask here. A
+/// change of rate (same unit), burst, warm-up length, shadow, layering,
+/// name, scope or fallback keeps the buckets, except as listed. A selector
+/// change keeps the rule's id and counters: it is still the same rule to the
+/// operator.
+BucketChange bucket_change(const RuleSpec &before, const RuleSpec &after);
+/// bucket_change(before, after) != BucketChange::keep.
 bool edit_restarts_buckets(const RuleSpec &before, const RuleSpec &after);
+/// Why, in a few words ("the algorithm changes"); "kept" for keep.
+std::string_view bucket_change_reason(BucketChange c);
 
 /// True if `key` names the rule: its name, or its id in decimal.
 bool rule_is(const InstalledRule &r, std::string_view key);

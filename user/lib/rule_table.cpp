@@ -154,8 +154,6 @@ void purge_buckets(const MapSet &maps, const std::function<bool(uint32_t)> &doom
 	LogTable6(maps.logs6.get()).purge_if(doomed);
 }
 
-uint32_t bucket_of(const InstalledRule &r) { return r.bucket_id ? r.bucket_id : r.id; }
-
 /// True if two rule sets compile to the same lookup tables: the tables
 /// depend on each rule's slot, id, prefix, protocol and ports alone.
 bool same_lookups(const std::vector<InstalledRule> &a, const std::vector<InstalledRule> &b, uint32_t n)
@@ -500,8 +498,8 @@ std::optional<InstalledRule> RuleTable::edit_in_place(std::string_view name_or_i
 	next.sync = (active.sync & SLUICE_SYNC_LOOKUPS) | SLUICE_SYNC_RULES | (slot + 1);
 	map_update(maps_.active.get(), &zero, &next, "the live rule set's number");
 
-	if (bucket_of(after) != bucket_of(before)) {
-		uint32_t gone = bucket_of(before);
+	if (bucket_id(after) != bucket_id(before)) {
+		uint32_t gone = bucket_id(before);
 		record_retired_rules(meta.loaded_ns, {before}); // its events still in flight keep its name
 		purge_buckets(maps_, [gone](uint32_t id) { return id == gone; });
 	}
@@ -727,6 +725,20 @@ std::shared_ptr<const RuleTable::Prepared> RuleTable::prepare_empty(std::vector<
 	return p;
 }
 
+std::vector<InstalledRule> RuleTable::prepared_rules(const Prepared &prepared)
+{
+	// What write() puts in the maps and read() takes back out of them.
+	std::vector<InstalledRule> out;
+	out.reserve(prepared.after.size());
+	for (const auto &r : prepared.after) {
+		InstalledRule back = from_maps(to_datapath(r), to_info(r));
+		back.slot = r.slot;
+		out.push_back(std::move(back));
+	}
+	std::sort(out.begin(), out.end(), match_order);
+	return out;
+}
+
 void RuleTable::install(const Prepared &prepared)
 {
 	Snapshot before = read();
@@ -867,12 +879,12 @@ void RuleTable::write(const Snapshot &before, const std::vector<InstalledRule> &
 	//    buckets of ids that are never used again, which age out.
 	std::unordered_set<uint32_t> gone;
 	for (const auto &r : before.rules)
-		gone.insert(bucket_of(r));
+		gone.insert(bucket_id(r));
 	for (const auto &r : after)
-		gone.erase(bucket_of(r));
+		gone.erase(bucket_id(r));
 	std::vector<InstalledRule> retired; // their events still in flight keep their names
 	for (const auto &r : before.rules)
-		if (gone.count(bucket_of(r)))
+		if (gone.count(bucket_id(r)))
 			retired.push_back(r);
 	record_retired_rules(before.meta.loaded_ns, retired);
 	if (!gone.empty())

@@ -99,6 +99,10 @@ public:
 	/// its rules while the program loads, then installs them.
 	struct Prepared;
 	static std::shared_ptr<const Prepared> prepare_empty(std::vector<RuleSpec> desired, uint32_t max_rules);
+	/// The rules a Prepared set installs, as the maps will hold them and
+	/// list() will read them back (ids, slots, canonical specs): what
+	/// `export` prints after `apply` into an empty table, without a kernel.
+	static std::vector<InstalledRule> prepared_rules(const Prepared &prepared);
 	/// Writes and makes live a rule set prepare_empty made, into the tables
 	/// of a program just loaded and attached nowhere (so that no counter is
 	/// to zero and no packet to wait for); throws, having written nothing,

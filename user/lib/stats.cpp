@@ -46,13 +46,13 @@ struct RawSource {
 };
 
 /// Counts a bucket against its rule and keeps it if the query wants it.
-void collect_one(uint32_t rule_id, const uint8_t *addr, size_t addr_len, int family,
+void collect_one(uint32_t bucket, const uint8_t *addr, size_t addr_len, int family,
 		 const struct sluice_source_counters &cnt, const std::unordered_map<uint32_t, RuleStats *> &by_id,
 		 const StatsQuery &query, std::vector<RawSource> &out, uint64_t &tracked)
 {
-	auto it = by_id.find(rule_id);
+	auto it = by_id.find(bucket);
 	if (it == by_id.end())
-		return; // a bucket of a rule deleted a moment ago
+		return; // a bucket of a rule deleted or restarted a moment ago
 	RuleStats &rs = *it->second;
 	rs.sources++;
 	tracked++;
@@ -75,8 +75,8 @@ void collect_table(int fd, const PendingDrops &pending,
 {
 	using Table = SetTable<Set>;
 	Table(fd).for_each(
-		[&](uint32_t rule_id, const uint8_t *addr, const typename Table::Bucket &b) {
-			collect_one(rule_id, addr, Table::family == 4 ? 4 : 16, Table::family, b.cnt, by_id, query,
+		[&](uint32_t bucket, const uint8_t *addr, const typename Table::Bucket &b) {
+			collect_one(bucket, addr, Table::family == 4 ? 4 : 16, Table::family, b.cnt, by_id, query,
 				    out, tracked);
 		},
 		pending);
@@ -110,9 +110,11 @@ Stats collect_stats(const MapSet &maps, const StatsQuery &query)
 
 	for (auto &r : table.list())
 		s.rules.push_back({r, table.counters(r.slot), 0});
+	// Buckets are filed under their rule's bucket id, which an edit that
+	// restarts them changes: the rule's own id finds none of them then.
 	std::unordered_map<uint32_t, RuleStats *> by_id;
 	for (auto &rs : s.rules)
-		by_id[rs.rule.id] = &rs;
+		by_id[bucket_id(rs.rule)] = &rs;
 
 	std::vector<RawSource> raw;
 	// Each table's share of the tracked buckets, and its size.
@@ -156,7 +158,8 @@ Stats collect_stats(const MapSet &maps, const StatsQuery &query)
 		const RuleSpec &spec = r.rule->rule.spec;
 		Cidr c{r.family, r.addr, spec.bucket_prefix()};
 		s.sources.push_back({format_cidr(c), spec.name, r.rule->rule.id, spec.shadow, r.cnt.passed_packets,
-				     r.cnt.passed_bytes, r.cnt.dropped_packets, r.cnt.dropped_bytes, spec.algo});
+				     r.cnt.passed_bytes, r.cnt.dropped_packets, r.cnt.dropped_bytes, spec.algo,
+				     bucket_id(r.rule->rule)});
 	}
 
 	for (int i = 0; i < SLUICE_CNT_MAX; i++) {

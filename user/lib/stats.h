@@ -29,6 +29,9 @@ struct SourceStats {
 	uint64_t passed_packets = 0, passed_bytes = 0;
 	uint64_t dropped_packets = 0, dropped_bytes = 0;
 	Algo algo = Algo::token_bucket;
+	/// The bucket's rule part (bucket_id of its rule): a bucket an edit
+	/// restarted counts afresh under a new one.
+	uint32_t bucket_id = 0;
 };
 
 struct RuleStats {

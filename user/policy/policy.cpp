@@ -563,36 +563,8 @@ std::string yaml_scalar(const std::string &s)
 	return e.c_str();
 }
 
-// The spec as the policy file states it: only what a rule of its action
-// means, the default burst filled in, per-address aggregation as -1.
-RuleSpec normalized(const RuleSpec &s)
-{
-	RuleSpec n = s;
-	if (n.action != Action::limit) {
-		RuleSpec defaults;
-		n.rate = defaults.rate;
-		n.algo = defaults.algo;
-		n.burst = defaults.burst;
-		n.per_prefix = defaults.per_prefix;
-		n.warmup_ns = defaults.warmup_ns;
-		n.layered = defaults.layered;
-		n.scope = defaults.scope;
-		n.fallback = defaults.fallback;
-		return n;
-	}
-	if (!n.has_burst())
-		n.burst = 0;
-	else if (n.burst == 0 && n.rate.period_ns)
-		n.burst = default_burst(n.rate);
-	if (n.per_prefix == n.cidr.max_len())
-		n.per_prefix = -1;
-	if (n.algo != Algo::token_bucket)
-		n.warmup_ns = 0;
-	return n;
-}
-
-/// A rule key after `name`: how its value reads on a normalized spec, and the
-/// default it is left out at. Each `show` is one-to-one on normalized specs,
+/// A rule key after `name`: how its value reads on a canonical spec, and the
+/// default it is left out at. Each `show` is one-to-one on canonical specs,
 /// so two specs differ in a key exactly when its shown values differ.
 struct RuleField {
 	const char *key;
@@ -628,6 +600,14 @@ bool default_burst_of(const RuleSpec &n)
 
 } // namespace
 
+std::vector<std::string> policy_rule_keys()
+{
+	std::vector<std::string> keys = {"name"};
+	for (const auto &f : RULE_FIELDS)
+		keys.push_back(f.key);
+	return keys;
+}
+
 std::string write_policy(const Policy &p)
 {
 	std::string out;
@@ -651,7 +631,7 @@ std::string write_policy(const Policy &p)
 
 	out += p.rules.empty() ? "rules: []\n" : "rules:\n";
 	for (const auto &rule : p.rules) {
-		RuleSpec n = normalized(rule);
+		RuleSpec n = canonical(rule);
 		std::string lead = "  - ";
 		auto line = [&](const char *key, const std::string &value) {
 			out += lead + key + ": " + value + "\n";
@@ -673,7 +653,7 @@ std::string write_policy(const Policy &p)
 
 std::string describe_rule(const RuleSpec &spec)
 {
-	RuleSpec n = normalized(spec);
+	RuleSpec n = canonical(spec);
 	std::string s = format_cidr(n.cidr);
 	if (n.proto != Proto::any)
 		s += " " + std::string(proto_name(n.proto));
@@ -745,14 +725,16 @@ std::vector<RuleChange> diff_rules(const std::vector<RuleSpec> &running, const s
 		// any field is written out.
 		if (same_spec(was, r))
 			continue;
-		RuleSpec before = normalized(was), after = normalized(r);
+		RuleSpec before = canonical(was), after = canonical(r);
 		std::vector<std::string> fields;
 		for (const auto &f : RULE_FIELDS)
 			if (f.show(before) != f.show(after))
 				fields.push_back(f.key);
-		if (!fields.empty())
+		if (!fields.empty()) {
+			BucketChange buckets = bucket_change(before, after);
 			changes.push_back({RuleChange::Kind::change, r.name, was, r, fields,
-					   edit_restarts_buckets(before, after)});
+					   buckets != BucketChange::keep, buckets});
+		}
 	}
 	return changes;
 }
@@ -771,7 +753,7 @@ std::string format_diff(const std::vector<RuleChange> &changes)
 			out += "- rule " + c.name + ": " + describe_rule(c.before) + "\n";
 			break;
 		case RuleChange::Kind::change: {
-			RuleSpec before = normalized(c.before), after = normalized(c.after);
+			RuleSpec before = canonical(c.before), after = canonical(c.after);
 			out += "~ rule " + c.name + ": ";
 			for (size_t i = 0; i < c.fields.size(); i++) {
 				for (const auto &f : RULE_FIELDS)
@@ -779,7 +761,8 @@ std::string format_diff(const std::vector<RuleChange> &changes)
 						out += (i ? ", " : "") + c.fields[i] + " " + f.show(before) + " -> " +
 						       f.show(after);
 			}
-			out += c.restarts_buckets ? " (buckets restart)\n" : " (buckets kept)\n";
+			out += c.restarts_buckets ? " (buckets restart: " + std::string(bucket_change_reason(c.buckets)) + ")\n"
+						  : " (buckets kept)\n";
 			break;
 		}
 		}

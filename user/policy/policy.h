@@ -82,6 +82,10 @@ std::optional<TableSizes> peek_table_sizes(std::string_view text);
 /// writing what it reads gives the same text byte for byte.
 std::string write_policy(const Policy &p);
 
+/// A policy rule's keys, in the export's order: "name", then each key a
+/// rule may state (the ones diff_rules names in a change).
+std::vector<std::string> policy_rule_keys();
+
 /// One difference between the running rules and a policy's, by name.
 struct RuleChange {
 	enum class Kind { add, remove, change };
@@ -91,10 +95,11 @@ struct RuleChange {
 	RuleSpec after;  ///< add and change
 	/// change: the policy keys whose values differ, in the file's key order.
 	std::vector<std::string> fields;
-	/// change: the rule's buckets cannot be kept (their meaning changes):
-	/// selector, action to or from limit, per, algo, packets <-> bytes, or the
-	/// window length of a fixed or sliding window. False for add and remove.
+	/// change: the rule's buckets cannot be kept (bucket_change, the one
+	/// place that decides it for `apply` too). False for add and remove.
 	bool restarts_buckets = false;
+	/// change: why they restart, or keep.
+	BucketChange buckets = BucketChange::keep;
 };
 
 /// What applying `desired` over `running` changes, rules matched by name
@@ -107,6 +112,7 @@ std::vector<RuleChange> diff_rules(const std::vector<RuleSpec> &running, const s
 ///   + rule ssh: 0.0.0.0/0 tcp dport 22 limit 5/min sliding-log
 ///   - rule old: 10.0.0.0/8 deny
 ///   ~ rule web: rate 100/s -> 200/s, burst 10 -> 20 (buckets kept)
+///   ~ rule api: algo token-bucket -> gcra (buckets restart: the algorithm changes)
 /// or "no changes" when there are none.
 std::string format_diff(const std::vector<RuleChange> &changes);
 
