@@ -76,9 +76,7 @@ std::string ApplyPlan::format() const
 	for (auto [key, n] : sizes)
 		if (n)
 			out += "~ tables " + std::string(key) + " -> " + std::to_string(n) +
-			       (std::string_view(key) == "max_sources"
-					? " (rules and counters kept; the IPv4 buckets start afresh)\n"
-					: " (rules and counters kept; buckets too, where they fit)\n");
+			       " (rules and counters kept; buckets too, where they fit)\n";
 	if (!rules.empty())
 		out += format_diff(rules);
 	for (const auto &i : attach)
