@@ -600,21 +600,32 @@ __noinline int sluice_flush_pending(const struct sluice_pending_drops *p)
 	return 1;
 }
 
+/* Whether the account in owed slot `o` cannot go onto the word `w` (offset
+ * `off`) as it stands: another write landed since the account was made on
+ * `written`, and the clock `now_t` has passed that word's arrival time, so
+ * the other write may have found the bucket full and forgotten what this
+ * account charged before it. While the clock is behind it, no write can have
+ * found the bucket full: every write since stacked, and so does the account. */
+static __always_inline int owed_uncertain(const struct sluice_owed *o, __u64 w, __u64 off, __u64 now_t)
+{
+	return w != o->written && (__s64)(o->written - off - now_t) < 0;
+}
+
 /*
  * Settles what owed slot `o` holds against its bucket's word `w` (offset
  * `off`), read while the way holds the bucket (see "The bound" at struct
  * sluice_owed): the word to write, or `w` itself where nothing needs writing.
- * An account whose base is still the word (o->written == w) is exact: its
- * charges go onto the word as if written at their own times, max(arrival
- * time, since) + ticks. One made while another write landed (o->written != w)
- * is not: which came first is unknown, so only what is certain is written,
+ * An account that can go onto the word as it stands (owed_uncertain) is
+ * written as if at its own times, max(arrival time, since) + ticks. Where it
+ * cannot, which came first is unknown, so only what is certain is written,
  * max(arrival time, since + ticks), and the rest stays as doubt (*doubt).
  */
-static __always_inline __u64 owed_settled_word(const struct sluice_owed *o, __u64 w, __u64 off, __u64 *doubt)
+static __always_inline __u64 owed_settled_word(const struct sluice_owed *o, __u64 w, __u64 off, __u64 now_t,
+						__u64 *doubt)
 {
 	__u64 tat = w - off, c;
 
-	if (w == o->written) {
+	if (!owed_uncertain(o, w, off, now_t)) {
 		*doubt = 0;
 		c = ((__s64)(tat - o->since) > 0 ? tat : o->since) + o->ticks;
 	} else {
@@ -692,7 +703,7 @@ __noinline int sluice_flush_owed(struct sluice_owed *o, __u64 now_t)
 			continue;
 		}
 		if (o->packets) {
-			want = owed_settled_word(o, w, off, &doubt);
+			want = owed_settled_word(o, w, off, now_t, &doubt);
 			if (want != w) {
 				old = __sync_val_compare_and_swap(&st->word, w, want);
 				if (old != w) {
@@ -1056,9 +1067,9 @@ __noinline int sluice_charge_owed(struct sluice_source_state *st, struct sluice_
 			continue;
 		}
 		tat = w - off;
-		if (o->packets && w != o->written) {
+		if (o->packets && owed_uncertain(o, w, off, now_t)) {
 			/* Another write landed on the account: settle what is certain. */
-			eff = owed_settled_word(o, w, off, &doubt);
+			eff = owed_settled_word(o, w, off, now_t, &doubt);
 			if (eff != w) {
 				old = __sync_val_compare_and_swap(&st->word, w, eff);
 				if (old != w) {
@@ -1215,12 +1226,14 @@ __noinline int sluice_owed_wrote(struct charge_req *req, __u64 written)
  * (decide_fast), whose charge returns -1, having changed nothing, where the
  * word kept moving under it, for the walk to charge with every try: the
  * verifier follows each try for every path of the program that reaches it.
- * On the fast path (tries below SLUICE_CAS_RETRIES) a pass written here
- * names the bucket in this CPU's owed slot, with the word written; a bucket
- * that slot names, shared with another CPU or owed passes, is charged by
- * sluice_charge_owed (struct sluice_owed). The walk and IPv6 charge the word
- * alone: a call more there exceeds the 512 bytes of stack the deepest chain
- * has, and the fast path decides a flood's packets.
+ * IPv4 (`owes`): a pass written here names the bucket in this CPU's owed
+ * slot, with the word written. On the fast path (tries below
+ * SLUICE_CAS_RETRIES) a bucket that slot names, shared with another CPU or
+ * with passes or doubt in the slot, is charged by sluice_charge_owed (struct
+ * sluice_owed); the walk pays the slot's account first (sluice_owed_pay), so
+ * that every path decides with this CPU's own account, and it never owes.
+ * IPv6 charges the word alone. The drop memo repeats a drop only while the
+ * word it was decided on stands, and an account only makes a drop surer.
  */
 static __always_inline int charge_gcra(struct sluice_source_state *st, struct sluice_set_tags *t, int way,
 				       const struct sluice_addr6 *addr, const struct sluice_rule *rule,
