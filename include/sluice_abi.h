@@ -773,9 +773,11 @@ SLUICE_ASSERT_SIZE(struct sluice_pending_drops, 120);
  * How an account is written. `written` is the word the account was made on.
  * While the word still reads so, the account is exact: the charges go on as
  * if written at their own times, max(arrival time, since) + ticks, and GCRA
- * forgets them as it forgets any charge once the bucket is full again. Once
- * another write landed (another CPU's, or the controller's), which came first
- * is unknown, so only what is certain is written, max(arrival time, since +
+ * forgets them as it forgets any charge once the bucket is full again.
+ * Another write since (another CPU's, or the controller's) stacked too while
+ * the clock is behind that word's arrival time (no write can have found the
+ * bucket full), and the account stacks on it. Past that, which came first is
+ * unknown, so only what is certain is written, max(arrival time, since +
  * ticks); the rest is doubt, kept in `ticks` with `packets` 0. Doubt is never
  * charged to a packet, the slot owes nothing new while it holds it, and it
  * is forgotten at a write once max(arrival time, since) + ticks is behind
