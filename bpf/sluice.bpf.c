@@ -600,26 +600,75 @@ __noinline int sluice_flush_pending(const struct sluice_pending_drops *p)
 	return 1;
 }
 
+/* Whether the account in owed slot `o` cannot go onto the word `w` (offset
+ * `off`) as it stands: another write landed since the account was made on
+ * `written`, and the clock `now_t` has passed that word's arrival time, so
+ * the other write may have found the bucket full and forgotten what this
+ * account charged before it. While the clock is behind it, no write can have
+ * found the bucket full: every write since stacked, and so does the account. */
+static __always_inline int owed_uncertain(const struct sluice_owed *o, __u64 w, __u64 off, __u64 now_t)
+{
+	return w != o->written && (__s64)(o->written - off - now_t) < 0;
+}
+
 /*
- * Writes what owed slot `o` holds to the bucket it names, if its way still
- * holds that bucket (the key and generation), and empties the slot: the
- * charges onto the word, from max(arrival time, since), by compare-and-swap;
- * the passes onto the bucket's counters. The charges are written even past
- * the capacity: their packets have passed, and the bucket pays for them with
- * the drops that follow. A global function: called when a CPU's slot moves on
- * to another bucket.
+ * Settles what owed slot `o` holds against its bucket's word `w` (offset
+ * `off`), read while the way holds the bucket (see "The bound" at struct
+ * sluice_owed): the word to write, or `w` itself where nothing needs writing.
+ * An account that can go onto the word as it stands (owed_uncertain) is
+ * written as if at its own times, max(arrival time, since) + ticks. Where it
+ * cannot, which came first is unknown, so only what is certain is written,
+ * max(arrival time, since + ticks), and the rest stays as doubt (*doubt).
  */
-__noinline int sluice_flush_owed(struct sluice_owed *o)
+static __always_inline __u64 owed_settled_word(const struct sluice_owed *o, __u64 w, __u64 off, __u64 now_t,
+						__u64 *doubt)
+{
+	__u64 tat = w - off, c;
+
+	if (!owed_uncertain(o, w, off, now_t)) {
+		*doubt = 0;
+		c = ((__s64)(tat - o->since) > 0 ? tat : o->since) + o->ticks;
+	} else {
+		*doubt = o->ticks;
+		c = o->since + o->ticks;
+		if ((__s64)(c - tat) <= 0)
+			return w;
+	}
+	return c + off;
+}
+
+/* Whether doubt held in owed slot `o` (ticks from `since`) is spent: the
+ * bucket's arrival time `tat` with it is behind the clock `now_t`, so a
+ * bucket holding it would be full now, as GCRA forgets. */
+static __always_inline int owed_doubt_spent(const struct sluice_owed *o, __u64 tat, __u64 now_t)
+{
+	return (__s64)(((__s64)(tat - o->since) > 0 ? tat : o->since) + o->ticks - now_t) < 0;
+}
+
+/*
+ * Settles what owed slot `o` holds with the bucket it names, if its way still
+ * holds that bucket (the key and generation), by compare-and-swap
+ * (owed_settled_word), and adds its passes to the bucket's counters. Returns 1
+ * when the slot is free for another bucket: it holds neither passes nor
+ * doubt (spent at `now_t`, or the bucket was evicted, its charges and counts
+ * gone with it); 0 when it still holds either: the slot keeps naming its
+ * bucket and nothing owed is lost (other CPUs kept winning the word
+ * SLUICE_CAS_RETRIES times, or the doubt is not yet spent). A global
+ * function: called when a CPU's slot would move on to another bucket.
+ */
+__noinline int sluice_flush_owed(struct sluice_owed *o, __u64 now_t)
 {
 	struct sluice_source_state *st = NULL;
 	struct sluice_set_tags *t = NULL;
-	__u64 name, w, old, off, tat, base;
+	__u64 name, w, old, off, want, doubt;
 	__u32 set;
 	__u16 gen;
 	int way, i;
 
-	if (!o || !o->packets)
+	if (!o)
 		return 0; /* the verifier: arguments of a global function may be NULL */
+	if (!o->packets && !o->ticks)
+		return 1;
 	name = o->name;
 	set = (__u32)name;
 	way = SLUICE_WAY((int)(name >> 32));
@@ -628,7 +677,7 @@ __noinline int sluice_flush_owed(struct sluice_owed *o)
 		struct sluice_set_v6 *s6 = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V6, &set);
 
 		if (!s6)
-			goto out;
+			goto gone;
 		barrier_var(s6); /* no pointer arithmetic before the check */
 		t = &s6->tag;
 		st = &s6->way[way];
@@ -636,34 +685,46 @@ __noinline int sluice_flush_owed(struct sluice_owed *o)
 		struct sluice_set_v4 *s4 = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V4, &set);
 
 		if (!s4)
-			goto out;
+			goto gone;
 		barrier_var(s4); /* no pointer arithmetic before the check */
 		t = &s4->tag;
 		st = &s4->way[way];
 	}
-	if (t && st) {
-		w = SLUICE_READ_ONCE(st->word);
-		for (i = 0; i < SLUICE_CAS_RETRIES; i++) {
-			off = SLUICE_READ_ONCE(st->algo.gcra.off);
-			if (SLUICE_READ_ONCE(t->gen[way]) != gen || SLUICE_READ_ONCE(t->key[way]) != o->want)
-				break; /* evicted: its charges and counts went with it */
-			old = SLUICE_READ_ONCE(st->word);
-			if (old != w) {
-				w = old;
-				continue;
-			}
-			tat = w - off;
-			base = (__s64)(tat - o->since) > 0 ? tat : o->since;
-			old = __sync_val_compare_and_swap(&st->word, w, base + o->ticks + off);
-			if (old == w) {
-				count_add(&st->cnt.passed_packets, sluice_gen_tag(gen), o->packets, SLUICE_CAS_RETRIES);
-				count_add(&st->cnt.passed_bytes, sluice_gen_tag(gen), o->bytes, SLUICE_CAS_RETRIES);
-				break;
-			}
+	if (!t || !st)
+		goto gone;
+	w = SLUICE_READ_ONCE(st->word);
+	for (i = 0; i < SLUICE_CAS_RETRIES; i++) {
+		off = SLUICE_READ_ONCE(st->algo.gcra.off);
+		if (SLUICE_READ_ONCE(t->gen[way]) != gen || SLUICE_READ_ONCE(t->key[way]) != o->want)
+			goto gone; /* evicted: its charges and counts went with it */
+		old = SLUICE_READ_ONCE(st->word);
+		if (old != w) {
 			w = old;
+			continue;
 		}
+		if (o->packets) {
+			want = owed_settled_word(o, w, off, now_t, &doubt);
+			if (want != w) {
+				old = __sync_val_compare_and_swap(&st->word, w, want);
+				if (old != w) {
+					w = old;
+					continue;
+				}
+				w = want;
+			}
+			count_add(&st->cnt.passed_packets, sluice_gen_tag(gen), o->packets, SLUICE_CAS_RETRIES);
+			count_add(&st->cnt.passed_bytes, sluice_gen_tag(gen), o->bytes, SLUICE_CAS_RETRIES);
+			o->packets = 0;
+			o->bytes = 0;
+			o->ticks = doubt;
+			o->written = w;
+		}
+		if (o->ticks && owed_doubt_spent(o, w - off, now_t))
+			o->ticks = 0;
+		return !o->ticks;
 	}
-out:
+	return 0; /* contended: the slot keeps its account, to pay another time */
+gone:
 	o->packets = 0;
 	o->bytes = 0;
 	o->ticks = 0;
@@ -937,8 +998,9 @@ static __always_inline void count_source(struct sluice_source_counters *c, __u16
 }
 
 /* Owed slot `o`, which names the bucket of counters `c` (generation `gen`),
- * was paid with this CPU's write of `written`: its passes go to the
- * counters, and the slot is empty. */
+ * was settled with this CPU's write of `written` (or found the word at
+ * `written`): its passes go to the counters, and the slot owes nothing. The
+ * caller says what its ticks hold after (nothing, or doubt). */
 static __always_inline void settle_owed(struct sluice_owed *o, struct sluice_source_counters *c, __u16 gen,
 					__u64 written)
 {
@@ -949,37 +1011,41 @@ static __always_inline void settle_owed(struct sluice_owed *o, struct sluice_sou
 	o->written = written;
 	o->packets = 0;
 	o->bytes = 0;
-	o->ticks = 0;
 }
 
 /* Whether a pass may go on this CPU's account (struct sluice_owed) rather
  * than be written: another CPU wrote the bucket's word `w` since this one
- * did, and after the pass the account stays within SLUICE_OWED_MAX packets
- * and an eighth of the capacity, and the bucket (with the account) at least
- * half full: `next` is its arrival time after the pass. */
-static __always_inline int may_owe(const struct sluice_owed *o, __u64 w, __u64 owed, __u64 inc, __u64 next,
-				   __u64 now_t, const struct sluice_rule *rule, const struct charge_req *req)
+ * did (or did within SLUICE_OWED_SHARED_NS), the slot holds no doubt, and
+ * after the pass the account stays within SLUICE_OWED_MAX packets and an
+ * eighth of the capacity (`owed` with the pass), and the bucket (with the
+ * account) at least half full: `next` is its arrival time after the pass. */
+static __always_inline int may_owe(const struct sluice_owed *o, __u64 w, __u64 owed, __u64 next, __u64 now_t,
+				   const struct sluice_rule *rule, const struct charge_req *req)
 {
 	__u64 cap = rule->bucket.capacity;
 
-	return (o->written != w || (__s64)(o->shared_until - req->now) > 0) &&
-	       o->packets + req->packets <= SLUICE_OWED_MAX && owed + inc <= cap / 8 && next - now_t <= cap / 2;
+	return (o->written != w || (__s64)(o->shared_until - req->now) > 0) && (o->packets || !o->ticks) &&
+	       o->packets + req->packets <= SLUICE_OWED_MAX && owed <= cap / 8 && next - now_t <= cap / 2;
 }
 
 /*
  * charge_gcra for a bucket this CPU's owed slot names, shared with another
- * CPU, or owed passes (struct sluice_owed): the decision includes what this
- * CPU owes; a pass goes on account where may_owe allows, or is written with
- * the account; a drop first pays the account. The caller read the way's
- * generation (req->count_gen): -1 if the way holds another bucket now.
- * Counts the packet and ranks the way, as charge_gcra does. A global
- * function: only buckets charged from several CPUs at once come here, and
- * the fast path keeps its registers and stack.
+ * CPU, or with passes or doubt in the slot (struct sluice_owed; see "The
+ * bound" there). An account made while another write landed is settled
+ * first (owed_settled_word), leaving doubt; then the decision includes what
+ * this CPU owes, exactly; a pass goes on account where may_owe allows, or is
+ * written with the account; a drop first pays the account. Doubt is left out
+ * of decisions (it never drops a packet) and forgotten once spent
+ * (owed_doubt_spent) at a write. The caller read the way's generation
+ * (req->count_gen): -1 if the way holds another bucket now. Counts the packet
+ * and ranks the way, as charge_gcra does. A global function: only buckets
+ * charged from several CPUs at once come here, and the fast path keeps its
+ * registers and stack.
  */
 __noinline int sluice_charge_owed(struct sluice_source_state *st, struct sluice_set_tags *t,
 				  const struct sluice_rule *rule, struct charge_req *req)
 {
-	__u64 w, off, next, old, eff, owed, now_t;
+	__u64 w, off, next, old, eff, owed, now_t, tat, doubt;
 	struct sluice_owed *o;
 	int i, res = BUCKET_FORCED;
 
@@ -1000,10 +1066,26 @@ __noinline int sluice_charge_owed(struct sluice_source_state *st, struct sluice_
 			w = old;
 			continue;
 		}
+		tat = w - off;
+		if (o->packets && owed_uncertain(o, w, off, now_t)) {
+			/* Another write landed on the account: settle what is certain. */
+			eff = owed_settled_word(o, w, off, now_t, &doubt);
+			if (eff != w) {
+				old = __sync_val_compare_and_swap(&st->word, w, eff);
+				if (old != w) {
+					w = old;
+					continue;
+				}
+				w = eff;
+			}
+			settle_owed(o, &st->cnt, (__u16)req->count_gen, w);
+			o->ticks = doubt;
+			tat = w - off;
+		}
 		owed = o->packets ? o->ticks : 0;
-		eff = w - off;
+		eff = tat;
 		if (owed)
-			eff = ((__s64)(eff - o->since) > 0 ? eff : o->since) + owed;
+			eff = ((__s64)(tat - o->since) > 0 ? tat : o->since) + owed;
 		/* sluice_gcra_admit, spelled out: its result's address would take stack. */
 		next = ((__s64)(eff - now_t) > 0 ? eff : now_t) + cost_ticks(rule, req->cost);
 		if (next - now_t > rule->bucket.capacity) {
@@ -1013,6 +1095,7 @@ __noinline int sluice_charge_owed(struct sluice_source_state *st, struct sluice_
 				if (old == w) {
 					old = eff + off;
 					settle_owed(o, &st->cnt, (__u16)req->count_gen, old);
+					o->ticks = 0;
 				}
 				w = old;
 				continue;
@@ -1026,16 +1109,24 @@ __noinline int sluice_charge_owed(struct sluice_source_state *st, struct sluice_
 			break;
 		}
 		req->full = sluice_tick_stamp(next);
-		if (may_owe(o, w, owed, next - ((__s64)(eff - now_t) > 0 ? eff : now_t), next, now_t, rule, req)) {
-			/* On account: nothing shared is written. A bucket that was
-			 * full even with the account forgets its charges, as GCRA
-			 * does (not its passes). */
-			if (!owed || (__s64)(eff - now_t) < 0) {
-				o->since = (__s64)(w - off - now_t) > 0 ? w - off : now_t;
-				o->ticks = next - ((__s64)(w - off - now_t) > 0 ? w - off : now_t);
-			} else {
-				o->ticks = next - ((__s64)(o->since - (w - off)) > 0 ? o->since : w - off);
+		/* The account after the pass: from `since`, or, where the bucket
+		 * with it was full, from now (GCRA forgets the charges, not the
+		 * passes). */
+		if (!owed || (__s64)(eff - now_t) < 0) {
+			owed = next - ((__s64)(tat - now_t) > 0 ? tat : now_t);
+		} else {
+			owed = next - ((__s64)(tat - o->since) > 0 ? tat : o->since);
+		}
+		if (may_owe(o, w, owed, next, now_t, rule, req)) {
+			/* On account: nothing shared is written. */
+			if (!o->packets || (__s64)(eff - now_t) < 0) {
+				o->since = (__s64)(tat - now_t) > 0 ? tat : now_t;
+				if (!o->packets)
+					o->written = w; /* the account's base */
+			} else if ((__s64)(tat - o->since) > 0) {
+				o->since = tat;
 			}
+			o->ticks = owed;
 			o->packets += req->packets;
 			o->bytes += req->bytes;
 			/* Counted on account. */
@@ -1044,7 +1135,11 @@ __noinline int sluice_charge_owed(struct sluice_source_state *st, struct sluice_
 		}
 		old = __sync_val_compare_and_swap(&st->word, w, next + off);
 		if (old == w) {
+			doubt = o->packets ? 0 : o->ticks;
 			settle_owed(o, &st->cnt, (__u16)req->count_gen, next + off);
+			o->ticks = doubt;
+			if (doubt && owed_doubt_spent(o, tat, now_t))
+				o->ticks = 0;
 			res = BUCKET_PASS;
 			break;
 		}
@@ -1058,7 +1153,7 @@ __noinline int sluice_charge_owed(struct sluice_source_state *st, struct sluice_
 /* Whether this CPU's owed slot names the bucket of req (generation
  * req->count_gen), whose word reads `w`, and the bucket is shared (another
  * CPU wrote the word since this one did, now or within SLUICE_OWED_SHARED_NS),
- * or this CPU owes it passes: then sluice_charge_owed charges it. */
+ * or the slot holds passes or doubt: then sluice_charge_owed charges it. */
 static __always_inline int owed_due(struct charge_req *req, __u64 w)
 {
 	struct sluice_owed *o = bpf_map_lookup_elem(&SLUICE_MAP_OWED, &req->pending);
@@ -1068,13 +1163,32 @@ static __always_inline int owed_due(struct charge_req *req, __u64 w)
 		return 0;
 	if (o->written != w)
 		o->shared_until = req->now + SLUICE_OWED_SHARED_NS;
-	return o->packets || (__s64)(o->shared_until - req->now) > 0;
+	return o->packets || o->ticks || (__s64)(o->shared_until - req->now) > 0;
+}
+
+/* The walk's charge of req's bucket (generation req->count_gen): where this
+ * CPU's owed slot names it and owes it passes, they are paid first
+ * (sluice_flush_owed), so that the walk decides with them; 1 if so. A global
+ * function: the walk's frame has no room for it inline. */
+__noinline int sluice_owed_pay(struct charge_req *req)
+{
+	struct sluice_owed *o;
+
+	if (!req)
+		return 0; /* the verifier: arguments of a global function may be NULL */
+	o = bpf_map_lookup_elem(&SLUICE_MAP_OWED, &req->pending);
+	if (!o || !o->packets || o->want != req->want ||
+	    o->name != pending_name(req->set_idx, req->way, req->table, (__u16)req->count_gen))
+		return 0;
+	sluice_flush_owed(o, sluice_ns_to_ticks(req->now));
+	return 1;
 }
 
 /* This CPU wrote `written` to the bucket of req (generation req->count_gen),
- * which its owed slot does not name: it names that bucket now, first paying
- * the one it named. A global function: the fast path's frame stays as it
- * was. */
+ * which its owed slot does not name: it names that bucket now, once what it
+ * held for the one it named is settled (sluice_flush_owed); while that cannot
+ * be, the slot stays, and this bucket is written at each pass. A global
+ * function: the fast path's frame stays as it was. */
 __noinline int sluice_owed_wrote(struct charge_req *req, __u64 written)
 {
 	struct sluice_owed *o;
@@ -1087,8 +1201,8 @@ __noinline int sluice_owed_wrote(struct charge_req *req, __u64 written)
 		return 0;
 	name = pending_name(req->set_idx, req->way, req->table, (__u16)req->count_gen);
 	if (o->want != req->want || o->name != name) {
-		if (o->packets)
-			sluice_flush_owed(o);
+		if (!sluice_flush_owed(o, sluice_ns_to_ticks(req->now)))
+			return 0;
 		o->name = name;
 		o->want = req->want;
 		o->shared_until = 0;
@@ -1112,16 +1226,18 @@ __noinline int sluice_owed_wrote(struct charge_req *req, __u64 written)
  * (decide_fast), whose charge returns -1, having changed nothing, where the
  * word kept moving under it, for the walk to charge with every try: the
  * verifier follows each try for every path of the program that reaches it.
- * On the fast path (tries below SLUICE_CAS_RETRIES) a pass written here
- * names the bucket in this CPU's owed slot, with the word written; a bucket
- * that slot names, shared with another CPU or owed passes, is charged by
- * sluice_charge_owed (struct sluice_owed). The walk and IPv6 charge the word
- * alone: a call more there exceeds the 512 bytes of stack the deepest chain
- * has, and the fast path decides a flood's packets.
+ * IPv4 (`owes`): a pass written here names the bucket in this CPU's owed
+ * slot, with the word written. On the fast path (tries below
+ * SLUICE_CAS_RETRIES) a bucket that slot names, shared with another CPU or
+ * with passes or doubt in the slot, is charged by sluice_charge_owed (struct
+ * sluice_owed); the walk pays the slot's account first (sluice_owed_pay), so
+ * that every path decides with this CPU's own account, and it never owes.
+ * IPv6 charges the word alone. The drop memo repeats a drop only while the
+ * word it was decided on stands, and an account only makes a drop surer.
  */
 static __always_inline int charge_gcra(struct sluice_source_state *st, struct sluice_set_tags *t, int way,
 				       const struct sluice_addr6 *addr, const struct sluice_rule *rule,
-				       struct charge_req *req, const int tries)
+				       struct charge_req *req, const int tries, const int owes)
 {
 	__u64 inc = cost_ticks(rule, req->cost), now_t = sluice_ns_to_ticks(req->now);
 	__u64 w = SLUICE_READ_ONCE(st->word), off, next, old, tat = now_t;
@@ -1131,10 +1247,16 @@ static __always_inline int charge_gcra(struct sluice_source_state *st, struct sl
 	__u16 g = 0;
 	int i;
 
-	if (tries < SLUICE_CAS_RETRIES) {
+	if (owes) {
 		req->count_gen = SLUICE_READ_ONCE(*gen);
-		if (owed_due(req, w))
-			return sluice_charge_owed(st, t, rule, req);
+		if (tries < SLUICE_CAS_RETRIES) {
+			if (owed_due(req, w))
+				return sluice_charge_owed(st, t, rule, req);
+		} else if (sluice_owed_pay(req)) {
+			/* The walk: this CPU's account was paid first, so that
+			 * the decision includes it. */
+			w = SLUICE_READ_ONCE(st->word);
+		}
 	}
 	for (i = 0; i < tries; i++) {
 		off = SLUICE_READ_ONCE(st->algo.gcra.off);
@@ -1159,25 +1281,29 @@ static __always_inline int charge_gcra(struct sluice_source_state *st, struct sl
 		if (old == w) {
 			res = BUCKET_PASS;
 			tat = next;
-			if (tries < SLUICE_CAS_RETRIES)
-				req->written = next + off;
+			req->written = next + off;
 			break;
 		}
 		w = old;
 	}
 	if (res == BUCKET_FORCED && tries < SLUICE_CAS_RETRIES)
 		return -1;
-	if (tries < SLUICE_CAS_RETRIES && res == BUCKET_PASS) {
+	if (owes && tries < SLUICE_CAS_RETRIES && res == BUCKET_PASS) {
+		/* The slot names the bucket, with the word this CPU wrote. */
 		struct sluice_owed *o = bpf_map_lookup_elem(&SLUICE_MAP_OWED, &req->pending);
 
 		req->count_gen = g;
 		if (o && o->want == req->want && o->name == pending_name(req->set_idx, req->way, req->table, g))
-			o->written = req->written; /* the slot names the bucket already */
+			o->written = req->written;
 		else
 			sluice_owed_wrote(req, req->written);
 	}
 	count_source(&st->cnt, g, res, req, 1, tries);
 	sluice_way_touch(t, way, req->want, req->now, sluice_tick_stamp(tat));
+	if (owes && tries >= SLUICE_CAS_RETRIES && res == BUCKET_PASS) {
+		req->count_gen = g;
+		sluice_owed_wrote(req, req->written);
+	}
 	return res;
 }
 
@@ -1702,7 +1828,7 @@ static __always_inline int charge_v4_attempt(struct charge_req *req, struct slui
 		return res;
 	}
 	if (tries < SLUICE_CAS_RETRIES || gcra_form(rule))
-		return charge_gcra(&set->way[w], &set->tag, w, NULL, rule, req, tries);
+		return charge_gcra(&set->way[w], &set->tag, w, NULL, rule, req, tries, 1);
 	return charge_found_locked(&set->way[w], &set->tag, w, rule, req);
 }
 
@@ -1794,7 +1920,7 @@ __noinline int sluice_charge_v6(const struct sluice_rule *rule, struct charge_re
 	req->way = w;
 	if (!gcra_form(rule))
 		return LOOKUP_LOCKED;
-	res = charge_gcra(&set->way[w], &set->tag, w, &set->addr[w], rule, req, SLUICE_CAS_RETRIES);
+	res = charge_gcra(&set->way[w], &set->tag, w, &set->addr[w], rule, req, SLUICE_CAS_RETRIES, 0);
 	return res < 0 ? LOOKUP_RETRY : res; /* -1: evicted under us */
 }
 

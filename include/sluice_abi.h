@@ -765,19 +765,42 @@ SLUICE_ASSERT_SIZE(struct sluice_pending_drops, 120);
  * at once. So on the fast path (an IPv4 source whose first rule decides), a
  * CPU that finds the word written by another CPU since its own last write
  * counts the bucket as shared for SLUICE_OWED_SHARED_NS, and while it is
- * shared and more than half full passes a packet on account: it adds the
+ * shared and at least half full passes a packet on account: it adds the
  * charge here and writes nothing shared. It writes what it owes with its
  * next write to the bucket: when the account holds SLUICE_OWED_MAX packets
  * or an eighth of the capacity, when the bucket would fall below half, when a
- * packet would be dropped (the account is paid, then the packet decided), or
- * when the slot is wanted for another bucket. A CPU's decisions include its
- * own account, so a CPU alone on a bucket decides exactly as GCRA does; it
- * owes only after finding a write not its own (another CPU's, the walk's or
- * the controller's). Other CPUs' accounts are not
- * seen: each may pass beyond the bound burst + rate x T, by at most
- * SLUICE_OWED_MAX packets and an eighth of the burst. Readers add every CPU's
- * owed passes to the bucket the slot names, as they add pending drops. Empty
- * when packets is 0.
+ * packet would be dropped (the account is paid, then the packet decided),
+ * when the walk decides a packet of the bucket (the account is paid first),
+ * or when the slot is wanted for another bucket (once what it holds is
+ * settled: until then the other bucket is written at each pass).
+ *
+ * How an account is written. `written` is the word the account was made on.
+ * While the word still reads so, the account is exact: the charges go on as
+ * if written at their own times, max(arrival time, since) + ticks, and GCRA
+ * forgets them as it forgets any charge once the bucket is full again.
+ * Another write since (another CPU's, or the controller's) stacked too while
+ * the clock is behind that word's arrival time (no write can have found the
+ * bucket full), and the account stacks on it. Past that, which came first is
+ * unknown, so only what is certain is written, max(arrival time, since +
+ * ticks); the rest is doubt, kept in `ticks` with `packets` 0. Doubt is never
+ * charged to a packet, the slot owes nothing new while it holds it, and it
+ * is forgotten at a write once max(arrival time, since) + ticks is behind
+ * the clock (the bucket with it would be full).
+ *
+ * The bound, per bucket and per CPU: a CPU alone on a bucket decides exactly
+ * as GCRA (burst + rate x T over any interval T), on every path (the fast
+ * path, the walk, the drop memo). Several CPUs at one bucket: what a CPU
+ * decides on never exceeds what GCRA fed every pass made would hold, so
+ * nothing within the limit is dropped; and each CPU holds at most one
+ * account or one doubt per slot naming the bucket, each at most
+ * SLUICE_OWED_MAX packets' and an eighth of the burst's charges, so at most
+ * burst + rate x T + (that, for each CPU) pass, plus one packet per forced
+ * pass (pass_contention). A bucket of one source has one slot per CPU; the
+ * sources of a --per prefix bucket each take the slot their address hashes
+ * to, and slots of one CPU see each other's writes as another CPU's: "a CPU
+ * alone" above means one slot, and the bound counts each slot. Readers add
+ * every CPU's owed passes to the bucket the slot names, as they add pending
+ * drops. Holds passes when packets is not 0.
  */
 #define SLUICE_OWED_MAX 32
 /* A CPU that finds another's write keeps owing for this long after. */
@@ -786,9 +809,9 @@ SLUICE_ASSERT_SIZE(struct sluice_pending_drops, 120);
 struct sluice_owed {
 	__u64 name;    /* the bucket: a pending-drops slot's first 8 bytes (set, way, table, generation) */
 	__u64 want;    /* ...and its key */
-	__u64 written; /* the word this CPU last wrote to it */
+	__u64 written; /* the word this CPU last wrote to it, or made its account on */
 	__u64 since;   /* ticks: the owed charges are written from max(arrival time, since) */
-	__u64 ticks;   /* the charges owed */
+	__u64 ticks;   /* the charges owed; with packets 0, doubt (see above) */
 	__u64 packets; /* the passes owed: not yet in the bucket's counters */
 	__u64 bytes;
 	__u64 shared_until; /* ns: till then the bucket counts as charged from several CPUs */
