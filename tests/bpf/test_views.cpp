@@ -366,7 +366,7 @@ struct BucketRow {
 	const char *before, *after;
 };
 
-/// One example of each row of the table (docs/notes/views.md), every
+/// One example of each row of the table (docs/packets.md), every
 /// reason bucket_change gives among them; each holds in the real program.
 const BucketRow BUCKET_ROWS[] = {
 	// kept
