@@ -954,9 +954,11 @@ void Instance::detach_link(const std::string &pin_name)
 		unchain(ifindex, netns);
 }
 
-void Instance::reattach(const AttachedLink &link)
+namespace {
+
+/// The program chained after sluice on `link` (`--then`); empty if none.
+UniqueFd open_chained(const AttachedLink &link)
 {
-	uint32_t ifindex = resolve_ifindex(link.ifname, "attach to");
 	UniqueFd next;
 	if (link.then_prog_id) {
 		next.reset(bpf_prog_get_fd_by_id(link.then_prog_id));
@@ -965,6 +967,15 @@ void Instance::reattach(const AttachedLink &link)
 					    link.ifname,
 				    errno);
 	}
+	return next;
+}
+
+} // namespace
+
+void Instance::reattach(const AttachedLink &link)
+{
+	uint32_t ifindex = resolve_ifindex(link.ifname, "attach to");
+	UniqueFd next = open_chained(link);
 	attach_link(link.ifname, ifindex, link.mode, {}, std::move(next), describe_prog(link.then_prog_id));
 }
 
@@ -978,14 +989,7 @@ void Instance::change_mode(const AttachedLink &link, XdpMode to)
 	// The kernel runs one mode at a time on an interface: the old link goes
 	// first, and comes back if the new one cannot be made. The chain
 	// (`--then`) goes with both.
-	UniqueFd next;
-	if (link.then_prog_id) {
-		next.reset(bpf_prog_get_fd_by_id(link.then_prog_id));
-		if (!next)
-			throw_errno("cannot open " + describe_prog(link.then_prog_id) + ", chained after sluice on " +
-					    link.ifname,
-				    errno);
-	}
+	UniqueFd next = open_chained(link);
 	detach_link(link.pin);
 	try {
 		UniqueFd again(next ? dup(next.get()) : -1);
