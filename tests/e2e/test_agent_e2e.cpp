@@ -145,6 +145,7 @@ protected:
 	{
 		cli({"detach", "--all"});
 		rmdir(PIN_DIR.c_str());
+		rmdir((PIN_DIR + "-lock").c_str()); // the instance's lock, beside it
 		remove_topology();
 	}
 

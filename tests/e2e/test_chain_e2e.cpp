@@ -110,6 +110,7 @@ protected:
 		unlink(ROOT_PIN.c_str());
 		unlink(JMP_PIN.c_str());
 		rmdir(PIN_DIR.c_str());
+		rmdir((PIN_DIR + "-lock").c_str()); // the instance's lock, beside it
 		TOPOLOGY.remove();
 	}
 };

@@ -227,6 +227,7 @@ protected:
 		for (int i = 0; i < HOSTS; i++) {
 			run_command({"env", "SLUICE_PIN_DIR=" + pin_dir(i), SLUICE_BIN, "detach", "--all"});
 			rmdir(pin_dir(i).c_str());
+			rmdir((pin_dir(i) + "-lock").c_str()); // the instance's lock, beside it
 			run_command({"ip", "netns", "del", host_ns(i)});
 			std::filesystem::remove_all(run_dir(i));
 		}

@@ -281,6 +281,7 @@ protected:
 	{
 		cli({"detach", "--all"});
 		rmdir(pin_dir().c_str());
+		rmdir((pin_dir() + "-lock").c_str()); // the instance's lock, beside it
 		remove_topology();
 	}
 

@@ -160,6 +160,7 @@ protected:
 	{
 		cli({"detach", "--all"});
 		rmdir(pin_dir().c_str());
+		rmdir((pin_dir() + "-lock").c_str()); // the instance's lock, beside it
 		remove_topology();
 		for (const auto &f : files_)
 			unlink(f.c_str());

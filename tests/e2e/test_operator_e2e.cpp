@@ -79,6 +79,7 @@ protected:
 	{
 		cli({"detach", "--all"});
 		rmdir(pin_dir().c_str());
+		rmdir((pin_dir() + "-lock").c_str()); // the instance's lock, beside it
 		run_command({"rm", "-rf", run_dir()});
 		TOPOLOGY.remove();
 		unsetenv("SLUICE_RUN_DIR");

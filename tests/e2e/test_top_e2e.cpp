@@ -271,6 +271,7 @@ protected:
 		tmux({"kill-server"});
 		cli({"detach", "--all"});
 		rmdir(PIN_DIR.c_str());
+		rmdir((PIN_DIR + "-lock").c_str()); // the instance's lock, beside it
 		remove_topology();
 	}
 

@@ -77,7 +77,11 @@ got=$(complete_words detach l)
 # Rule names, from a loaded program of this test's own.
 export SLUICE_PIN_DIR=/sys/fs/bpf/sluice-completion-test
 export SLUICE_RUN_DIR=/run/sluice-completion-test
-cleanup() { "$bin" detach --all >/dev/null 2>&1 || true; rm -rf "$SLUICE_RUN_DIR"; }
+cleanup() {
+	"$bin" detach --all >/dev/null 2>&1 || true
+	rmdir "$SLUICE_PIN_DIR" "$SLUICE_PIN_DIR-lock" 2>/dev/null || true
+	rm -rf "$SLUICE_RUN_DIR"
+}
 trap cleanup EXIT
 cleanup
 "$bin" rule add 198.51.100.0/24 --rate 100/s --name web-limit >/dev/null
