@@ -20,6 +20,7 @@ packages=(
   prometheus-cpp-dev                     # the agent's metrics exporter (sluice agent)
   prometheus curl                        # a real Prometheus server that scrapes the agent (e2e.Agent*)
   libhiredis-dev                         # the cluster sync's store client (user/cluster)
+  libssl-dev                             # libcrypto's SHA-1: the name EVALSHA calls a Lua script by
   redis-server                           # the store's tests start their own servers and clusters (redis.*);
                                          # the package's own service on :6379 is not used
 )

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <openssl/evp.h>
+
 #include "store_detail.h"
 
 namespace sluice::cluster {
@@ -91,69 +93,18 @@ std::vector<Endpoint> parse_endpoints(std::string_view text)
 
 std::string sha1_hex(std::string_view data)
 {
-	// FIPS 180-4 SHA-1. EVALSHA names a script by it; nothing here relies on
-	// it being collision resistant.
-	uint32_t h[5] = {0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476, 0xc3d2e1f0};
-	auto rotl = [](uint32_t x, int n) { return (x << n) | (x >> (32 - n)); };
-	auto compress = [&](const unsigned char *block) {
-		uint32_t w[80];
-		for (int i = 0; i < 16; i++)
-			w[i] = uint32_t(block[4 * i]) << 24 | uint32_t(block[4 * i + 1]) << 16 |
-			       uint32_t(block[4 * i + 2]) << 8 | uint32_t(block[4 * i + 3]);
-		for (int i = 16; i < 80; i++)
-			w[i] = rotl(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
-		uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
-		for (int i = 0; i < 80; i++) {
-			uint32_t f, k;
-			if (i < 20) {
-				f = (b & c) | (~b & d);
-				k = 0x5a827999;
-			} else if (i < 40) {
-				f = b ^ c ^ d;
-				k = 0x6ed9eba1;
-			} else if (i < 60) {
-				f = (b & c) | (b & d) | (c & d);
-				k = 0x8f1bbcdc;
-			} else {
-				f = b ^ c ^ d;
-				k = 0xca62c1d6;
-			}
-			uint32_t t = rotl(a, 5) + f + e + k + w[i];
-			e = d;
-			d = c;
-			c = rotl(b, 30);
-			b = a;
-			a = t;
-		}
-		h[0] += a;
-		h[1] += b;
-		h[2] += c;
-		h[3] += d;
-		h[4] += e;
-	};
-
-	const auto *bytes = reinterpret_cast<const unsigned char *>(data.data());
-	size_t full = data.size() / 64 * 64;
-	for (size_t off = 0; off < full; off += 64)
-		compress(bytes + off);
-	// The tail, a 0x80 byte, zeros, and the length in bits (big-endian) fill
-	// one or two last blocks.
-	unsigned char tail[128] = {};
-	size_t rest = data.size() - full;
-	std::memcpy(tail, bytes + full, rest);
-	tail[rest] = 0x80;
-	size_t tail_len = rest + 1 + 8 <= 64 ? 64 : 128;
-	uint64_t bits = uint64_t(data.size()) * 8;
-	for (int i = 0; i < 8; i++)
-		tail[tail_len - 1 - i] = static_cast<unsigned char>(bits >> (8 * i));
-	for (size_t off = 0; off < tail_len; off += 64)
-		compress(tail + off);
-
+	// EVALSHA names a script by its SHA-1; nothing here relies on it being
+	// collision resistant.
+	unsigned char digest[EVP_MAX_MD_SIZE];
+	unsigned int len = 0;
+	if (EVP_Digest(data.data(), data.size(), digest, &len, EVP_sha1(), nullptr) != 1)
+		throw Error("cannot compute a SHA-1 (OpenSSL's libcrypto)");
 	static const char hex[] = "0123456789abcdef";
 	std::string out;
-	for (uint32_t word : h)
-		for (int shift = 28; shift >= 0; shift -= 4)
-			out += hex[(word >> shift) & 15];
+	for (unsigned char byte : std::string_view(reinterpret_cast<const char *>(digest), len)) {
+		out += hex[byte >> 4];
+		out += hex[byte & 15];
+	}
 	return out;
 }
 
