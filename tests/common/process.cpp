@@ -114,6 +114,12 @@ void VethPair::create() const
 {
 	shell("ip netns add " + src_ns);
 	shell("ip netns add " + dst_ns);
+	// IPv4 only: with IPv6 on, the kernel sends router solicitations and MLD
+	// reports seconds after the link comes up, and such a frame reaching the
+	// hook mid-test shows up in the counters a test reads.
+	for (const auto &ns : {src_ns, dst_ns})
+		shell("ip netns exec " + ns +
+		      " sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1");
 	shell("ip link add " + src_if + " netns " + src_ns + " address " + mac_prefix + ":01 type veth peer name " +
 	      dst_if + " netns " + dst_ns + " address " + mac_prefix + ":02");
 	for (const auto &ns : {src_ns, dst_ns})
