@@ -8,7 +8,7 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
-#include "parse.h"
+#include "lib/parse.h"
 #include "bench_sources.h"
 
 SEC("xdp")

@@ -251,4 +251,50 @@ static inline int sluice_log_admit(__u64 *ring, __u32 *head, __u64 now_ns, __u64
 	return 1;
 }
 
+/*
+ * A rule's algorithm as the program runs it, read from its compiled form
+ * (struct sluice_rule): the program decides with these, and the controller's
+ * `sluice explain` predicts with the very same functions. Always inlined in
+ * the BPF program, as its own helpers are.
+ */
+#ifdef __bpf__
+#define SLUICE_RULE_INLINE static inline __attribute__((always_inline))
+#else
+#define SLUICE_RULE_INLINE static inline
+#endif
+
+/* Token bucket and GCRA share the GCRA form, one word; only a token bucket
+ * with warm-up needs tokens, last refill and coldness. */
+SLUICE_RULE_INLINE int sluice_gcra_form(const struct sluice_rule *rule)
+{
+	return rule->algo == SLUICE_ALGO_GCRA ||
+	       (rule->algo == SLUICE_ALGO_TOKEN_BUCKET && !rule->bucket.warmup);
+}
+
+/* Ticks a charge of `cost` (packets, or bytes) takes from a bucket rule. */
+SLUICE_RULE_INLINE __u64 sluice_rule_cost_ticks(const struct sluice_rule *rule, __u64 cost)
+{
+	return sluice_charge_ticks(rule->bucket.inc_mult, rule->inc_shift, cost,
+				   rule->unit == SLUICE_UNIT_BYTES ? SLUICE_MAX_COST : 1);
+}
+
+/* One decision of a multi-word algorithm (fixed or sliding window, a token
+ * bucket with warm-up) on a copy of its state `s`, at `now` (ns). */
+SLUICE_RULE_INLINE int sluice_decide_locked(union sluice_algo_state *s, const struct sluice_rule *rule,
+					    __u64 now, __u64 cost)
+{
+	switch (rule->algo) {
+	case SLUICE_ALGO_FIXED_WINDOW:
+		return sluice_fixed_admit(&s->fixed.window, &s->fixed.count, now, rule->window.window_ns,
+					  rule->window.limit, cost);
+	case SLUICE_ALGO_SLIDING_WINDOW:
+		return sluice_sliding_admit(&s->sliding.window, &s->sliding.cur, &s->sliding.prev, now,
+					    rule->window.window_ns, rule->window.limit, cost);
+	default:
+		return sluice_tb_admit(&s->tb.tokens, &s->tb.last, &s->tb.cold, sluice_ns_to_ticks(now),
+				       sluice_rule_cost_ticks(rule, cost), rule->bucket.capacity,
+				       rule->bucket.warmup);
+	}
+}
+
 #endif /* SLUICE_ALGOS_H */

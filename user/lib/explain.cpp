@@ -33,36 +33,11 @@ uint64_t ticks_to_units(const struct sluice_rule &dp, uint64_t ticks)
 	return units > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(units);
 }
 
-/// The program's cost_ticks: a charge of `cost` units, in chunks.
-uint64_t cost_ticks(const struct sluice_rule &dp, uint64_t cost)
-{
-	return sluice_charge_ticks(dp.bucket.inc_mult, dp.inc_shift, cost,
-				   dp.unit == SLUICE_UNIT_BYTES ? SLUICE_MAX_COST : 1);
-}
-
-bool gcra_form(const struct sluice_rule &dp)
-{
-	return dp.algo == SLUICE_ALGO_GCRA || (dp.algo == SLUICE_ALGO_TOKEN_BUCKET && !dp.bucket.warmup);
-}
-
-/// The program's decide_locked, on a copy.
+/// The program's decision of a multi-word algorithm (sluice_decide_locked), on a copy.
 bool admit_locked(union sluice_algo_state s, const struct sluice_rule &dp, uint64_t now, uint64_t cost,
 		  union sluice_algo_state *after = nullptr)
 {
-	int ok;
-	switch (dp.algo) {
-	case SLUICE_ALGO_FIXED_WINDOW:
-		ok = sluice_fixed_admit(&s.fixed.window, &s.fixed.count, now, dp.window.window_ns, dp.window.limit,
-					cost);
-		break;
-	case SLUICE_ALGO_SLIDING_WINDOW:
-		ok = sluice_sliding_admit(&s.sliding.window, &s.sliding.cur, &s.sliding.prev, now,
-					  dp.window.window_ns, dp.window.limit, cost);
-		break;
-	default:
-		ok = sluice_tb_admit(&s.tb.tokens, &s.tb.last, &s.tb.cold, sluice_ns_to_ticks(now),
-				     cost_ticks(dp, cost), dp.bucket.capacity, dp.bucket.warmup);
-	}
+	int ok = sluice_decide_locked(&s, &dp, now, cost);
 	if (after)
 		*after = s;
 	return ok;
@@ -329,12 +304,12 @@ BucketState bucket_state(const struct sluice_rule &dp, const std::optional<struc
 	if (b)
 		s.counters = counts_of(b->cnt);
 
-	if (gcra_form(dp)) {
+	if (sluice_gcra_form(&dp)) {
 		// One arrival time: tokens = capacity - (TAT - now). A new bucket starts at now.
 		uint64_t now_t = sluice_ns_to_ticks(now), cap = dp.bucket.capacity;
 		uint64_t tat = b ? b->word - b->algo.gcra.off : now_t;
 		uint64_t debt = static_cast<int64_t>(tat - now_t) > 0 ? tat - now_t : 0;
-		uint64_t credit = debt < cap ? cap - debt : 0, inc = cost_ticks(dp, cost);
+		uint64_t credit = debt < cap ? cap - debt : 0, inc = sluice_rule_cost_ticks(&dp, cost);
 		__u64 next;
 		s.tokens = ticks_to_units(dp, credit);
 		s.capacity = ticks_to_units(dp, cap);

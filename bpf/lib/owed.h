@@ -1,0 +1,358 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause) */
+/*
+ * What a CPU owes a GCRA-form bucket that several CPUs charge (struct
+ * sluice_owed, "The bound" there): passes counted on this CPU's account and
+ * written to the bucket's word later, settled, paid or flushed here.
+ */
+#ifndef SLUICE_LIB_OWED_H
+#define SLUICE_LIB_OWED_H
+
+#include "sluice_settable.h"
+#include "lib/pending.h"
+
+/* Whether the account in owed slot `o` cannot go onto the word `w` (offset
+ * `off`) as it stands: another write landed since the account was made on
+ * `written`, and the clock `now_t` has passed that word's arrival time, so
+ * the other write may have found the bucket full and forgotten what this
+ * account charged before it. While the clock is behind it, no write can have
+ * found the bucket full: every write since stacked, and so does the account. */
+static __always_inline int owed_uncertain(const struct sluice_owed *o, __u64 w, __u64 off, __u64 now_t)
+{
+	return w != o->written && (__s64)(o->written - off - now_t) < 0;
+}
+
+/*
+ * Settles what owed slot `o` holds against its bucket's word `w` (offset
+ * `off`), read while the way holds the bucket (see "The bound" at struct
+ * sluice_owed): the word to write, or `w` itself where nothing needs writing.
+ * An account that can go onto the word as it stands (owed_uncertain) is
+ * written as if at its own times, max(arrival time, since) + ticks. Where it
+ * cannot, which came first is unknown, so only what is certain is written,
+ * max(arrival time, since + ticks), and the rest stays as doubt (*doubt).
+ */
+static __always_inline __u64 owed_settled_word(const struct sluice_owed *o, __u64 w, __u64 off, __u64 now_t,
+						__u64 *doubt)
+{
+	__u64 tat = w - off, c;
+
+	if (!owed_uncertain(o, w, off, now_t)) {
+		*doubt = 0;
+		c = ((__s64)(tat - o->since) > 0 ? tat : o->since) + o->ticks;
+	} else {
+		*doubt = o->ticks;
+		c = o->since + o->ticks;
+		if ((__s64)(c - tat) <= 0)
+			return w;
+	}
+	return c + off;
+}
+
+/* Whether doubt held in owed slot `o` (ticks from `since`) is spent: the
+ * bucket's arrival time `tat` with it is behind the clock `now_t`, so a
+ * bucket holding it would be full now, as GCRA forgets. */
+static __always_inline int owed_doubt_spent(const struct sluice_owed *o, __u64 tat, __u64 now_t)
+{
+	return (__s64)(((__s64)(tat - o->since) > 0 ? tat : o->since) + o->ticks - now_t) < 0;
+}
+
+/*
+ * Settles what owed slot `o` holds with the bucket it names, if its way still
+ * holds that bucket (the key and generation), by compare-and-swap
+ * (owed_settled_word), and adds its passes to the bucket's counters. Returns 1
+ * when the slot is free for another bucket: it holds neither passes nor
+ * doubt (spent at `now_t`, or the bucket was evicted, its charges and counts
+ * gone with it); 0 when it still holds either: the slot keeps naming its
+ * bucket and nothing owed is lost (other CPUs kept winning the word
+ * SLUICE_CAS_RETRIES times, or the doubt is not yet spent). A global
+ * function: called when a CPU's slot would move on to another bucket.
+ */
+__noinline int sluice_flush_owed(struct sluice_owed *o, __u64 now_t)
+{
+	struct sluice_source_state *st = NULL;
+	struct sluice_set_tags *t = NULL;
+	__u64 name, w, old, off, want, doubt;
+	__u32 set;
+	__u16 gen;
+	int way, i;
+
+	if (!o)
+		return 0; /* the verifier: arguments of a global function may be NULL */
+	if (!o->packets && !o->ticks)
+		return 1;
+	name = o->name;
+	set = (__u32)name;
+	way = SLUICE_WAY((int)(name >> 32));
+	gen = (__u16)(name >> 48);
+	if (((name >> 40) & 0xff) == SLUICE_TABLE_V6) {
+		struct sluice_set_v6 *s6 = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V6, &set);
+
+		if (!s6)
+			goto gone;
+		barrier_var(s6); /* no pointer arithmetic before the check */
+		t = &s6->tag;
+		st = &s6->way[way];
+	} else {
+		struct sluice_set_v4 *s4 = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V4, &set);
+
+		if (!s4)
+			goto gone;
+		barrier_var(s4); /* no pointer arithmetic before the check */
+		t = &s4->tag;
+		st = &s4->way[way];
+	}
+	if (!t || !st)
+		goto gone;
+	w = SLUICE_READ_ONCE(st->word);
+	for (i = 0; i < SLUICE_CAS_RETRIES; i++) {
+		off = SLUICE_READ_ONCE(st->algo.gcra.off);
+		if (SLUICE_READ_ONCE(t->gen[way]) != gen || SLUICE_READ_ONCE(t->key[way]) != o->want)
+			goto gone; /* evicted: its charges and counts went with it */
+		old = SLUICE_READ_ONCE(st->word);
+		if (old != w) {
+			w = old;
+			continue;
+		}
+		if (o->packets) {
+			want = owed_settled_word(o, w, off, now_t, &doubt);
+			if (want != w) {
+				old = __sync_val_compare_and_swap(&st->word, w, want);
+				if (old != w) {
+					w = old;
+					continue;
+				}
+				w = want;
+			}
+			count_add(&st->cnt.passed_packets, sluice_gen_tag(gen), o->packets, SLUICE_CAS_RETRIES);
+			count_add(&st->cnt.passed_bytes, sluice_gen_tag(gen), o->bytes, SLUICE_CAS_RETRIES);
+			o->packets = 0;
+			o->bytes = 0;
+			o->ticks = doubt;
+			o->written = w;
+		}
+		if (o->ticks && owed_doubt_spent(o, w - off, now_t))
+			o->ticks = 0;
+		return !o->ticks;
+	}
+	return 0; /* contended: the slot keeps its account, to pay another time */
+gone:
+	o->packets = 0;
+	o->bytes = 0;
+	o->ticks = 0;
+	return 1;
+}
+
+/* Owed slot `o`, which names the bucket of counters `c` (generation `gen`),
+ * was settled with this CPU's write of `written` (or found the word at
+ * `written`): its passes go to the counters, and the slot owes nothing. The
+ * caller says what its ticks hold after (nothing, or doubt). */
+static __always_inline void settle_owed(struct sluice_owed *o, struct sluice_source_counters *c, __u16 gen,
+					__u64 written)
+{
+	if (o->packets) {
+		count_add(&c->passed_packets, sluice_gen_tag(gen), o->packets, SLUICE_CAS_RETRIES);
+		count_add(&c->passed_bytes, sluice_gen_tag(gen), o->bytes, SLUICE_CAS_RETRIES);
+	}
+	o->written = written;
+	o->packets = 0;
+	o->bytes = 0;
+}
+
+/* Whether a pass may go on this CPU's account (struct sluice_owed) rather
+ * than be written: another CPU wrote the bucket's word `w` since this one
+ * did (or did within SLUICE_OWED_SHARED_NS), the slot holds no doubt, and
+ * after the pass the account stays within SLUICE_OWED_MAX packets and an
+ * eighth of the capacity (`owed` with the pass), and the bucket (with the
+ * account) at least half full: `next` is its arrival time after the pass. */
+static __always_inline int may_owe(const struct sluice_owed *o, __u64 w, __u64 owed, __u64 next, __u64 now_t,
+				   const struct sluice_rule *rule, const struct charge_req *req)
+{
+	__u64 cap = rule->bucket.capacity;
+
+	return (o->written != w || (__s64)(o->shared_until - req->now) > 0) && (o->packets || !o->ticks) &&
+	       o->packets + req->packets <= SLUICE_OWED_MAX && owed <= cap / 8 && next - now_t <= cap / 2;
+}
+
+/*
+ * charge_gcra for a bucket this CPU's owed slot names, shared with another
+ * CPU, or with passes or doubt in the slot (struct sluice_owed; see "The
+ * bound" there). An account made while another write landed is settled
+ * first (owed_settled_word), leaving doubt; then the decision includes what
+ * this CPU owes, exactly; a pass goes on account where may_owe allows, or is
+ * written with the account; a drop first pays the account. Doubt is left out
+ * of decisions (it never drops a packet) and forgotten once spent
+ * (owed_doubt_spent) at a write. The caller read the way's generation
+ * (req->count_gen): -1 if the way holds another bucket now. Counts the packet
+ * and ranks the way, as charge_gcra does. A global function: only buckets
+ * charged from several CPUs at once come here, and the fast path keeps its
+ * registers and stack.
+ */
+__noinline int sluice_charge_owed(struct sluice_source_state *st, struct sluice_set_tags *t,
+				  const struct sluice_rule *rule, struct charge_req *req)
+{
+	__u64 w, off, next, old, eff, owed, now_t, tat, doubt;
+	struct sluice_owed *o;
+	int i, res = BUCKET_FORCED;
+
+	if (!st || !t || !rule || !req)
+		return -1; /* the verifier: arguments of a global function may be NULL */
+	o = bpf_map_lookup_elem(&SLUICE_MAP_OWED, &req->pending);
+	if (!o)
+		return -1;
+	now_t = sluice_ns_to_ticks(req->now);
+	w = SLUICE_READ_ONCE(st->word);
+	for (i = 0; i < SLUICE_CAS_RETRIES; i++) {
+		off = SLUICE_READ_ONCE(st->algo.gcra.off);
+		if (SLUICE_READ_ONCE(t->gen[SLUICE_WAY(req->way)]) != (__u16)req->count_gen ||
+		    SLUICE_READ_ONCE(t->key[SLUICE_WAY(req->way)]) != req->want)
+			return -1;
+		old = SLUICE_READ_ONCE(st->word);
+		if (old != w) {
+			w = old;
+			continue;
+		}
+		tat = w - off;
+		if (o->packets && owed_uncertain(o, w, off, now_t)) {
+			/* Another write landed on the account: settle what is certain. */
+			eff = owed_settled_word(o, w, off, now_t, &doubt);
+			if (eff != w) {
+				old = __sync_val_compare_and_swap(&st->word, w, eff);
+				if (old != w) {
+					w = old;
+					continue;
+				}
+				w = eff;
+			}
+			settle_owed(o, &st->cnt, (__u16)req->count_gen, w);
+			o->ticks = doubt;
+			tat = w - off;
+		}
+		owed = o->packets ? o->ticks : 0;
+		eff = tat;
+		if (owed)
+			eff = ((__s64)(tat - o->since) > 0 ? tat : o->since) + owed;
+		/* sluice_gcra_admit, spelled out: its result's address would take stack. */
+		next = ((__s64)(eff - now_t) > 0 ? eff : now_t) + sluice_rule_cost_ticks(rule, req->cost);
+		if (next - now_t > rule->bucket.capacity) {
+			if (owed) {
+				/* Pay what this CPU owes, then decide again. */
+				old = __sync_val_compare_and_swap(&st->word, w, eff + off);
+				if (old == w) {
+					old = eff + off;
+					settle_owed(o, &st->cnt, (__u16)req->count_gen, old);
+					o->ticks = 0;
+				}
+				w = old;
+				continue;
+			}
+			req->full = sluice_tick_stamp(w - off);
+			req->drop_word = w;
+			req->drop_off = off;
+			req->drop_gen = (__u16)req->count_gen;
+			req->dropped = 1;
+			res = BUCKET_DROP;
+			break;
+		}
+		req->full = sluice_tick_stamp(next);
+		/* The account after the pass: from `since`, or, where the bucket
+		 * with it was full, from now (GCRA forgets the charges, not the
+		 * passes). */
+		if (!owed || (__s64)(eff - now_t) < 0) {
+			owed = next - ((__s64)(tat - now_t) > 0 ? tat : now_t);
+		} else {
+			owed = next - ((__s64)(tat - o->since) > 0 ? tat : o->since);
+		}
+		if (may_owe(o, w, owed, next, now_t, rule, req)) {
+			/* On account: nothing shared is written. */
+			if (!o->packets || (__s64)(eff - now_t) < 0) {
+				o->since = (__s64)(tat - now_t) > 0 ? tat : now_t;
+				if (!o->packets)
+					o->written = w; /* the account's base */
+			} else if ((__s64)(tat - o->since) > 0) {
+				o->since = tat;
+			}
+			o->ticks = owed;
+			o->packets += req->packets;
+			o->bytes += req->bytes;
+			/* Counted on account. */
+			sluice_way_touch(t, req->way, req->want, req->now, req->full);
+			return BUCKET_PASS;
+		}
+		old = __sync_val_compare_and_swap(&st->word, w, next + off);
+		if (old == w) {
+			doubt = o->packets ? 0 : o->ticks;
+			settle_owed(o, &st->cnt, (__u16)req->count_gen, next + off);
+			o->ticks = doubt;
+			if (doubt && owed_doubt_spent(o, tat, now_t))
+				o->ticks = 0;
+			res = BUCKET_PASS;
+			break;
+		}
+		w = old;
+	}
+	count_source(&st->cnt, (__u16)req->count_gen, res, req, 1, SLUICE_CAS_RETRIES);
+	sluice_way_touch(t, req->way, req->want, req->now, req->full);
+	return res;
+}
+
+/* Whether this CPU's owed slot names the bucket of req (generation
+ * req->count_gen), whose word reads `w`, and the bucket is shared (another
+ * CPU wrote the word since this one did, now or within SLUICE_OWED_SHARED_NS),
+ * or the slot holds passes or doubt: then sluice_charge_owed charges it. */
+static __always_inline int owed_due(struct charge_req *req, __u64 w)
+{
+	struct sluice_owed *o = bpf_map_lookup_elem(&SLUICE_MAP_OWED, &req->pending);
+
+	if (!o || o->want != req->want ||
+	    o->name != pending_name(req->set_idx, req->way, req->table, (__u16)req->count_gen))
+		return 0;
+	if (o->written != w)
+		o->shared_until = req->now + SLUICE_OWED_SHARED_NS;
+	return o->packets || o->ticks || (__s64)(o->shared_until - req->now) > 0;
+}
+
+/* The walk's charge of req's bucket (generation req->count_gen): where this
+ * CPU's owed slot names it and owes it passes, they are paid first
+ * (sluice_flush_owed), so that the walk decides with them; 1 if so. A global
+ * function: the walk's frame has no room for it inline. */
+__noinline int sluice_owed_pay(struct charge_req *req)
+{
+	struct sluice_owed *o;
+
+	if (!req)
+		return 0; /* the verifier: arguments of a global function may be NULL */
+	o = bpf_map_lookup_elem(&SLUICE_MAP_OWED, &req->pending);
+	if (!o || !o->packets || o->want != req->want ||
+	    o->name != pending_name(req->set_idx, req->way, req->table, (__u16)req->count_gen))
+		return 0;
+	sluice_flush_owed(o, sluice_ns_to_ticks(req->now));
+	return 1;
+}
+
+/* This CPU wrote `written` to the bucket of req (generation req->count_gen),
+ * which its owed slot does not name: it names that bucket now, once what it
+ * held for the one it named is settled (sluice_flush_owed); while that cannot
+ * be, the slot stays, and this bucket is written at each pass. A global
+ * function: the fast path's frame stays as it was. */
+__noinline int sluice_owed_wrote(struct charge_req *req, __u64 written)
+{
+	struct sluice_owed *o;
+	__u64 name;
+
+	if (!req)
+		return 0; /* the verifier: arguments of a global function may be NULL */
+	o = bpf_map_lookup_elem(&SLUICE_MAP_OWED, &req->pending);
+	if (!o)
+		return 0;
+	name = pending_name(req->set_idx, req->way, req->table, (__u16)req->count_gen);
+	if (o->want != req->want || o->name != name) {
+		if (!sluice_flush_owed(o, sluice_ns_to_ticks(req->now)))
+			return 0;
+		o->name = name;
+		o->want = req->want;
+		o->shared_until = 0;
+	}
+	o->written = written;
+	return 1;
+}
+
+#endif /* SLUICE_LIB_OWED_H */
