@@ -2,24 +2,40 @@
 /*
  * Sluice XDP program: per-source rate limiting at layer 3/4.
  *
- * For each frame: parse (parse.h); a later fragment takes its datagram's
- * protocol and port from the fragment table; find the rules covering the
- * source address with one lookup (a multibit table for IPv4, an LPM trie for
- * IPv6; the controller compiles each prefix's candidate list, most specific
- * first), take the first rule whose protocol and port match (or, when they
- * are unknown, the strictest rule the packet may belong to), then allow, deny,
- * or charge the source's bucket (sluice_algos.h) in a set table of our own
- * (sluice_settable.h): IPv4, IPv6 and sliding-log buckets alike.
+ * The outline of one decision per frame; each step lives in its room under
+ * bpf/lib/ (docs/design.md):
  *
- * Every frame lands in exactly one verdict counter. Fail-open: whenever the
- * program cannot decide, the frame passes and a counter says why.
+ *   parse            lib/parse.h      Ethernet, VLANs, IPv4/IPv6, L4 ports
+ *   find candidates  lib/match.h      the live rule set, the source's match lists
+ *                    lib/fragments.h  a later fragment takes its first's ports
+ *   decide           lib/walk.h       the walk down the match lists: the decision
+ *                    lib/rule.h       one rule applied: allow, deny, or charge
+ *                    lib/charge.h     a limit's bucket, found or made
+ *                    lib/sources.h    the set tables (sluice_settable.h)
+ *                    lib/algos/       GCRA, the locked algorithms, the sliding
+ *                                     log (sluice_algos.h), lib/owed.h
+ *   caches           lib/fast.h       the common case, decided without the walk
+ *                    lib/memo.h       a drop repeated without the lookups
+ *   count            lib/counters.h   every frame in exactly one verdict counter
+ *                    lib/pending.h    a bucket's counters, a flood's drops per CPU
+ *                    lib/events.h     throttle events
+ *
+ * The caches are caches of the walk's decision: each states, beside it, what
+ * keeps its verdict equal to the walk's. Built with -DSLUICE_WALK_ONLY, the
+ * program has neither, and every packet takes the walk, so that a test can
+ * compare the two builds packet by packet.
+ *
+ * Fail-open: whenever the program cannot decide, the frame passes and a
+ * counter says why.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
 #include "lib/parse.h"
 #include "lib/walk.h"
+#ifndef SLUICE_WALK_ONLY
 #include "lib/fast.h"
+#endif
 #ifdef SLUICE_BENCH_SOURCES
 #include "bench_sources.h"
 #endif
@@ -65,6 +81,20 @@ static __always_inline __u32 unparsed_verdict(struct xdp_md *ctx, __u32 l3_off, 
 	}
 }
 
+/* An IP packet's verdict counter: the walk's decision (decide_packet), or
+ * the same decision from a cache in front of it (decide_fast, with the drop
+ * memo), unless the program is built without them (SLUICE_WALK_ONLY). */
+static __always_inline __u32 decide_ip(struct xdp_md *ctx, struct packet_info *pkt)
+{
+#ifndef SLUICE_WALK_ONLY
+	__u32 verdict;
+
+	if (decide_fast(ctx, pkt, &verdict))
+		return verdict;
+#endif
+	return decide_packet(ctx, pkt);
+}
+
 SEC("xdp.frags")
 int SLUICE_PROG_NAME(struct xdp_md *ctx)
 {
@@ -81,8 +111,7 @@ int SLUICE_PROG_NAME(struct xdp_md *ctx)
 #endif
 	parsed = parse_packet(ctx, &pkt, &l3_off);
 	if (parsed == PARSE_IP) {
-		if (!decide_fast(ctx, &pkt, &verdict))
-			verdict = decide_packet(ctx, &pkt);
+		verdict = decide_ip(ctx, &pkt);
 		count_global(verdict, pkt.l3_len);
 	} else {
 		__u32 bytes = bytes_after(data, data_end, l3_off);
