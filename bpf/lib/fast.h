@@ -12,17 +12,40 @@
  * The common case, decided without the walk: a packet that is not a
  * fragment, not encapsulated and shows its protocol and port, whose source's
  * first match list begins with a terminal rule that matches it: an allow, a
- * deny, or a GCRA-form limit, its bucket charged or made at one attempt. With
- * every selector known the walk stops at the first terminal rule that matches,
- * so this is its decision, made from the same live sets, in registers: no walk
- * state, one rule lookup, one attempt at the bucket, and, for an IPv4 bucket
- * that exists, no call of a function of the program's own (each costs about
- * 12 ns on the test VM, where every return goes through a return thunk; IPv6
- * makes one, sluice_charge_v6). Anything
- * else, untouched, is left to the walk
+ * deny, or a GCRA-form limit, its bucket charged or made at one attempt,
+ * made from the same live sets in registers: no walk state, one rule lookup,
+ * one attempt at the bucket, and, for an IPv4 bucket that exists, no call of
+ * a function of the program's own (each costs about 12 ns on the test VM,
+ * where every return goes through a return thunk; IPv6 makes one,
+ * sluice_charge_v6). Anything else, untouched, is left to the walk
  * (VERDICT_WALK). `family` is a constant. Inline in the program: its frame
  * and the deepest chain of calls below walk_step (sluice_init_source keeps
  * the new-bucket arithmetic out of the insert's frame) fit in 512 bytes.
+ *
+ * Invariant: a packet the fast path decides (not VERDICT_WALK) leaves the
+ * verdict counter, the rule's counters, the bucket, the pending slot and the
+ * throttle events as the walk (decide_packet) would. It keeps no state of
+ * its own; it holds because
+ *  - with no packet flag and the ports shown, the walk counts no
+ *    information counter, charges no candidate that may match, and stops at
+ *    the first terminal rule that matches (walk_list);
+ *  - that rule is slot 0 of the source's first match list, read under the
+ *    one live-set word the walk's first step reads: no layered rule comes
+ *    before it, and no source is covered on one path and not the other
+ *    (PASS_NO_MATCH on both);
+ *  - a limit is charged by the walk's own code (apply_rule, charge_gcra),
+ *    with fewer compare-and-swaps (FAST_TRIES): where they would not do,
+ *    nothing has been written and the walk decides with every try.
+ * One difference is allowed, and bounded: a pass of a bucket that other
+ * CPUs write too may go on this CPU's account (owed.h, struct sluice_owed)
+ * rather than into the bucket's word and counters; every later decision on
+ * this CPU includes the account (the walk pays it first: sluice_owed_pay),
+ * and the word and counters catch up when it is paid. A single CPU's
+ * packets on a bucket that no one else writes never make an account.
+ * What invalidates it: nothing stored can go stale; the code must change
+ * with the walk: its rule order (the first terminal match decides), what
+ * start_decision counts, and the charge of a limit. The walk-only build
+ * (SLUICE_WALK_ONLY) has no fast path.
  */
 static __always_inline __u32 decide_fast_family(struct xdp_md *ctx, struct packet_info *pkt, const int family)
 {

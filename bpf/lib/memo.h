@@ -11,18 +11,39 @@
 /*
  * The drop memo: per CPU, in each pending-drops slot (struct
  * sluice_drop_memo), the last drop the fast path (decide_fast) decided for a
- * source that hashes to the slot, with everything it was decided on: the
- * source, its family, protocol and port; the live-set word, which changes
- * with every change of the rules; the coarse clock's reading; for a byte
- * rate, the length; and for a limit, the bucket's word and offset, and the
- * slot's name of the bucket then. A packet that shows the same, and is at
- * least as long, while the bucket still holds that word and offset, would be
- * dropped by the same rule on the same arithmetic: it is, and counted as that
- * drop was (the rule's counters, the bucket's in the very slot, which still
- * names it), without the lookups. Any other packet, and any packet at the
- * next tick, takes the fast path or the walk. Only under the coarse clock the
- * program reads from jiffies (or the test clock): a reading is one load, and
- * a rule on the precise clock is never memoized.
+ * source that hashes to the slot, with everything it was decided on. A packet
+ * that shows the same is dropped and counted as that drop was, without the
+ * lookups (recall_drop). Only under the coarse clock the program reads from
+ * jiffies (or the test clock): a reading is one load, and a rule on the
+ * precise clock is never memoized.
+ *
+ * Invariant: a recalled drop is the verdict the walk (decide_packet) would
+ * decide for the packet now, counted where the walk would count it (the
+ * verdict counter, the rule's counters, the bucket's drops in this CPU's
+ * pending slot). It holds while everything the drop was decided on stands:
+ *  - the same source (all 16 bytes), family, protocol and port, on a packet
+ *    the fast path may decide (no fragment, no encapsulation, ports shown)
+ *    that is one wire packet (not a super-packet);
+ *  - the same live-set word (struct sluice_active): every change of the
+ *    rules moves it, so the same rule decides, with the same parameters;
+ *  - the same reading of the coarse clock: a GCRA decision is a function of
+ *    the bucket's word and offset, the clock and the cost, and a deny of
+ *    none of them;
+ *  - for a byte rate, a packet at least as long: a larger cost is dropped
+ *    too;
+ *  - for a limit, the bucket's way holds its key with the word and offset
+ *    the drop was decided on (memo_bucket_held), and this CPU's pending
+ *    slot still names the bucket, noted within SLUICE_NOTE_EVERY_NS
+ *    (pending_holds): the walk would count the drop in that slot and note
+ *    no throttle event. Its rank for eviction (sluice_way_touch) would be
+ *    written from the same word and clock, and is left as it is. This
+ *    CPU's account (owed.h) is left too: paying it only moves the word
+ *    forward, which makes the drop surer.
+ * What invalidates it: the next tick; a switch of the rule sets; any write
+ * of the bucket's word (a pass on any CPU, an eviction, a new bucket in the
+ * way); the pending slot naming another bucket (a drop of another source
+ * that hashes to it), or its note growing stale; another drop remembered in
+ * the slot. The walk-only build (SLUICE_WALK_ONLY) has no memo.
  */
 
 /* A packet's port, family and protocol as one word (struct packet_info keeps
