@@ -172,6 +172,70 @@ static __always_inline int may_owe(const struct sluice_owed *o, __u64 w, __u64 o
 	       o->packets + req->packets <= SLUICE_OWED_MAX && owed <= cap / 8 && next - now_t <= cap / 2;
 }
 
+/* The account after a pass that takes the bucket's arrival time `tat`
+ * (`eff` with the account `owed`) to `next`: from `since`, or, where the
+ * bucket with it was full, from now (GCRA forgets the charges, not the
+ * passes). */
+static __always_inline __u64 owed_after_pass(const struct sluice_owed *o, __u64 owed, __u64 tat, __u64 eff,
+					     __u64 next, __u64 now_t)
+{
+	if (!owed || (__s64)(eff - now_t) < 0)
+		return next - ((__s64)(tat - now_t) > 0 ? tat : now_t);
+	return next - ((__s64)(tat - o->since) > 0 ? tat : o->since);
+}
+
+/* Puts a pass on this CPU's account (may_owe allowed it), which owes `owed`
+ * ticks after it: nothing shared is written. */
+static __always_inline void owe_pass(struct sluice_owed *o, __u64 w, __u64 tat, __u64 eff, __u64 now_t,
+				     __u64 owed, const struct charge_req *req)
+{
+	if (!o->packets || (__s64)(eff - now_t) < 0) {
+		o->since = (__s64)(tat - now_t) > 0 ? tat : now_t;
+		if (!o->packets)
+			o->written = w; /* the account's base */
+	} else if ((__s64)(tat - o->since) > 0) {
+		o->since = tat;
+	}
+	o->ticks = owed;
+	o->packets += req->packets;
+	o->bytes += req->bytes;
+}
+
+/* Pays what owed slot `o` holds for the bucket `st` (generation `gen`) by
+ * writing `paid` over its word `w`: the word after, this CPU's or the one
+ * another CPU wrote first (then the slot still holds the account). */
+static __always_inline __u64 owed_pay_word(struct sluice_owed *o, struct sluice_source_state *st, __u16 gen,
+					   __u64 w, __u64 paid)
+{
+	__u64 old = __sync_val_compare_and_swap(&st->word, w, paid);
+
+	if (old == w) {
+		old = paid;
+		settle_owed(o, &st->cnt, gen, old);
+		o->ticks = 0;
+	}
+	return old;
+}
+
+/* Writes a pass, with what owed slot `o` holds, as `written` over the word
+ * `w` of bucket `st` (generation `gen`, arrival time `tat` before): what the
+ * compare-and-swap found, `w` where it landed; then the slot owes nothing
+ * but doubt not yet spent. */
+static __always_inline __u64 owed_write_pass(struct sluice_owed *o, struct sluice_source_state *st, __u16 gen,
+					     __u64 w, __u64 written, __u64 tat, __u64 now_t)
+{
+	__u64 old = __sync_val_compare_and_swap(&st->word, w, written), doubt;
+
+	if (old == w) {
+		doubt = o->packets ? 0 : o->ticks;
+		settle_owed(o, &st->cnt, gen, written);
+		o->ticks = doubt;
+		if (doubt && owed_doubt_spent(o, tat, now_t))
+			o->ticks = 0;
+	}
+	return old;
+}
+
 /*
  * charge_gcra for a bucket this CPU's owed slot names, shared with another
  * CPU, or with passes or doubt in the slot (struct sluice_owed; see "The
@@ -235,55 +299,24 @@ __noinline int sluice_charge_owed(struct sluice_source_state *st, struct sluice_
 		if (next - now_t > rule->bucket.capacity) {
 			if (owed) {
 				/* Pay what this CPU owes, then decide again. */
-				old = __sync_val_compare_and_swap(&st->word, w, eff + off);
-				if (old == w) {
-					old = eff + off;
-					settle_owed(o, &st->cnt, (__u16)req->count_gen, old);
-					o->ticks = 0;
-				}
-				w = old;
+				w = owed_pay_word(o, st, (__u16)req->count_gen, w, eff + off);
 				continue;
 			}
 			req->full = sluice_tick_stamp(w - off);
-			req->drop_word = w;
-			req->drop_off = off;
-			req->drop_gen = (__u16)req->count_gen;
-			req->dropped = 1;
+			req_dropped_on(req, w, off, (__u16)req->count_gen);
 			res = BUCKET_DROP;
 			break;
 		}
 		req->full = sluice_tick_stamp(next);
-		/* The account after the pass: from `since`, or, where the bucket
-		 * with it was full, from now (GCRA forgets the charges, not the
-		 * passes). */
-		if (!owed || (__s64)(eff - now_t) < 0) {
-			owed = next - ((__s64)(tat - now_t) > 0 ? tat : now_t);
-		} else {
-			owed = next - ((__s64)(tat - o->since) > 0 ? tat : o->since);
-		}
+		owed = owed_after_pass(o, owed, tat, eff, next, now_t);
 		if (may_owe(o, w, owed, next, now_t, rule, req)) {
-			/* On account: nothing shared is written. */
-			if (!o->packets || (__s64)(eff - now_t) < 0) {
-				o->since = (__s64)(tat - now_t) > 0 ? tat : now_t;
-				if (!o->packets)
-					o->written = w; /* the account's base */
-			} else if ((__s64)(tat - o->since) > 0) {
-				o->since = tat;
-			}
-			o->ticks = owed;
-			o->packets += req->packets;
-			o->bytes += req->bytes;
+			owe_pass(o, w, tat, eff, now_t, owed, req);
 			/* Counted on account. */
 			sluice_way_touch(t, req->way, req->want, req->now, req->full);
 			return BUCKET_PASS;
 		}
-		old = __sync_val_compare_and_swap(&st->word, w, next + off);
+		old = owed_write_pass(o, st, (__u16)req->count_gen, w, next + off, tat, now_t);
 		if (old == w) {
-			doubt = o->packets ? 0 : o->ticks;
-			settle_owed(o, &st->cnt, (__u16)req->count_gen, next + off);
-			o->ticks = doubt;
-			if (doubt && owed_doubt_spent(o, tat, now_t))
-				o->ticks = 0;
 			res = BUCKET_PASS;
 			break;
 		}

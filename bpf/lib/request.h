@@ -95,6 +95,16 @@ static __always_inline int owner_gone(const __u64 *key, const struct sluice_addr
 	return addr && (SLUICE_READ_ONCE(addr->hi) != req->addr.hi || SLUICE_READ_ONCE(addr->lo) != req->addr.lo);
 }
 
+/* A GCRA-form drop decided on the bucket's word `w`, offset `off` and
+ * generation `gen`: kept for the drop memo (remember_drop). */
+static __always_inline void req_dropped_on(struct charge_req *req, __u64 w, __u64 off, __u16 gen)
+{
+	req->drop_word = w;
+	req->drop_off = off;
+	req->drop_gen = gen;
+	req->dropped = 1;
+}
+
 /* A packet's request, in a per-CPU slot rather than on the stack: the
  * program's frames must fit the verifier's 512 bytes across its calls. */
 struct {

@@ -68,10 +68,7 @@ static __always_inline int charge_gcra(struct sluice_source_state *st, struct sl
 		if (!sluice_gcra_admit(w - off, now_t, inc, rule->bucket.capacity, &next)) {
 			res = BUCKET_DROP;
 			tat = w - off;
-			req->drop_word = w;
-			req->drop_off = off;
-			req->drop_gen = g;
-			req->dropped = 1;
+			req_dropped_on(req, w, off, g);
 			break;
 		}
 		old = __sync_val_compare_and_swap(&st->word, w, next + off);
