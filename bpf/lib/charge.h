@@ -161,50 +161,24 @@ static __always_inline int charge_v4_held(__u64 key, const struct sluice_rule *r
  */
 __noinline int sluice_charge_v6(const struct sluice_rule *rule, struct charge_req *req)
 {
-	const struct sluice_config *cfg;
-	struct sluice_set_v6 *a, *b, *set;
-	int w, res, busy_a = 0, busy_b = 0;
-	__u32 zero = 0;
-	__u64 h;
+	struct sluice_set_v6 *set;
+	void *found = NULL;
+	int w, res;
 
 	if (!rule || !req)
 		return BUCKET_FAIL_TABLE; /* the verifier: arguments of a global function may be NULL */
-	cfg = bpf_map_lookup_elem(&SLUICE_MAP_CONFIG, &zero);
-	if (!cfg || !cfg->src6_sets)
+	w = find_bucket(rule, req, KIND_V6, &found);
+	if (w == LOOKUP_FAIL || !found)
 		return BUCKET_FAIL_TABLE;
-	h = sluice_src6_hash(rule->id, req->addr.hi, req->addr.lo, cfg->hash_seed);
-	req->want = sluice_src6_key(rule->id, h);
-	req->table = SLUICE_TABLE_V6;
-	sluice_hash_sets(h, cfg->src6_sets, &req->set_a, &req->set_b);
-	a = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V6, &req->set_a);
-	b = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V6, &req->set_b);
-	if (!a || !b)
-		return BUCKET_FAIL_TABLE;
-
-	set = a;
-	req->set_idx = req->set_a;
-	w = scan_set(&a->tag, a->addr, req, &busy_a);
-	if (w < 0) {
-		set = b;
-		req->set_idx = req->set_b;
-		w = scan_set(&b->tag, b->addr, req, &busy_b);
-	}
 	if (w < 0)
-		return lookup_missed(&a->tag, &b->tag, busy_a, busy_b, req);
-	w = SLUICE_WAY(w);
-	req->way = w;
+		return w;
 	if (!sluice_gcra_form(rule))
 		return LOOKUP_LOCKED;
+	set = found;
 	res = charge_gcra(&set->way[w], &set->tag, w, &set->addr[w], rule, req, SLUICE_CAS_RETRIES, 0);
 	return res < 0 ? LOOKUP_RETRY : res; /* -1: evicted under us */
 }
 
-/* The tables whose lookup is a global function (every one but IPv4's). */
-enum table_kind {
-	KIND_V6,
-	KIND_LOG4,
-	KIND_LOG6,
-};
 
 /* Charges the bucket a lookup found for a multi-word algorithm (LOOKUP_LOCKED):
  * a global function per kind of bucket, called from here so that its lock's

@@ -247,185 +247,230 @@ static __always_inline int install_source(struct sluice_set_tags *t, struct slui
 }
 
 /*
- * Creates the bucket of req's key in the way a lookup chose (req->victim of
- * sets req->set_a and req->set_b), with its first packet's decision; or
- * LOOKUP_RETRY if another CPU took the way first, or a charger of the old
- * bucket held its lock too long. The protocol (claim, freeze, write,
- * publish) is include/sluice_settable.h. Two CPUs creating the same new
- * source at the same instant may each make one; the copy found second is
- * never charged again and goes first (it stays on probation). Global
- * functions, one per table, called by walk_step itself: the verifier allows
- * 512 bytes of stack across a chain of calls, and the new bucket's state is
- * one more (sluice_init_source).
+ * The set tables a bucket lives in: source buckets (the GCRA form and the
+ * multi-word algorithms) and sliding logs, for IPv4 and IPv6. The bodies
+ * below serve every table: `kind` is a constant wherever it names a map, so
+ * that each map lookup names one map (the verifier inlines an array lookup
+ * only at a call that only one map reaches).
  */
+enum table_kind {
+	KIND_V6,
+	KIND_LOG4,
+	KIND_LOG6,
+	KIND_V4,
+};
+
+#define TABLE_IS_LOG(kind) ((kind) == KIND_LOG4 || (kind) == KIND_LOG6)
+
+static __always_inline void *table_map(const int kind)
+{
+	switch (kind) {
+	case KIND_V4:
+		return &SLUICE_MAP_SOURCES_V4;
+	case KIND_V6:
+		return &SLUICE_MAP_SOURCES_V6;
+	case KIND_LOG4:
+		return &SLUICE_MAP_LOGS_V4;
+	default:
+		return &SLUICE_MAP_LOGS_V6;
+	}
+}
+
+/* A set's tags. */
+static __always_inline struct sluice_set_tags *set_tags(void *set, const int kind)
+{
+	switch (kind) {
+	case KIND_V4:
+		return &((struct sluice_set_v4 *)set)->tag;
+	case KIND_V6:
+		return &((struct sluice_set_v6 *)set)->tag;
+	case KIND_LOG4:
+		return &((struct sluice_log_set_v4 *)set)->tag;
+	default:
+		return &((struct sluice_log_set_v6 *)set)->tag;
+	}
+}
+
+/* A set's address line (IPv6), or NULL (IPv4: the key is the address). */
+static __always_inline struct sluice_addr6 *set_addrs(void *set, const int kind)
+{
+	if (kind == KIND_V6)
+		return ((struct sluice_set_v6 *)set)->addr;
+	if (kind == KIND_LOG6)
+		return ((struct sluice_log_set_v6 *)set)->addr;
+	return NULL;
+}
+
+/* Way `w` of a source set, or of a log set. */
+static __always_inline struct sluice_source_state *source_way(void *set, const int kind, int w)
+{
+	if (kind == KIND_V4)
+		return &((struct sluice_set_v4 *)set)->way[w];
+	return &((struct sluice_set_v6 *)set)->way[w];
+}
+
+static __always_inline struct sluice_log_state *log_way(void *set, const int kind, int w)
+{
+	if (kind == KIND_LOG4)
+		return &((struct sluice_log_set_v4 *)set)->way[w];
+	return &((struct sluice_log_set_v6 *)set)->way[w];
+}
+
+/* The word of way `w`: a source bucket's, or a log's sequence lock. */
+static __always_inline __u64 *way_word(void *set, const int kind, int w)
+{
+	return TABLE_IS_LOG(kind) ? &log_way(set, kind, w)->word : &source_way(set, kind, w)->word;
+}
+
+/*
+ * Creates the bucket of req's key in the way a lookup chose (req->victim of
+ * sets req->set_a and req->set_b) of a table of `kind`, with its first
+ * packet's decision; or LOOKUP_RETRY if another CPU took the way first, or a
+ * charger of the old bucket held its lock too long. The protocol (claim,
+ * freeze, write, publish) is include/sluice_settable.h; an IPv6 bucket's
+ * address goes into the set's address line before it is written. Two CPUs
+ * creating the same new source at the same instant may each make one; the
+ * copy found second is never charged again and goes first (it stays on
+ * probation). A source bucket is built in the per-CPU scratch slot.
+ */
+static __always_inline int insert_bucket(const struct sluice_rule *rule, struct charge_req *req, const int kind)
+{
+	struct sluice_source_state *init = NULL;
+	struct sluice_set_tags *t;
+	struct sluice_addr6 *addrs;
+	__u32 zero = 0, idx;
+	__u64 frozen = 0;
+	void *set;
+	int w, res;
+
+	if (!rule || !req)
+		return LOOKUP_RETRY; /* the verifier: arguments of a global function may be NULL */
+	if (!TABLE_IS_LOG(kind))
+		init = bpf_map_lookup_elem(&sluice_scratch, &zero);
+	idx = req->victim.way & SLUICE_SET_WAYS ? req->set_b : req->set_a;
+	set = bpf_map_lookup_elem(table_map(kind), &idx);
+	if ((!TABLE_IS_LOG(kind) && !init) || !set)
+		return LOOKUP_RETRY;
+	w = SLUICE_WAY(req->victim.way);
+	t = set_tags(set, kind);
+	if (!sluice_way_claim(t, w, req->victim.key))
+		return LOOKUP_RETRY;
+	if (!sluice_freeze_claimed(t, w, way_word(set, kind, w), req->victim.key, &frozen))
+		return LOOKUP_RETRY;
+	addrs = set_addrs(set, kind);
+	if (addrs)
+		addrs[w] = req->addr;
+	if (TABLE_IS_LOG(kind))
+		res = install_log(t, log_way(set, kind, w), w, frozen, rule, req);
+	else
+		res = install_source(t, source_way(set, kind, w), w, frozen, init, rule, req);
+	count_insert(&req->victim, sluice_stamp(req->now), req->table);
+	return res;
+}
+
+/* insert_bucket for each table: global functions, called by walk_step
+ * itself (the verifier allows 512 bytes of stack across a chain of calls,
+ * and a new bucket's state is one more frame: sluice_init_source). */
 __noinline int sluice_insert_v4(const struct sluice_rule *rule, struct charge_req *req)
 {
-	struct sluice_source_state *init;
-	struct sluice_set_v4 *set;
-	__u32 zero = 0, idx;
-	__u64 frozen = 0;
-	int w, res;
-
-	if (!rule || !req)
-		return LOOKUP_RETRY; /* the verifier: arguments of a global function may be NULL */
-	init = bpf_map_lookup_elem(&sluice_scratch, &zero);
-	idx = req->victim.way & SLUICE_SET_WAYS ? req->set_b : req->set_a;
-	set = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V4, &idx);
-	if (!init || !set)
-		return LOOKUP_RETRY;
-	w = SLUICE_WAY(req->victim.way);
-	if (!sluice_way_claim(&set->tag, w, req->victim.key))
-		return LOOKUP_RETRY;
-	if (!sluice_freeze_claimed(&set->tag, w, &set->way[w].word, req->victim.key, &frozen))
-		return LOOKUP_RETRY;
-	res = install_source(&set->tag, &set->way[w], w, frozen, init, rule, req);
-	count_insert(&req->victim, sluice_stamp(req->now), req->table);
-	return res;
+	return insert_bucket(rule, req, KIND_V4);
 }
 
-/* The same for IPv6: the address goes into the set's address line first. */
 __noinline int sluice_insert_v6(const struct sluice_rule *rule, struct charge_req *req)
 {
-	struct sluice_source_state *init;
-	struct sluice_set_v6 *set;
-	__u32 zero = 0, idx;
-	__u64 frozen = 0;
-	int w, res;
-
-	if (!rule || !req)
-		return LOOKUP_RETRY; /* the verifier: arguments of a global function may be NULL */
-	init = bpf_map_lookup_elem(&sluice_scratch, &zero);
-	idx = req->victim.way & SLUICE_SET_WAYS ? req->set_b : req->set_a;
-	set = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V6, &idx);
-	if (!init || !set)
-		return LOOKUP_RETRY;
-	w = SLUICE_WAY(req->victim.way);
-	if (!sluice_way_claim(&set->tag, w, req->victim.key))
-		return LOOKUP_RETRY;
-	if (!sluice_freeze_claimed(&set->tag, w, &set->way[w].word, req->victim.key, &frozen))
-		return LOOKUP_RETRY;
-	set->addr[w] = req->addr;
-	res = install_source(&set->tag, &set->way[w], w, frozen, init, rule, req);
-	count_insert(&req->victim, sluice_stamp(req->now), req->table);
-	return res;
+	return insert_bucket(rule, req, KIND_V6);
 }
 
-/* Creates a sliding-log bucket in the way a lookup chose, as
- * sluice_insert_v4 does a source bucket. One global function per family. */
 __noinline int sluice_log_insert_v4(const struct sluice_rule *rule, struct charge_req *req)
 {
-	struct sluice_log_set_v4 *set;
-	__u32 idx;
-	__u64 frozen = 0;
-	int w, res;
-
-	if (!rule || !req)
-		return LOOKUP_RETRY; /* the verifier: arguments of a global function may be NULL */
-	idx = req->victim.way & SLUICE_SET_WAYS ? req->set_b : req->set_a;
-	set = bpf_map_lookup_elem(&SLUICE_MAP_LOGS_V4, &idx);
-	if (!set)
-		return LOOKUP_RETRY;
-	w = SLUICE_WAY(req->victim.way);
-	if (!sluice_way_claim(&set->tag, w, req->victim.key))
-		return LOOKUP_RETRY;
-	if (!sluice_freeze_claimed(&set->tag, w, &set->way[w].word, req->victim.key, &frozen))
-		return LOOKUP_RETRY;
-	res = install_log(&set->tag, &set->way[w], w, frozen, rule, req);
-	count_insert(&req->victim, sluice_stamp(req->now), req->table);
-	return res;
+	return insert_bucket(rule, req, KIND_LOG4);
 }
 
 __noinline int sluice_log_insert_v6(const struct sluice_rule *rule, struct charge_req *req)
 {
-	struct sluice_log_set_v6 *set;
-	__u32 idx;
-	__u64 frozen = 0;
-	int w, res;
+	return insert_bucket(rule, req, KIND_LOG6);
+}
 
-	if (!rule || !req)
-		return LOOKUP_RETRY; /* the verifier: arguments of a global function may be NULL */
-	idx = req->victim.way & SLUICE_SET_WAYS ? req->set_b : req->set_a;
-	set = bpf_map_lookup_elem(&SLUICE_MAP_LOGS_V6, &idx);
-	if (!set)
-		return LOOKUP_RETRY;
-	w = SLUICE_WAY(req->victim.way);
-	if (!sluice_way_claim(&set->tag, w, req->victim.key))
-		return LOOKUP_RETRY;
-	if (!sluice_freeze_claimed(&set->tag, w, &set->way[w].word, req->victim.key, &frozen))
-		return LOOKUP_RETRY;
-	set->addr[w] = req->addr;
-	res = install_log(&set->tag, &set->way[w], w, frozen, rule, req);
-	count_insert(&req->victim, sluice_stamp(req->now), req->table);
-	return res;
+#define LOOKUP_FAIL (-4) /* find_bucket: the table is missing; the caller's BUCKET_FAIL_TABLE */
+
+/*
+ * Looks up req's bucket in a table of `kind` but IPv4 sources' (find_v4
+ * spares the hot path its second set until it needs it): its key (IPv6:
+ * hashed from req->addr, masked) and two sets chosen, both looked up, the
+ * first scanned, then the second. The way found, with its set in *found,
+ * req->set_idx and req->way; or lookup_missed's answer (LOOKUP_RETRY, or
+ * LOOKUP_NOT_FOUND with the way to create it in); or LOOKUP_FAIL.
+ */
+static __always_inline int find_bucket(const struct sluice_rule *rule, struct charge_req *req, const int kind,
+				       void **found)
+{
+	const struct sluice_config *cfg;
+	int w, busy_a = 0, busy_b = 0;
+	__u32 zero = 0, sets;
+	void *a, *b;
+	__u64 h;
+
+	cfg = bpf_map_lookup_elem(&SLUICE_MAP_CONFIG, &zero);
+	if (!cfg)
+		return LOOKUP_FAIL;
+	sets = kind == KIND_V6 ? cfg->src6_sets : kind == KIND_LOG4 ? cfg->log4_sets : cfg->log6_sets;
+	if (!sets)
+		return LOOKUP_FAIL;
+	if (kind == KIND_LOG4) {
+		sluice_src4_sets(req->want, cfg->hash_seed, sets, &req->set_a, &req->set_b);
+	} else {
+		h = sluice_src6_hash(rule->id, req->addr.hi, req->addr.lo, cfg->hash_seed);
+		req->want = sluice_src6_key(rule->id, h);
+		if (kind == KIND_V6)
+			req->table = SLUICE_TABLE_V6;
+		sluice_hash_sets(h, sets, &req->set_a, &req->set_b);
+	}
+	a = bpf_map_lookup_elem(table_map(kind), &req->set_a);
+	b = bpf_map_lookup_elem(table_map(kind), &req->set_b);
+	if (!a || !b)
+		return LOOKUP_FAIL;
+	*found = a;
+	req->set_idx = req->set_a;
+	w = scan_set(set_tags(a, kind), set_addrs(a, kind), req, &busy_a);
+	if (w < 0) {
+		*found = b;
+		req->set_idx = req->set_b;
+		w = scan_set(set_tags(b, kind), set_addrs(b, kind), req, &busy_b);
+	}
+	if (w < 0)
+		return lookup_missed(set_tags(a, kind), set_tags(b, kind), busy_a, busy_b, req);
+	w = SLUICE_WAY(w);
+	req->way = w;
+	return w;
 }
 
 /*
  * Sliding-log buckets, in their own set tables (a log is 560 bytes): looked
- * up as sluice_charge_v6 does a source bucket, and found, LOOKUP_LOCKED with
- * the way (req->set_idx, req->way) for the caller to charge with
- * sluice_charge_log. One global function per family.
+ * up (find_bucket), and found, LOOKUP_LOCKED with the way (req->set_idx,
+ * req->way) for the caller to charge with sluice_charge_log; or
+ * BUCKET_FAIL_TABLE. One global function per family.
  */
-__noinline int sluice_log_v4(const struct sluice_rule *rule, struct charge_req *req)
+static __always_inline int find_log(const struct sluice_rule *rule, struct charge_req *req, const int kind)
 {
-	const struct sluice_config *cfg;
-	struct sluice_log_set_v4 *a, *b;
-	int w, busy_a = 0, busy_b = 0;
-	__u32 zero = 0;
+	void *set = NULL;
+	int w;
 
 	if (!rule || !req)
 		return BUCKET_FAIL_TABLE; /* the verifier: arguments of a global function may be NULL */
-	cfg = bpf_map_lookup_elem(&SLUICE_MAP_CONFIG, &zero);
-	if (!cfg || !cfg->log4_sets)
+	w = find_bucket(rule, req, kind, &set);
+	if (w == LOOKUP_FAIL)
 		return BUCKET_FAIL_TABLE;
-	sluice_src4_sets(req->want, cfg->hash_seed, cfg->log4_sets, &req->set_a, &req->set_b);
-	a = bpf_map_lookup_elem(&SLUICE_MAP_LOGS_V4, &req->set_a);
-	b = bpf_map_lookup_elem(&SLUICE_MAP_LOGS_V4, &req->set_b);
-	if (!a || !b)
-		return BUCKET_FAIL_TABLE;
+	return w < 0 ? w : LOOKUP_LOCKED;
+}
 
-	req->set_idx = req->set_a;
-	w = scan_set(&a->tag, NULL, req, &busy_a);
-	if (w < 0) {
-		req->set_idx = req->set_b;
-		w = scan_set(&b->tag, NULL, req, &busy_b);
-	}
-	if (w < 0)
-		return lookup_missed(&a->tag, &b->tag, busy_a, busy_b, req);
-	req->way = SLUICE_WAY(w);
-	return LOOKUP_LOCKED;
+__noinline int sluice_log_v4(const struct sluice_rule *rule, struct charge_req *req)
+{
+	return find_log(rule, req, KIND_LOG4);
 }
 
 __noinline int sluice_log_v6(const struct sluice_rule *rule, struct charge_req *req)
 {
-	const struct sluice_config *cfg;
-	struct sluice_log_set_v6 *a, *b;
-	int w, busy_a = 0, busy_b = 0;
-	__u32 zero = 0;
-	__u64 h;
-
-	if (!rule || !req)
-		return BUCKET_FAIL_TABLE; /* the verifier: arguments of a global function may be NULL */
-	cfg = bpf_map_lookup_elem(&SLUICE_MAP_CONFIG, &zero);
-	if (!cfg || !cfg->log6_sets)
-		return BUCKET_FAIL_TABLE;
-	h = sluice_src6_hash(rule->id, req->addr.hi, req->addr.lo, cfg->hash_seed);
-	req->want = sluice_src6_key(rule->id, h);
-	sluice_hash_sets(h, cfg->log6_sets, &req->set_a, &req->set_b);
-	a = bpf_map_lookup_elem(&SLUICE_MAP_LOGS_V6, &req->set_a);
-	b = bpf_map_lookup_elem(&SLUICE_MAP_LOGS_V6, &req->set_b);
-	if (!a || !b)
-		return BUCKET_FAIL_TABLE;
-
-	req->set_idx = req->set_a;
-	w = scan_set(&a->tag, a->addr, req, &busy_a);
-	if (w < 0) {
-		req->set_idx = req->set_b;
-		w = scan_set(&b->tag, b->addr, req, &busy_b);
-	}
-	if (w < 0)
-		return lookup_missed(&a->tag, &b->tag, busy_a, busy_b, req);
-	req->way = SLUICE_WAY(w);
-	return LOOKUP_LOCKED;
+	return find_log(rule, req, KIND_LOG6);
 }
 
 #endif /* SLUICE_LIB_SOURCES_H */
