@@ -48,38 +48,62 @@ struct victim {
 	int way;    /* in the key's first set, or SLUICE_SET_WAYS + way in its second */
 };
 
-/* What a packet asks of a bucket: `want` is the key it looked up, `addr` its
- * address (IPv6), in sets `set_a` and `set_b`, found at `set_idx`, `way` of
- * table `table`; `cost` its units in the rule's unit; `packets` and `bytes`
- * what it carries (struct charge). A charge leaves in `full` the stamp from
- * which the bucket's state will equal a fresh bucket's (sluice_way_touch). A
- * lookup that missed leaves in `victim` the way a new bucket takes. */
+/*
+ * A packet's request of a bucket, from the lookup to the count. Four concepts
+ * share it, each a group below: the bucket asked for, the charge, what the
+ * charge left for the caller, and the scratch of the global functions it
+ * passes through. They share one per-CPU slot (sluice_req), not the stack,
+ * for one reason, written here once: the chain of calls from the program to
+ * the deepest global function has 512 bytes of stack in all, and a global
+ * function takes one pointer to all of them rather than one argument each.
+ */
 struct charge_req {
-	__u64 want;
-	struct sluice_addr6 addr;
-	__u64 now;
-	__u64 cost;
-	__u64 packets;
-	__u64 bytes;
-	__u32 set_a;
-	__u32 set_b;
-	__u32 set_idx;
-	__u32 way;
-	__u32 full;
-	__u32 table; /* enum sluice_table */
-	struct victim victim;
-	struct sluice_throttle_key tkey; /* sluice_note_drop's key */
-	__u8 tzero[sizeof(struct sluice_throttle)]; /* ...and a new entry's bytes */
-	/* A GCRA-form drop (charge_gcra): the bucket's word, offset and
-	 * generation it was decided on, for the drop memo (remember_drop). */
-	__u64 drop_word;
-	__u64 drop_off;
-	__u32 drop_gen;
-	__u32 dropped;
-	__u32 pending; /* the source's pending-drops slot (source_slot): a key in a map value, not on the stack */
-	__u32 count_gen; /* sluice_count_drop's arguments, kept here across its calls */
-	__u32 count_pending;
-	__u64 written; /* charge_gcra: the word a pass wrote (sluice_owed_wrote) */
+	/* The bucket: its key `want` (IPv6: with its masked address `addr`), in
+	 * table `table` (enum sluice_table), its two sets `set_a` and `set_b`,
+	 * found at `set_idx` and `way`; the source's pending-drops slot
+	 * (source_slot), a map key in a map value rather than on the stack. */
+	struct {
+		__u64 want;
+		struct sluice_addr6 addr;
+		__u32 set_a;
+		__u32 set_b;
+		__u32 set_idx;
+		__u32 way;
+		__u32 table;
+		__u32 pending;
+	};
+	/* The charge (struct charge): at `now`, `cost` units in the rule's unit,
+	 * the wire `packets` and `bytes` the frame carries. */
+	struct {
+		__u64 now;
+		__u64 cost;
+		__u64 packets;
+		__u64 bytes;
+	};
+	/* What the charge left: the stamp `full` from which the bucket's state
+	 * will equal a fresh bucket's (sluice_way_touch); a GCRA-form drop
+	 * (`dropped`) with the bucket's word, offset and generation it was
+	 * decided on, for the drop memo (req_dropped_on, remember_drop); the
+	 * word a pass wrote (`written`: sluice_owed_wrote). */
+	struct {
+		__u32 full;
+		__u32 dropped;
+		__u64 drop_word;
+		__u64 drop_off;
+		__u32 drop_gen;
+		__u32 pad;
+		__u64 written;
+	};
+	/* Scratch: the way a lookup that missed chose for a new bucket
+	 * (`victim`); sluice_note_drop's key and a new entry's bytes; and
+	 * sluice_count_drop's arguments, kept here across its calls. */
+	struct {
+		struct victim victim;
+		struct sluice_throttle_key tkey;
+		__u8 tzero[sizeof(struct sluice_throttle)];
+		__u32 count_gen;
+		__u32 count_pending;
+	};
 };
 
 /*

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-only
-// The drop memo (bpf/sluice.bpf.c, recall_drop): within one reading of the
+// The drop memo (bpf/lib/memo.h, recall_drop): within one reading of the
 // coarse clock, a source's drop is repeated without the lookups, and only
 // while everything it was decided on holds. Under the test clock every packet
 // sent at one time is one reading; each test runs on one CPU, whose memo it is.

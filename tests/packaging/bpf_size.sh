@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-only
-# packaging.bpf_size: the data plane stays readable (docs/design.md, "The
-# program's rooms"): the program file bpf/sluice.bpf.c is an outline of at
+# packaging.bpf_size: the data plane stays readable (docs/design.md, "From a
+# packet to its verdict"): the program file bpf/sluice.bpf.c is an outline of at
 # most 300 lines, no file under bpf/ is over 700 lines, and no function in
 # them is over 80 lines (from its signature's first line to its closing
 # brace, in the kernel style the files are written in: a definition's body
