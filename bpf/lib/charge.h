@@ -182,7 +182,12 @@ __noinline int sluice_charge_v6(const struct sluice_rule *rule, struct charge_re
 
 /* Charges the bucket a lookup found for a multi-word algorithm (LOOKUP_LOCKED):
  * a global function per kind of bucket, called from here so that its lock's
- * bpf_loop callback is the deepest frame. */
+ * bpf_loop callback is the deepest frame. Not one body over the set
+ * accessors (sources.h), as the inserts are: here `kind` is not a constant
+ * (apply_limit picks an IPv6 bucket or a log at run time), and one lookup
+ * reached by two maps would cost every lookup there its inlining (the
+ * verifier inlines an array lookup only at a call that one map reaches), so
+ * each kind keeps its own lookup. */
 static __always_inline int charge_found(int kind, const struct sluice_rule *rule, struct charge_req *req)
 {
 	struct sluice_set_tags *t = NULL;

@@ -11,7 +11,15 @@
 #include "lib/match.h"
 #include "lib/rule.h"
 
-/* A walk down a packet's match lists (see struct sluice_match_list). */
+/*
+ * A walk down a packet's match lists (see struct sluice_match_list): its
+ * state, packed. The reason, once: it lives in the program's frame, below
+ * which the chain of calls to the bucket code (walk_step, the charge, the
+ * lock's bpf_loop callback) must fit the verifier's 512 bytes of stack; one
+ * byte more took the chain past it. So its flags are bits of one byte, the
+ * set and the verdict a byte each, and the two positions nibbles (the limits
+ * asserted below). Only this file reads or writes it.
+ */
 #define WALK_DONE     0x1 /* the walk ended in `verdict` */
 #define WALK_FOUND    0x2 /* best_slot holds the terminal candidate that decides */
 #define WALK_LAYERED  0x4 /* a layered rule passed the packet: `verdict` is its verdict */
@@ -28,7 +36,7 @@ struct walk {
 	__u8  set;   /* struct sluice_active.set: the live rule and lookup sets */
 	__u8  flags;
 	__u8  verdict;
-	/* Two nibbles: one byte more would take the call chain's stack past 512. */
+	/* Two nibbles: see above. */
 	__u8  pos : 4;             /* where in that list the walk goes on */
 	__u8  unknown_charged : 4; /* rules charged as a candidate that may match */
 };
