@@ -73,16 +73,23 @@ static inline __u64 sluice_charge_ticks(__u64 inc_mult, __u8 inc_shift, __u64 co
 }
 
 /*
- * Decides one packet. Returns 1 and sets *next_tat if it passes, 0 if it must
+ * Decides one packet (sluice_gcra_next: the arrival time after it, whether it
+ * passes or not). Returns 1 and sets *next_tat if it passes, 0 if it must
  * be dropped (a drop takes nothing from the bucket). A clock that reads earlier
  * than the one that wrote `tat` (another CPU) yields less credit, never more:
  * elapsed time is never negative because base is never before now.
  */
+static inline __u64 sluice_gcra_next(__u64 tat, __u64 now, __u64 inc)
+{
+	__u64 base = (__s64)(tat - now) > 0 ? tat : now;
+
+	return base + inc;
+}
+
 static inline int sluice_gcra_admit(__u64 tat, __u64 now, __u64 inc, __u64 capacity,
 				    __u64 *next_tat)
 {
-	__u64 base = (__s64)(tat - now) > 0 ? tat : now;
-	__u64 next = base + inc;
+	__u64 next = sluice_gcra_next(tat, now, inc);
 
 	if (next - now > capacity)
 		return 0;

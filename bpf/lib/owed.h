@@ -294,8 +294,8 @@ __noinline int sluice_charge_owed(struct sluice_source_state *st, struct sluice_
 		eff = tat;
 		if (owed)
 			eff = ((__s64)(tat - o->since) > 0 ? tat : o->since) + owed;
-		/* sluice_gcra_admit, spelled out: its result's address would take stack. */
-		next = ((__s64)(eff - now_t) > 0 ? eff : now_t) + sluice_rule_cost_ticks(rule, req->cost);
+		/* sluice_gcra_admit's step, without its result's address, which would take stack. */
+		next = sluice_gcra_next(eff, now_t, sluice_rule_cost_ticks(rule, req->cost));
 		if (next - now_t > rule->bucket.capacity) {
 			if (owed) {
 				/* Pay what this CPU owes, then decide again. */
