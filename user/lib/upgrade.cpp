@@ -716,13 +716,15 @@ void flush_caches(CarriedState &s, uint64_t now_ns)
 	s.owed.clear();
 }
 
+uint64_t previous_layout_hash() { return abi7::layout_hash7(); }
+
 std::optional<std::string> upgrade_refusal(uint32_t record_size, uint32_t abi)
 {
 	const std::string then = std::string("; upgrade it with sluice ") + PREVIOUS_RELEASE +
 				 " first, then with this binary";
 	if (record_size == 16) // sluice 0.2's {next_rule_id, pad, loaded_ns}
 		return "this state was made by sluice 0.2, which recorded no layout" + then;
-	if (record_size == sizeof(abi7::meta) && abi >= 2 && abi < PREVIOUS_RELEASE_ABI)
+	if (record_size == sizeof(abi7::meta) && abi >= 1 && abi < PREVIOUS_RELEASE_ABI)
 		return "this state was made by sluice 0.2.x (ABI " + std::to_string(abi) + ")" + then;
 	return std::nullopt;
 }
@@ -741,7 +743,7 @@ CarriedState read_state(const std::string &dir)
 		throw Error(*refusal);
 
 	CarriedState s;
-	if (info.value_size == sizeof(abi7::meta)) {
+	if (info.value_size == sizeof(abi7::meta) && abi == PREVIOUS_RELEASE_ABI) {
 		s.abi = PREVIOUS_RELEASE_ABI;
 		read_previous(dir, s);
 	} else if (info.value_size == sizeof(struct sluice_meta) && abi == SLUICE_ABI_VERSION) {

@@ -47,6 +47,10 @@ struct CarriedState {
 	std::vector<std::pair<uint32_t, uint32_t>> iface_mtu; ///< ifindex -> frame size recorded
 };
 
+/// The layout hash the previous release records (its maps as upgrade.cpp's
+/// frozen copy describes them).
+uint64_t previous_layout_hash();
+
 /// Reads the state pinned in `dir`: this binary's layout or the previous
 /// release's. Throws one line for any other: older state names the release
 /// to upgrade it with first (upgrade_refusal), newer or unknown state says so.
