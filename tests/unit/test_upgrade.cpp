@@ -146,8 +146,8 @@ TEST(Upgrade, FlushingTheCachesLeavesEveryBucketReadingAsItDidAndChargesWhatWasO
 			if (e.owed) {
 				uint64_t tat = e.tat;
 				bool uncertain = o.written != word(e) && int64_t(o.written - off(e) - now_t) < 0;
-				e.tat = uncertain ? std::max(tat, o.since + o.ticks)
-						  : std::max(tat, o.since) + o.ticks; // GCRA: max(TAT, since) + charge
+				e.tat = uncertain ? std::max<uint64_t>(tat, o.since + o.ticks)
+						  : std::max<uint64_t>(tat, o.since) + o.ticks; // GCRA: max(TAT, since) + charge
 			}
 			s.owed.push_back(o);
 			owed.push_back(o);
