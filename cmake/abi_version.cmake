@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0-only
 # The version names the state ABI it writes. Included by CMakeLists.txt, or
 # run alone (the packaging.version_abi test):
-#   cmake -DABI_HEADER=include/sluice_abi.h -DVERSION=0.2.7 -DVERSION_ABI=7 -P cmake/abi_version.cmake
+#   cmake -DABI_HEADER=include/sluice_abi.h -DVERSION=0.3.0 -DVERSION_ABI=1 -P cmake/abi_version.cmake
 # Fails unless the header's SLUICE_ABI_VERSION is VERSION_ABI, the ABI the
 # version is declared for: a new ABI is a new version.
 function(sluice_check_abi header version version_abi)

@@ -182,11 +182,10 @@ SLUICE_ASSERT_SIZE(struct sluice_rule_counters, 48);
  * new one, never a mixture (see user/lib/rule_table.cpp).
  *
  * The rule entries (SLUICE_MAP_RULES, SLUICE_MAP_RULE_INFO) and the lookups
- * (match lists, IPv4 table, IPv6 prefixes) flip apart (ABI 5): a change that
- * keeps every selector writes the idle rule entries and flips them alone, on
- * the live lookups. `set` holds the live rule entries' set in bit 0, and in
- * bit 1 whether the lookups' set is the other one (so a word of ABI 4, which
- * named one set for both, reads the same).
+ * (match lists, IPv4 table, IPv6 prefixes) flip apart: a change that keeps
+ * every selector writes the idle rule entries and flips them alone, on the
+ * live lookups. `set` holds the live rule entries' set in bit 0, and in bit 1
+ * whether the lookups' set is the other one (0: both sets are the same).
  */
 struct sluice_active {
 	__u32 set;      /* sluice_rules_set, sluice_lookup_set (bits 0-1), and a count of switches
@@ -221,7 +220,7 @@ static inline __u32 sluice_sets_switch(__u32 before, __u32 rules, __u32 lookups)
 }
 
 /*
- * sync lets a small change write only what it changes (ABI 3). The controller
+ * sync lets a small change write only what it changes. The controller
  * clears it before it writes an idle set and sets it with the switch, from
  * what it knows then.
  * SLUICE_SYNC_LOOKUPS: the idle lookup set's match lists, IPv4 table and IPv6
@@ -699,9 +698,8 @@ SLUICE_ASSERT_SIZE(struct sluice_throttle, 48);
  * shared line; when the slot names another bucket, it first adds the slot's
  * counts to that one (if its way still holds it). Readers add every slot of
  * every CPU to the bucket it names, so counts are exact. Empty when packets is
- * 0. (ABI 5 and earlier: slots of 48 bytes, without the drop memo, a bucket's
- * in the slot its place hashed to, and before that one slot per CPU; a
- * carried slot is counted and flushed as any.)
+ * 0. `sluice upgrade` settles every slot into its bucket and starts the new
+ * program's slots empty (user/lib/upgrade.cpp).
  */
 #define SLUICE_PENDING_SLOTS_LOG2 11
 #define SLUICE_PENDING_SLOTS      (1u << SLUICE_PENDING_SLOTS_LOG2)
@@ -755,7 +753,6 @@ struct sluice_pending_drops {
 	struct sluice_drop_memo memo;
 };
 SLUICE_ASSERT_SIZE(struct sluice_pending_drops, 120);
-#define SLUICE_PENDING_DROPS_ABI5_SIZE 48 /* the slot before the memo joined it */
 
 /*
  * Passes owed to a GCRA-form bucket (GCRA, and a token bucket without
@@ -846,21 +843,24 @@ SLUICE_ASSERT_SIZE(struct sluice_log_set_v6, 2368);
 
 /*
  * Controller bookkeeping: a one-entry array. The pinned state's layout is
- * recorded here when the program loads: abi_version stays the first field of
- * every future layout, so any binary can read which layout it meets.
+ * recorded here when the program loads. abi_version stays the first field of
+ * every future layout, so any binary can read which layout it meets; the
+ * state ABI changes only at a release, and `sluice upgrade` reads the
+ * previous release's layout (see CHANGELOG.md for each release's).
  */
-#define SLUICE_ABI_VERSION 7 /* 1: sluice 0.2, which recorded no layout; 2: IPv6 and
-                              * sliding-log buckets in LRU hashes, no sync word in sluice_active;
-                              * 3: rule info of 80 bytes, no scope (every rule local);
-                              * 4: rules and lookups flip together (sluice_active.set 0 or 1);
-                              * 5: pending-drops slots of 48 bytes, no drop memo in them;
-                              * 6: no owed passes (SLUICE_MAP_OWED) */
+#define SLUICE_ABI_VERSION 1
+
+/* A release as struct sluice_meta records it: 0.3.0 is 0x000300. */
+#define SLUICE_RELEASE(major, minor, patch) (((major) << 16) | ((minor) << 8) | (patch))
+
 struct sluice_meta {
 	__u32 abi_version;  /* SLUICE_ABI_VERSION of the binary that loaded the program */
 	__u32 next_rule_id; /* ids are never reused, so no stale bucket meets a new rule */
 	__u64 layout_hash;  /* of every map's name, type, key and value size and flags */
 	__u64 loaded_ns;    /* CLOCK_REALTIME when the program was loaded */
+	__u32 release;      /* SLUICE_RELEASE of the binary that loaded the program */
+	__u32 pad;
 };
-SLUICE_ASSERT_SIZE(struct sluice_meta, 24);
+SLUICE_ASSERT_SIZE(struct sluice_meta, 32);
 
 #endif /* SLUICE_ABI_H */

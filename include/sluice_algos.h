@@ -304,4 +304,48 @@ SLUICE_RULE_INLINE int sluice_decide_locked(union sluice_algo_state *s, const st
 	}
 }
 
+/*
+ * Owed passes (struct sluice_owed): settling a CPU's account with its bucket.
+ * The program settles a slot when it writes the bucket; `sluice upgrade`
+ * settles every slot of the old program into the buckets it carries, and the
+ * new program starts with empty slots.
+ *
+ * Whether the account in owed slot `o` cannot go onto the word `w` (offset
+ * `off`) as it stands: another write landed since the account was made on
+ * `written`, and the clock `now_t` has passed that word's arrival time, so
+ * the other write may have found the bucket full and forgotten what this
+ * account charged before it. While the clock is behind it, no write can have
+ * found the bucket full: every write since stacked, and so does the account.
+ */
+SLUICE_RULE_INLINE int sluice_owed_uncertain(const struct sluice_owed *o, __u64 w, __u64 off, __u64 now_t)
+{
+	return w != o->written && (__s64)(o->written - off - now_t) < 0;
+}
+
+/*
+ * The word that settles what owed slot `o` holds against its bucket's word
+ * `w` (offset `off`), or `w` itself where nothing needs writing. An account
+ * that can go onto the word as it stands (sluice_owed_uncertain) is written
+ * as if at its own times, max(arrival time, since) + ticks. Where it cannot,
+ * which came first is unknown, so only what is certain is written,
+ * max(arrival time, since + ticks), and the rest is doubt (*doubt): no packet
+ * is behind it, and it is never charged to one.
+ */
+SLUICE_RULE_INLINE __u64 sluice_owed_settled_word(const struct sluice_owed *o, __u64 w, __u64 off, __u64 now_t,
+					     __u64 *doubt)
+{
+	__u64 tat = w - off, c;
+
+	if (!sluice_owed_uncertain(o, w, off, now_t)) {
+		*doubt = 0;
+		c = ((__s64)(tat - o->since) > 0 ? tat : o->since) + o->ticks;
+	} else {
+		*doubt = o->ticks;
+		c = o->since + o->ticks;
+		if ((__s64)(c - tat) <= 0)
+			return w;
+	}
+	return c + off;
+}
+
 #endif /* SLUICE_ALGOS_H */

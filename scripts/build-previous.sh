@@ -1,12 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-only
-# Builds the `sluice` binaries of earlier layouts, for the end-to-end tests of
-# `sluice upgrade` from deployments they made:
-#   build-previous/sluice  sluice 0.2, whose pinned state has no layout record (ABI 1)
-#   build-abi3/sluice      the last binary of ABI 3 (rule info of 80 bytes, no scope)
-#   build-abi4/sluice      the last binary of ABI 4 (rules and lookups flip together)
-#   build-abi5/sluice      the last binary of ABI 5 (pending-drops slots of 48 bytes, no memo in them)
-#   build-abi6/sluice      the last binary of ABI 6 (no owed passes)
+# Builds the previous release's `sluice` (0.2.7, state ABI 7) into
+# build-previous/sluice, for the end-to-end tests of `sluice upgrade` from the
+# state it makes: `sluice upgrade` reads the previous release's layout and no
+# older one, so one earlier binary is all the tests need.
 # `scripts/build-previous.sh issue8` builds only build-issue8/sluice, the
 # program as issue 8 was filed (df24dfa), which scripts/bench-hot.sh times.
 # Needs the repository's history (a shallow clone lacks it).
@@ -36,8 +33,4 @@ if [ "${1:-}" = issue8 ]; then
   build df24dfab5df6c69f732620195cbeb34293f383b7 build-issue8 "the program as issue 8 was filed"
   exit 0
 fi
-build b971b4a707d91f0282d8d58c7f43b5d4b66cf46a build-previous "sluice 0.2, the last commit before the state recorded its layout"
-build 60632a981fef7f5b59e639301766407d3a57156a build-abi3 "the last commit of ABI 3"
-build 6d07b18a0e18f2c9be710351e311afabecc1f479 build-abi4 "the last commit of ABI 4"
-build 1c74400adbf59cf0e419e38956eba05c3d78547b build-abi5 "the last commit of ABI 5"
-build a2dba1b35a3fa742166d02a21564e4ed6cd63d34 build-abi6 "the last commit of ABI 6"
+build 309bd1c01386ec0c37fb15f18b926153ff57641c build-previous "sluice 0.2.7, state ABI 7: the previous release"

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-# The previous release's binary, for the test of `sluice upgrade` from its state.
+# The previous release's binary (0.2.7), for the tests of `sluice upgrade` from its state.
 ./scripts/build-previous.sh
 
 # Every layer must be present: a build that lost the kernel tests must not pass.

@@ -10,42 +10,9 @@
 #include "sluice_settable.h"
 #include "lib/pending.h"
 
-/* Whether the account in owed slot `o` cannot go onto the word `w` (offset
- * `off`) as it stands: another write landed since the account was made on
- * `written`, and the clock `now_t` has passed that word's arrival time, so
- * the other write may have found the bucket full and forgotten what this
- * account charged before it. While the clock is behind it, no write can have
- * found the bucket full: every write since stacked, and so does the account. */
-static __always_inline int owed_uncertain(const struct sluice_owed *o, __u64 w, __u64 off, __u64 now_t)
-{
-	return w != o->written && (__s64)(o->written - off - now_t) < 0;
-}
-
-/*
- * Settles what owed slot `o` holds against its bucket's word `w` (offset
- * `off`), read while the way holds the bucket (see "The bound" at struct
- * sluice_owed): the word to write, or `w` itself where nothing needs writing.
- * An account that can go onto the word as it stands (owed_uncertain) is
- * written as if at its own times, max(arrival time, since) + ticks. Where it
- * cannot, which came first is unknown, so only what is certain is written,
- * max(arrival time, since + ticks), and the rest stays as doubt (*doubt).
- */
-static __always_inline __u64 owed_settled_word(const struct sluice_owed *o, __u64 w, __u64 off, __u64 now_t,
-						__u64 *doubt)
-{
-	__u64 tat = w - off, c;
-
-	if (!owed_uncertain(o, w, off, now_t)) {
-		*doubt = 0;
-		c = ((__s64)(tat - o->since) > 0 ? tat : o->since) + o->ticks;
-	} else {
-		*doubt = o->ticks;
-		c = o->since + o->ticks;
-		if ((__s64)(c - tat) <= 0)
-			return w;
-	}
-	return c + off;
-}
+/* An account's settling against its bucket's word (sluice_owed_uncertain,
+ * sluice_owed_settled_word) is in include/sluice_algos.h: `sluice upgrade`
+ * settles the old program's accounts with the same functions. */
 
 /* Whether doubt held in owed slot `o` (ticks from `since`) is spent: the
  * bucket's arrival time `tat` with it is behind the clock `now_t`, so a
@@ -58,7 +25,7 @@ static __always_inline int owed_doubt_spent(const struct sluice_owed *o, __u64 t
 /*
  * Settles what owed slot `o` holds with the bucket it names, if its way still
  * holds that bucket (the key and generation), by compare-and-swap
- * (owed_settled_word), and adds its passes to the bucket's counters. Returns 1
+ * (sluice_owed_settled_word), and adds its passes to the bucket's counters. Returns 1
  * when the slot is free for another bucket: it holds neither passes nor
  * doubt (spent at `now_t`, or the bucket was evicted, its charges and counts
  * gone with it); 0 when it still holds either: the slot keeps naming its
@@ -113,7 +80,7 @@ __noinline int sluice_flush_owed(struct sluice_owed *o, __u64 now_t)
 			continue;
 		}
 		if (o->packets) {
-			want = owed_settled_word(o, w, off, now_t, &doubt);
+			want = sluice_owed_settled_word(o, w, off, now_t, &doubt);
 			if (want != w) {
 				old = __sync_val_compare_and_swap(&st->word, w, want);
 				if (old != w) {
@@ -240,7 +207,7 @@ static __always_inline __u64 owed_write_pass(struct sluice_owed *o, struct sluic
  * charge_gcra for a bucket this CPU's owed slot names, shared with another
  * CPU, or with passes or doubt in the slot (struct sluice_owed; see "The
  * bound" there). An account made while another write landed is settled
- * first (owed_settled_word), leaving doubt; then the decision includes what
+ * first (sluice_owed_settled_word), leaving doubt; then the decision includes what
  * this CPU owes, exactly; a pass goes on account where may_owe allows, or is
  * written with the account; a drop first pays the account. Doubt is left out
  * of decisions (it never drops a packet) and forgotten once spent
@@ -275,9 +242,9 @@ __noinline int sluice_charge_owed(struct sluice_source_state *st, struct sluice_
 			continue;
 		}
 		tat = w - off;
-		if (o->packets && owed_uncertain(o, w, off, now_t)) {
+		if (o->packets && sluice_owed_uncertain(o, w, off, now_t)) {
 			/* Another write landed on the account: settle what is certain. */
-			eff = owed_settled_word(o, w, off, now_t, &doubt);
+			eff = sluice_owed_settled_word(o, w, off, now_t, &doubt);
 			if (eff != w) {
 				old = __sync_val_compare_and_swap(&st->word, w, eff);
 				if (old != w) {

@@ -5,6 +5,8 @@
 // limits all apply, capacity is what --max-rules says, and tables can be
 // resized by `apply` keeping the rules.
 #include <gtest/gtest.h>
+#include <bpf/bpf.h>
+#include <cstring>
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -555,22 +557,67 @@ TEST_F(Lifecycle, ApplyResizesTheTablesKeepingRulesAndCountersAndExportRoundTrip
 	EXPECT_EQ(cli_dst({"export"}).out, resized) << "export gives back what was applied";
 }
 
-// A deployment made by the previous release (sluice 0.2, whose state has no
-// layout record) is refused by this binary with one line, then upgraded in
-// place: the limited source stays limited, the denied one never gets a packet
-// through while the program is replaced, the link and the counters stay.
-TEST_F(Lifecycle, UpgradeFromThePreviousReleaseKeepsLimitsCountersAndTheLinkWithNoGap)
+// A deployment made by the previous release (sluice 0.2.7, state ABI 7) is
+// refused by this binary with one line, then upgraded in place: every rule
+// comes along field by field (every algorithm, both families, every option:
+// `export` prints the same bytes), the limited sources stay limited under
+// every algorithm, the denied one never gets a packet through while the
+// program is replaced, the link and the counters (global, per rule, per
+// source with the drops its CPUs still held) go on.
+TEST_F(Lifecycle, UpgradeFromThePreviousReleaseKeepsEveryRuleLimitsCountersAndTheLinkWithNoGap)
 {
 	auto old_cli = older_cli(SLUICE_PREVIOUS_BIN);
+	CommandResult version = old_cli({"--version"});
+	ASSERT_EQ(version.out.rfind("sluice 0.2.7 (state ABI 7, ", 0), 0u) << version.out;
+	// A source of its own for each algorithm charged before and after.
+	const std::vector<std::pair<std::string, std::string>> algos = {
+		{"10.211.100.1", "gcra"},
+		{"10.211.100.2", "fixed-window"},
+		{"10.211.100.3", "sliding-window"},
+		{"10.211.100.4", "token-bucket"},
+	};
+	for (const auto &[addr, algo] : algos)
+		shell("ip -n " + SRC_NS + " addr add " + addr + "/32 dev " + SRC_IF);
 	ASSERT_EQ(old_cli({"attach", DST_IF}).exit_code, 0);
 	ASSERT_EQ(old_cli({"rule", "add", PROBES[0], "--rate", "1/min", "--burst", "5", "--name", "lim"}).exit_code, 0);
 	ASSERT_EQ(old_cli({"rule", "add", PROBES[1], "--deny", "--name", "deny"}).exit_code, 0);
-	// A sliding log: sluice 0.2 kept it in an LRU hash, this one in a set table.
 	ASSERT_EQ(old_cli({"rule", "add", PROBES[2], "--rate", "2/min", "--algo", "sliding-log", "--name", "log"})
 			  .exit_code,
 		  0);
+	// Windows of a day: no window ends within the test. A bucket of 3.
+	for (const auto &[addr, algo] : algos) {
+		std::vector<std::string> args = {"rule", "add", addr, "--rate", "3/day", "--algo", algo, "--name", algo};
+		if (algo == "gcra" || algo == "token-bucket")
+			args.insert(args.end(), {"--burst", "3"});
+		CommandResult r = old_cli(args);
+		ASSERT_EQ(r.exit_code, 0) << r.err;
+	}
+	// IPv6 rules of every algorithm and option (no IPv6 traffic here: the
+	// rules themselves must come along).
+	const std::vector<std::vector<std::string>> v6 = {
+		{"2001:db8:1::/48", "--rate", "10/s", "--burst", "30", "--warmup", "30s", "--name", "v6tb"},
+		{"2001:db8:2::/48", "--rate", "1mbit/s", "--algo", "gcra", "--per", "56", "--name", "v6gcra"},
+		{"2001:db8:3::/64", "--rate", "100/min", "--algo", "fixed-window", "--proto", "tcp", "--dport", "80-443",
+		 "--name", "v6fw"},
+		{"2001:db8:4::/64", "--rate", "5/s", "--algo", "sliding-log", "--shadow", "--name", "v6log"},
+		{"2001:db8:5::/64", "--rate", "50/s", "--algo", "sliding-window", "--continue", "--name", "v6sw"},
+		{"2001:db8:6::/64", "--rate", "1000/s", "--scope", "cluster", "--fallback", "100/s", "--name", "v6cl"},
+		{"2001:db8::/32", "--allow", "--proto", "icmp", "--name", "v6allow"},
+	};
+	for (auto args : v6) {
+		args.insert(args.begin(), {"rule", "add"});
+		CommandResult r = old_cli(args);
+		ASSERT_EQ(r.exit_code, 0) << r.err;
+	}
 	EXPECT_EQ(send_udp_in(SRC_NS, PROBES[0], DST, PORT, 20, 32), 20);
 	EXPECT_EQ(send_udp_in(SRC_NS, PROBES[2], DST, PORT, 6, 32), 6);
+	for (const auto &[addr, algo] : algos)
+		EXPECT_EQ(send_udp_in(SRC_NS, addr, DST, PORT, 6, 32), 6) << algo;
+	CommandResult exported = old_cli({"export"});
+	ASSERT_EQ(exported.exit_code, 0) << exported.err;
+	CommandResult old_stats = old_cli({"stats", "--json"});
+	ASSERT_EQ(old_stats.exit_code, 0) << old_stats.err;
+	json global_before = json::parse(old_stats.out)["global"];
 
 	CommandResult refused = cli_dst({"status"});
 	EXPECT_NE(refused.exit_code, 0);
@@ -597,66 +644,55 @@ TEST_F(Lifecycle, UpgradeFromThePreviousReleaseKeepsLimitsCountersAndTheLinkWith
 	EXPECT_GT(flooded.load(), 0);
 	EXPECT_EQ(arrived, 0) << "of " << flooded.load() << " datagrams from the denied source during the upgrade";
 
-	// Same link, now running this binary's program; rules and ids kept.
+	// Same link, now running this binary's program; every rule kept as it was.
 	json status = cli_json({"status", "--json"});
 	ASSERT_EQ(status["links"].size(), 1u);
 	EXPECT_NE(old_link.find("prog/xdp id"), std::string::npos) << old_link;
 	std::string new_link = run_command({"ip", "-n", DST_NS, "-d", "link", "show", DST_IF}).out;
 	EXPECT_NE(new_link.find("prog/xdp id " + std::to_string(status["prog_id"].get<uint32_t>())), std::string::npos)
 		<< new_link;
-	EXPECT_EQ(rule_names(), (std::vector<std::string>{"lim", "deny", "log"}));
+	EXPECT_EQ(cli_dst({"export"}).out, exported.out) << "every rule, field by field";
+	json global_after = cli_json({"stats", "--json"})["global"];
+	for (const char *c : {"pass_limit", "drop_rate"})
+		EXPECT_EQ(global_after[c]["packets"], global_before[c]["packets"]) << c << ": the global counters go on";
 
-	// The limited source is still limited (its bucket came along), and its
-	// counters went on from the old program's.
+	// Every limited source is still limited (its bucket came along), and
+	// the counters go on from the old program's.
 	auto d = send_and_count({PROBES[0]}, 10);
 	EXPECT_EQ(d["pass_limit"], 0u);
 	EXPECT_EQ(d["drop_rate"], 10u);
 	json lim = rule_stats("lim");
 	EXPECT_EQ(lim["passed_packets"], 5u);
 	EXPECT_EQ(lim["dropped_packets"], 25u);
-	// The sliding log's two passes came along from the old hash: none now.
 	auto l = send_and_count({PROBES[2]}, 6);
 	EXPECT_EQ(l["pass_limit"], 0u);
 	EXPECT_EQ(l["drop_rate"], 6u);
 	EXPECT_EQ(rule_stats("log")["passed_packets"], 2u);
-	std::printf("upgraded from sluice 0.2 while %d datagrams of a denied source were sent: %d arrived\n",
+	for (const auto &[addr, algo] : algos) {
+		SCOPED_TRACE(algo);
+		auto a = send_and_count({addr}, 3);
+		EXPECT_EQ(a["pass_limit"], 0u);
+		EXPECT_EQ(a["drop_rate"], 3u);
+		json r = rule_stats(algo);
+		EXPECT_EQ(r["passed_packets"], 3u);
+		EXPECT_EQ(r["dropped_packets"], 6u);
+	}
+	// The source's own counters: the drops its CPUs still held in their
+	// pending slots were settled into its bucket, once.
+	json source, stats = cli_json({"stats", "--json"});
+	for (const auto &s : stats["sources"])
+		if (s["source"] == PROBES[0])
+			source = s;
+	ASSERT_FALSE(source.is_null()) << "no stats for " << PROBES[0] << " in " << stats.dump();
+	EXPECT_EQ(source["passed_packets"], 5u);
+	EXPECT_EQ(source["dropped_packets"], 25u) << "15 dropped before the upgrade, 10 after";
+	std::printf("upgraded from sluice 0.2.7 while %d datagrams of a denied source were sent: %d arrived\n",
 		    flooded.load(), arrived);
 }
 
-// A deployment made by the last binary of ABI 3 (rule info without a scope)
-// upgraded in place: rules, buckets and counters come along, the set tables
-// as they are, and the rules can then be made cluster-wide.
-TEST_F(Lifecycle, UpgradeFromAbi3KeepsRulesBucketsAndCountersAndGainsScope)
-{
-	auto old_cli = older_cli(SLUICE_ABI3_BIN);
-	ASSERT_EQ(old_cli({"attach", DST_IF}).exit_code, 0);
-	ASSERT_EQ(old_cli({"rule", "add", PROBES[0], "--rate", "1/min", "--burst", "5", "--name", "lim"}).exit_code, 0);
-	ASSERT_EQ(old_cli({"rule", "add", PROBES[1], "--deny", "--name", "deny"}).exit_code, 0);
-	EXPECT_EQ(send_udp_in(SRC_NS, PROBES[0], DST, PORT, 20, 32), 20);
-
-	CommandResult refused = cli_dst({"status"});
-	EXPECT_NE(refused.exit_code, 0);
-	EXPECT_NE(refused.err.find("run `sluice upgrade`"), std::string::npos) << refused.err;
-	CommandResult up = cli_dst({"upgrade"});
-	ASSERT_EQ(up.exit_code, 0) << up.err;
-	EXPECT_EQ(rule_names(), (std::vector<std::string>{"lim", "deny"}));
-	auto d = send_and_count({PROBES[0]}, 10);
-	EXPECT_EQ(d["pass_limit"], 0u) << "the limited source's bucket was not carried";
-	EXPECT_EQ(d["drop_rate"], 10u);
-	json lim = rule_stats("lim");
-	EXPECT_EQ(lim["passed_packets"], 5u);
-	EXPECT_EQ(lim["dropped_packets"], 25u);
-	EXPECT_EQ(cli_json({"rule", "list", "--json"})[0]["scope"], "local");
-
-	CommandResult set = cli({"rule", "set", "lim", "--scope", "cluster"});
-	ASSERT_EQ(set.exit_code, 0) << set.err;
-	EXPECT_NE(set.out.find("1/min (cluster)"), std::string::npos) << set.out;
-	EXPECT_EQ(send_and_count({PROBES[0]}, 3)["drop_rate"], 3u) << "made cluster-wide, the bucket stays limited";
-}
-
-/// A deployment made by an earlier binary of ABI 4 or later: a limit (whose
-/// source then floods 20 packets: 5 pass), a deny and a wide limit,
-/// upgraded in place. Rules, buckets and counters come along, exactly.
+/// A deployment made by the previous release: a limit (whose source then
+/// floods 20 packets: 5 pass), a deny and a wide limit, upgraded in place.
+/// Rules, buckets and counters come along, exactly.
 void Lifecycle::flood_and_upgrade(const std::string &binary)
 {
 	auto old_cli = older_cli(binary);
@@ -681,55 +717,95 @@ void Lifecycle::flood_and_upgrade(const std::string &binary)
 	EXPECT_EQ(lim["dropped_packets"], 25u);
 }
 
-// A deployment made by the last binary of ABI 4 (rules and lookups flipping
-// together), upgraded in place: rules, buckets and counters come along, and
-// an edit then goes in place.
-TEST_F(Lifecycle, UpgradeFromAbi4KeepsRulesBucketsAndCountersAndEditsInPlace)
+// Upgraded from the previous release, the state is this release's own: an
+// edit goes in place, a rule can be made cluster-wide, and an upgrade within
+// the release (same layout) keeps the counts and the limits.
+TEST_F(Lifecycle, UpgradeFromThePreviousReleaseThenEditsInPlaceAndUpgradesAgainWithinTheRelease)
 {
-	flood_and_upgrade(SLUICE_ABI4_BIN);
+	flood_and_upgrade(SLUICE_PREVIOUS_BIN);
 
-	// The edit goes in place and takes effect: the deny becomes a shadow.
 	CommandResult set = cli({"rule", "set", "deny", "--shadow"});
 	ASSERT_EQ(set.exit_code, 0) << set.err;
 	auto s = send_and_count({PROBES[1]}, 4);
 	EXPECT_EQ(s["pass_shadow"], 4u);
 	EXPECT_EQ(s["drop_deny"], 0u);
 	EXPECT_EQ(send_and_count({PROBES[0]}, 3)["drop_rate"], 3u) << "the limited source stays limited";
-}
 
-// A deployment made by the last binary of ABI 5 (pending-drops slots of 48
-// bytes, without the drop memo), upgraded in place: the drops its slots held
-// are the flooded source's, exactly, and new drops of it are counted there.
-TEST_F(Lifecycle, UpgradeFromAbi5KeepsEachSourcesPendingDrops)
-{
-	flood_and_upgrade(SLUICE_ABI5_BIN);
+	CommandResult scope = cli({"rule", "set", "lim", "--scope", "cluster"});
+	ASSERT_EQ(scope.exit_code, 0) << scope.err;
+	EXPECT_NE(scope.out.find("1/min (cluster)"), std::string::npos) << scope.out;
+	EXPECT_EQ(send_and_count({PROBES[0]}, 3)["drop_rate"], 3u) << "made cluster-wide, the bucket stays limited";
 
-	json source, stats = cli_json({"stats", "--json"});
-	for (const auto &s : stats["sources"])
-		if (s["source"] == PROBES[0])
-			source = s;
-	ASSERT_FALSE(source.is_null()) << "no stats for " << PROBES[0] << " in " << stats.dump();
-	EXPECT_EQ(source["passed_packets"], 5u);
-	EXPECT_EQ(source["dropped_packets"], 25u) << "15 dropped before the upgrade, 10 after";
-	EXPECT_EQ(send_and_count({PROBES[0]}, 3)["drop_rate"], 3u) << "the limited source stays limited";
-	EXPECT_EQ(rule_stats("lim")["dropped_packets"], 28u);
-}
-
-// A deployment made by the last binary of ABI 6 (no owed passes), upgraded
-// in place: rules, buckets and counters come along exactly, the new program
-// has its owed slots, and a same-layout upgrade after it keeps the counts.
-TEST_F(Lifecycle, UpgradeFromAbi6KeepsBucketsAndCountersAndGainsOwedSlots)
-{
-	flood_and_upgrade(SLUICE_ABI6_BIN);
-
-	EXPECT_EQ(access((pin_dir() + "/" + SLUICE_STR(SLUICE_MAP_OWED)).c_str(), F_OK), 0) << "the owed slots are pinned";
-	EXPECT_EQ(send_and_count({PROBES[0]}, 3)["drop_rate"], 3u) << "the limited source stays limited";
 	CommandResult again = cli_dst({"upgrade"});
 	ASSERT_EQ(again.exit_code, 0) << again.err;
 	json lim = rule_stats("lim");
 	EXPECT_EQ(lim["passed_packets"], 5u);
-	EXPECT_EQ(lim["dropped_packets"], 28u);
+	EXPECT_EQ(lim["dropped_packets"], 31u);
 	EXPECT_EQ(send_and_count({PROBES[0]}, 2)["drop_rate"], 2u) << "still limited after a same-layout upgrade";
+}
+
+// State older than the previous release (ABI 1-6 of the 0.2 series, whose
+// layout records this binary crafts in place of 0.2.7's, and 0.2's pin
+// directory with no record) is refused by `upgrade`, and by every other
+// command, with one line naming the release to go through; nothing changes:
+// the same pins holding the same objects, the link on the old program, the
+// record as it was, no staging directory; the old binary reads its state as
+// before once its record is back.
+TEST_F(Lifecycle, UpgradeRefusesStateOlderThanThePreviousReleaseWithOneLineAndChangesNothing)
+{
+	auto old_cli = older_cli(SLUICE_PREVIOUS_BIN);
+	ASSERT_EQ(old_cli({"attach", DST_IF}).exit_code, 0);
+	ASSERT_EQ(old_cli({"rule", "add", PROBES[1], "--deny", "--name", "deny"}).exit_code, 0);
+	const std::string listed = old_cli({"rule", "list"}).out;
+	const std::string meta = pin_dir() + "/" + SLUICE_STR(SLUICE_MAP_META);
+	int real = bpf_obj_get(meta.c_str());
+	ASSERT_GE(real, 0) << "0.2.7's layout record";
+	auto snapshot = [&] {
+		std::string pins = run_command({"find", pin_dir(), pin_dir() + "-lock", "-printf", "%P %i %m\n"}).out;
+		std::string link = run_command({"ip", "-n", DST_NS, "-d", "link", "show", DST_IF}).out;
+		return pins + link.substr(link.find("prog/xdp"));
+	};
+	struct Case {
+		uint32_t record_size, abi;
+		std::string made_by;
+	};
+	std::vector<Case> cases = {{16, 0, "sluice 0.2, which recorded no layout"}};
+	for (uint32_t abi = 1; abi <= 6; abi++)
+		cases.push_back({24, abi, "sluice 0.2.x (ABI " + std::to_string(abi) + ")"});
+	for (const auto &c : cases) {
+		SCOPED_TRACE(c.made_by);
+		ASSERT_EQ(unlink(meta.c_str()), 0);
+		int fd = bpf_map_create(BPF_MAP_TYPE_ARRAY, "sluice_meta", 4, c.record_size, 1, nullptr);
+		ASSERT_GE(fd, 0);
+		std::vector<uint8_t> record(c.record_size, 0x5a);
+		std::memcpy(record.data(), &c.abi, 4);
+		uint32_t zero = 0;
+		ASSERT_EQ(bpf_map_update_elem(fd, &zero, record.data(), 0), 0);
+		ASSERT_EQ(bpf_obj_pin(fd, meta.c_str()), 0);
+		close(fd);
+		const std::string before = snapshot();
+		const std::string line = "sluice: this state was made by " + c.made_by +
+					 "; upgrade it with sluice 0.2.7 first, then with this binary\n";
+		for (const std::vector<std::string> &command :
+		     {std::vector<std::string>{"upgrade"}, {"status"}, {"rule", "list"}}) {
+			CommandResult r = cli_dst(command);
+			EXPECT_NE(r.exit_code, 0) << command[0];
+			EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+			EXPECT_EQ(r.err, line) << command[0];
+		}
+		EXPECT_EQ(snapshot(), before) << "the refused upgrade changed what is pinned or attached";
+		EXPECT_NE(access((pin_dir() + "-next").c_str(), F_OK), 0) << "a staging directory was left";
+		int again = bpf_obj_get(meta.c_str());
+		ASSERT_GE(again, 0);
+		std::vector<uint8_t> now(c.record_size);
+		EXPECT_EQ(bpf_map_lookup_elem(again, &zero, now.data()), 0);
+		EXPECT_EQ(now, record) << "the layout record was rewritten";
+		close(again);
+	}
+	ASSERT_EQ(unlink(meta.c_str()), 0);
+	ASSERT_EQ(bpf_obj_pin(real, meta.c_str()), 0);
+	close(real);
+	EXPECT_EQ(old_cli({"rule", "list"}).out, listed) << "0.2.7 reads its state as before";
 }
 
 TEST_F(Lifecycle, ABadPolicyIsOneLineForCheckDiffAndApplyAndChangesNothing)

@@ -325,6 +325,7 @@ void configure(struct bpf_object *obj, const TableSizes &sizes)
 	struct timespec now;
 	clock_gettime(CLOCK_REALTIME, &now);
 	meta.abi_version = SLUICE_ABI_VERSION;
+	meta.release = SLUICE_RELEASE(SLUICE_VERSION_MAJOR, SLUICE_VERSION_MINOR, SLUICE_VERSION_PATCH);
 	meta.layout_hash = layout_hash();
 	meta.next_rule_id = 1;
 	meta.loaded_ns = static_cast<__u64>(now.tv_sec) * 1000000000ULL + now.tv_nsec;
@@ -633,7 +634,7 @@ void Instance::remove_pins(const std::string &dir)
 {
 	unlink((dir + "/prog").c_str());
 	MapSet().for_each([&dir](const char *name, int) { unlink((dir + "/" + name).c_str()); });
-	for (const char *old : {"sluice_d4sel", "sluice_lists4"}) // ABI 1's, gone since
+	for (const char *old : {"sluice_d4sel", "sluice_lists4"}) // sluice 0.2's, gone since
 		unlink((dir + "/" + old).c_str());
 	rmdir((dir + "/links").c_str());
 }

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
 #include "maps.h"
+#include "upgrade.h"
 
 #include <cerrno>
 #include <fcntl.h>
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <span>
 
 namespace sluice {
 
@@ -23,7 +25,6 @@ struct MapRef {
 	enum bpf_map_type type;
 	uint32_t key_size, value_size;
 	uint32_t flags = 0; ///< the map flags the controller relies on (BPF_F_MMAPABLE)
-	uint32_t since_abi = 4; ///< the first ABI (of those upgrade reads, 4 on) with this map
 };
 
 const MapRef MAP_REFS[] = {
@@ -55,23 +56,15 @@ const MapRef MAP_REFS[] = {
 	{SLUICE_STR(SLUICE_MAP_THROTTLED), &MapSet::throttled, BPF_MAP_TYPE_HASH, sizeof(struct sluice_throttle_key),
 	 sizeof(struct sluice_throttle)},
 	{SLUICE_STR(SLUICE_MAP_THEN), &MapSet::then, BPF_MAP_TYPE_PROG_ARRAY, 4, 4},
-	{SLUICE_STR(SLUICE_MAP_OWED), &MapSet::owed, BPF_MAP_TYPE_PERCPU_ARRAY, 4, sizeof(struct sluice_owed), 0, 7},
+	{SLUICE_STR(SLUICE_MAP_OWED), &MapSet::owed, BPF_MAP_TYPE_PERCPU_ARRAY, 4, sizeof(struct sluice_owed)},
 };
 
 
-/// The value size of `ref`'s map in the layout of ABI `abi` (4 to
-/// SLUICE_ABI_VERSION): only the pending-drops slot grew since ABI 4, by the
-/// drop memo in ABI 6.
-uint32_t value_size_at(const MapRef &ref, uint32_t abi)
-{
-	return ref.field == &MapSet::pending && abi < 6 ? SLUICE_PENDING_DROPS_ABI5_SIZE : ref.value_size;
-}
-
 /// Why a map does not have the layout ABI `abi` gives it; empty if it does.
-std::string layout_mismatch(const MapRef &ref, int fd, uint32_t abi = SLUICE_ABI_VERSION)
+std::string layout_mismatch(const MapRef &ref, int fd)
 {
 	struct bpf_map_info info = map_info(fd);
-	const uint32_t value_size = value_size_at(ref, abi);
+	const uint32_t value_size = ref.value_size;
 	if (info.type != ref.type || info.key_size != ref.key_size || info.value_size != value_size ||
 	    (info.map_flags & ref.flags) != ref.flags)
 		return std::string("map ") + ref.name + " has type " + std::to_string(info.type) + ", key " +
@@ -103,7 +96,7 @@ int open_pinned_object(const std::string &path)
 	return fd;
 }
 
-uint64_t layout_hash(uint32_t abi)
+uint64_t layout_hash(std::span<const MapLayout> maps)
 {
 	// FNV-1a over every map's name, type, key and value size, in ABI order.
 	uint64_t h = 0xcbf29ce484222325ULL;
@@ -113,17 +106,23 @@ uint64_t layout_hash(uint32_t abi)
 			h *= 0x100000001b3ULL;
 		}
 	};
-	for (const auto &ref : MAP_REFS) {
-		if (ref.since_abi > abi)
-			continue;
-		mix(ref.name, std::strlen(ref.name) + 1);
-		uint32_t fields[] = {static_cast<uint32_t>(ref.type), ref.key_size, value_size_at(ref, abi), ref.flags};
+	for (const auto &m : maps) {
+		mix(m.name, std::strlen(m.name) + 1);
+		uint32_t fields[] = {m.type, m.key_size, m.value_size, m.flags};
 		mix(fields, sizeof(fields));
 	}
 	return h;
 }
 
-MapSet MapSet::open_pinned(const std::string &dir, uint32_t abi)
+uint64_t layout_hash()
+{
+	std::vector<MapLayout> maps;
+	for (const auto &ref : MAP_REFS)
+		maps.push_back({ref.name, static_cast<uint32_t>(ref.type), ref.key_size, ref.value_size, ref.flags});
+	return layout_hash(maps);
+}
+
+MapSet MapSet::open_pinned(const std::string &dir)
 {
 	// The layout record first: state of another layout is refused before
 	// any of its maps is read into this binary's structs.
@@ -137,20 +136,30 @@ MapSet MapSet::open_pinned(const std::string &dir, uint32_t abi)
 	if (!meta)
 		throw_errno("cannot open pinned map " + meta_path, errno);
 	struct bpf_map_info info = map_info(meta.get());
-	if (info.value_size != sizeof(struct sluice_meta) || info.type != BPF_MAP_TYPE_ARRAY)
-		throw refuse("it has no layout record (made by sluice 0.2 or earlier, ABI 1)");
+	if (info.type != BPF_MAP_TYPE_ARRAY || info.value_size < 4)
+		throw refuse("it has no layout record");
+	if (info.value_size != sizeof(struct sluice_meta)) {
+		// abi_version is every record's first field (struct sluice_meta).
+		std::vector<uint8_t> raw(info.value_size);
+		uint32_t zero = 0, abi = 0;
+		if (bpf_map_lookup_elem(meta.get(), &zero, raw.data()))
+			throw_errno("cannot read " + meta_path, errno);
+		std::memcpy(&abi, raw.data(), 4);
+		if (auto older = upgrade_refusal(info.value_size, abi)) // too old for `sluice upgrade`
+			throw Error(*older);
+		throw refuse("it records ABI " + std::to_string(abi) + " in a record of " +
+			     std::to_string(info.value_size) + " bytes");
+	}
 	struct sluice_meta record = {};
 	uint32_t zero = 0;
 	if (bpf_map_lookup_elem(meta.get(), &zero, &record))
 		throw_errno("cannot read " + meta_path, errno);
-	if (record.abi_version != abi || record.layout_hash != layout_hash(abi))
+	if (record.abi_version != SLUICE_ABI_VERSION || record.layout_hash != layout_hash())
 		throw refuse("it records ABI " + std::to_string(record.abi_version) + ", layout " +
-			     hex64(record.layout_hash) + " (this sluice: " + hex64(layout_hash(abi)) + ")");
+			     hex64(record.layout_hash) + " (this sluice: " + hex64(layout_hash()) + ")");
 
 	MapSet m;
 	for (const auto &ref : MAP_REFS) {
-		if (ref.since_abi > abi)
-			continue; // not in that layout: left empty
 		std::string path = dir + "/" + ref.name;
 		int fd = open_pinned_object(path);
 		if (fd < 0 && errno == ENOENT)
@@ -158,7 +167,7 @@ MapSet MapSet::open_pinned(const std::string &dir, uint32_t abi)
 		if (fd < 0)
 			throw_errno("cannot open pinned map " + path, errno);
 		(m.*ref.field).reset(fd);
-		if (std::string why = layout_mismatch(ref, fd, abi); !why.empty())
+		if (std::string why = layout_mismatch(ref, fd); !why.empty())
 			throw refuse(why);
 	}
 	return m;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -23,10 +24,9 @@ struct MapSet {
 		logs4, logs6, counters, meta, config, pending, frags, iface_mtu, events, throttled, then, owed;
 
 	/// Opens the maps pinned under dir (by their ABI names). Refuses, with
-	/// one line, state whose layout record or maps differ from this binary's.
-	/// `abi` is the version expected (an earlier one since ABI 4, with the
-	/// layout it had, only for `sluice upgrade` to read it).
-	static MapSet open_pinned(const std::string &dir, uint32_t abi = SLUICE_ABI_VERSION);
+	/// one line, state whose layout record or maps differ from this binary's
+	/// (`sluice upgrade` reads the previous release's: upgrade.h).
+	static MapSet open_pinned(const std::string &dir);
 	/// Duplicates the descriptors of a loaded object's maps.
 	static MapSet from_object(struct bpf_object *obj);
 
@@ -38,10 +38,19 @@ struct MapSet {
 	uint32_t max_log_sources() const; ///< per family, rounded up to whole sets
 };
 
-/// A hash of every map's name, type, key and value size as this binary
-/// expects them (or as ABI `abi`, 4 or later, had them): recorded in struct
-/// sluice_meta when the program loads.
-uint64_t layout_hash(uint32_t abi = SLUICE_ABI_VERSION);
+/// A map's layout as struct sluice_meta's layout_hash covers it.
+struct MapLayout {
+	const char *name;
+	uint32_t type, key_size, value_size, flags;
+};
+
+/// The layout hash of `maps`, in their order (FNV-1a over each one's name,
+/// type, key and value size and flags).
+uint64_t layout_hash(std::span<const MapLayout> maps);
+
+/// The layout hash of every map as this binary expects them: recorded in
+/// struct sluice_meta when the program loads.
+uint64_t layout_hash();
 
 /// "0x" and 16 hex digits.
 std::string hex64(uint64_t v);
@@ -125,8 +134,7 @@ template <class V> std::vector<V> lookup_percpu(int fd, uint32_t key)
 std::vector<struct sluice_pending_drops> read_pending(int fd);
 
 /// Every CPU's owed slots (SLUICE_MAP_OWED) that hold passes, read in one
-/// batch: what readers add to the buckets the slots name. None from an empty
-/// descriptor (state of ABI 6 or earlier, which had no owed passes).
+/// batch: what readers add to the buckets the slots name.
 std::vector<struct sluice_owed> read_owed(int fd);
 
 /// Calls f(key, value) for every entry of a hash map, reading it in batches.

@@ -377,6 +377,8 @@ Cidr bucket_cidr(int family, const uint8_t *addr, int prefix_len)
 
 } // namespace
 
+std::vector<Debit> read_reset_debits(uint64_t seed) { return read_debits(seed); }
+
 std::string reset_debits_path(uint64_t seed)
 {
 	return default_run_dir() + "/counters-reset-" + hex64(seed).substr(2) + ".json";

@@ -107,6 +107,10 @@ std::vector<ReleasedBucket> release_source(const MapSet &maps, const Cidr &sourc
 /// buckets they name, less what the latest counter resets zeroed of them.
 PendingDrops read_accounts(const MapSet &maps);
 
+/// What the counters resets of the program whose hash seed is `seed` left
+/// on CPUs' accounts (reset_counters): readers take it off the buckets named.
+std::vector<PendingDrops::Debit> read_reset_debits(uint64_t seed);
+
 /// Where the counts a reset zeroed on CPUs' accounts are kept: a file in
 /// the instance's run directory (default_run_dir()) named by the
 /// loaded program's hash seed, so that each load (and each instance) has

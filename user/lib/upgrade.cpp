@@ -5,17 +5,24 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
-#include <map>
-
 #include <ctime>
+#include <map>
+#include <type_traits>
 #include <unordered_map>
 
 #include "rule_table.h"
+#include "sluice_algos.h"
+#include "sluice_settable.h"
 #include "sources.h"
+#include "stats.h"
+#include "upgrade_abi7.h"
 
 namespace sluice {
 
 namespace {
+
+// ---------------------------------------------------------------------------
+// Reading a pinned map.
 
 bool per_cpu(uint32_t type)
 {
@@ -23,22 +30,27 @@ bool per_cpu(uint32_t type)
 	       type == BPF_MAP_TYPE_LRU_PERCPU_HASH;
 }
 
-size_t stride(const RawMap &m)
-{
-	return per_cpu(m.type) ? ((m.value_size + 7) & ~size_t(7)) * possible_cpus() : m.value_size;
-}
+/// Every entry of one map, as raw bytes: keys, and values one stride each
+/// (all CPUs' for a per-CPU map, each rounded up to 8 bytes).
+struct RawMap {
+	uint32_t type = 0, key_size = 0, value_size = 0, max_entries = 0, count = 0;
+	std::vector<uint8_t> keys, values;
+	size_t stride() const
+	{
+		return per_cpu(type) ? ((value_size + 7) & ~size_t(7)) * possible_cpus() : value_size;
+	}
+};
 
-RawMap read_raw(int fd, const std::string &name)
+RawMap read_raw(int fd, const char *name)
 {
 	struct bpf_map_info info = map_info(fd);
 	RawMap m;
-	m.name = name;
 	m.type = info.type;
 	m.key_size = info.key_size;
 	m.value_size = info.value_size;
 	m.max_entries = info.max_entries;
 	const uint32_t batch = 4096;
-	std::vector<uint8_t> keys(size_t(batch) * m.key_size), values(size_t(batch) * stride(m));
+	std::vector<uint8_t> keys(size_t(batch) * m.key_size), values(size_t(batch) * m.stride());
 	std::vector<uint8_t> cursor(std::max<uint32_t>(m.key_size, 8));
 	bool first = true;
 	for (;;) {
@@ -49,30 +61,148 @@ RawMap read_raw(int fd, const std::string &name)
 		int saved = errno;
 		first = false;
 		m.keys.insert(m.keys.end(), keys.begin(), keys.begin() + long(count) * m.key_size);
-		m.values.insert(m.values.end(), values.begin(), values.begin() + long(count * stride(m)));
+		m.values.insert(m.values.end(), values.begin(), values.begin() + long(count * m.stride()));
 		m.count += count;
 		if (err) {
 			if (saved == ENOENT)
 				return m;
-			throw_errno("cannot read map " + name, saved);
+			throw_errno(std::string("cannot read map ") + name, saved);
 		}
 	}
 }
 
-/// Writes a raw map's entries into `fd`, whose layout must be the same.
-void write_raw(int fd, const RawMap &m, const char *what)
+/// Calls f(key, value of every CPU in turn) for each entry of a raw map whose
+/// values are `Old`s, converted to today's struct.
+template <class Key, class Old, class F> void each_entry(const RawMap &m, F f)
 {
-	map_update_batch(fd, m.keys.data(), m.values.data(), m.count, what);
+	const size_t step = (m.value_size + 7) & ~size_t(7), cpus = per_cpu(m.type) ? possible_cpus() : 1;
+	for (uint32_t i = 0; i < m.count; i++) {
+		Key key;
+		std::memcpy(&key, &m.keys[size_t(i) * m.key_size], sizeof(key));
+		std::vector<decltype(now(std::declval<Old>()))> values;
+		for (size_t c = 0; c < cpus; c++) {
+			Old v;
+			std::memcpy(&v, &m.values[size_t(i) * m.stride() + c * step], sizeof(v));
+			values.push_back(now(v));
+		}
+		f(key, values);
+	}
 }
 
-/// True if `fd`'s map takes `m`'s entries as they are: same type, key and
-/// value size, and for arrays the same number of entries.
-bool same_shape(int fd, const RawMap &m)
+/// An array map's entries, converted, in index order.
+template <class Old> auto array_of(int fd, const char *name)
 {
-	struct bpf_map_info info = map_info(fd);
-	bool array = m.type == BPF_MAP_TYPE_ARRAY || m.type == BPF_MAP_TYPE_PERCPU_ARRAY;
-	return info.type == m.type && info.key_size == m.key_size && info.value_size == m.value_size &&
-	       (!array || info.max_entries == m.max_entries);
+	RawMap m = read_raw(fd, name);
+	std::vector<decltype(now(std::declval<Old>()))> out(m.max_entries);
+	each_entry<uint32_t, Old>(m, [&](uint32_t k, const auto &v) {
+		if (k < out.size())
+			out[k] = v[0];
+	});
+	return out;
+}
+
+/// The maps read, by role: this binary's (MapSet) or 0.2.7's (by name).
+struct Fds {
+	int active, rules, rule_info, rule_counters, counters, meta, config, src4, src6, logs4, logs6, pending, owed,
+		frags, iface_mtu;
+};
+
+/// The four kinds of set (today's), named by the struct 0.2.7 or today has.
+template <class Layout> struct Structs;
+struct Current {};
+struct Previous {};
+template <> struct Structs<Current> {
+	using active = struct sluice_active;
+	using rule = struct sluice_rule;
+	using rule_info = struct sluice_rule_info;
+	using rule_counters = struct sluice_rule_counters;
+	using counter = struct sluice_counter;
+	using config = struct sluice_config;
+	using set_v4 = struct sluice_set_v4;
+	using set_v6 = struct sluice_set_v6;
+	using log_set_v4 = struct sluice_log_set_v4;
+	using log_set_v6 = struct sluice_log_set_v6;
+	using pending = struct sluice_pending_drops;
+	using owed = struct sluice_owed;
+	using frag_key = struct sluice_frag_key;
+	using frag_info = struct sluice_frag_info;
+	static int counter_index(uint32_t i) { return i < SLUICE_CNT_MAX ? int(i) : -1; }
+};
+template <> struct Structs<Previous> {
+	using active = abi7::active;
+	using rule = abi7::rule;
+	using rule_info = abi7::rule_info;
+	using rule_counters = abi7::rule_counters;
+	using counter = abi7::counter;
+	using config = abi7::config;
+	using set_v4 = abi7::set_v4;
+	using set_v6 = abi7::set_v6;
+	using log_set_v4 = abi7::log_set_v4;
+	using log_set_v6 = abi7::log_set_v6;
+	using pending = abi7::pending_drops;
+	using owed = abi7::owed;
+	using frag_key = abi7::frag_key;
+	using frag_info = abi7::frag_info;
+	static int counter_index(uint32_t i) { return i < std::size(abi7::COUNTER_INDEX) ? abi7::COUNTER_INDEX[i] : -1; }
+};
+
+/// Reads everything worth keeping from maps of layout L, into today's structs.
+template <class Layout> void read_maps(const Fds &fd, CarriedState &s)
+{
+	using L = Structs<Layout>;
+	// Rules: the live set's entries, up to the higher of the two sets'
+	// high-water marks (as RuleTable reads them).
+	const uint32_t n = map_max_entries(fd.rule_counters);
+	s.max_rules = n;
+	struct sluice_active active = array_of<typename L::active>(fd.active, "the live-set word").at(0);
+	const uint32_t reach = std::min(n, std::max(active.slots[0], active.slots[1]));
+	auto dps = array_of<typename L::rule>(fd.rules, "rules");
+	auto infos = array_of<typename L::rule_info>(fd.rule_info, "rule info");
+	for (uint32_t slot = 0; slot < reach; slot++) {
+		uint32_t i = sluice_rule_index(slot, active.set);
+		if (i >= dps.size() || i >= infos.size() || dps[i].id == 0)
+			continue;
+		InstalledRule r = from_maps(dps[i], infos[i]);
+		r.slot = slot;
+		s.rules.push_back(r);
+	}
+	std::sort(s.rules.begin(), s.rules.end(), match_order);
+	std::vector<bool> used(n, false);
+	for (const auto &r : s.rules)
+		used[r.slot] = true;
+	each_entry<uint32_t, typename L::rule_counters>(read_raw(fd.rule_counters, "rule counters"),
+						      [&](uint32_t slot, const auto &cpus) {
+							      if (slot < n && used[slot])
+								      s.rule_counters.emplace_back(slot, cpus);
+						      });
+	const size_t cpus = possible_cpus();
+	s.counters.assign(size_t(SLUICE_CNT_MAX) * cpus, {});
+	each_entry<uint32_t, typename L::counter>(read_raw(fd.counters, "counters"), [&](uint32_t i, const auto &v) {
+		int to = L::counter_index(i);
+		for (size_t c = 0; to >= 0 && c < v.size(); c++)
+			s.counters[size_t(to) * cpus + c] = v[c];
+	});
+	s.config = array_of<typename L::config>(fd.config, "the configuration").at(0);
+	s.src4 = array_of<typename L::set_v4>(fd.src4, "the IPv4 source table");
+	s.src6 = array_of<typename L::set_v6>(fd.src6, "the IPv6 source table");
+	s.logs4 = array_of<typename L::log_set_v4>(fd.logs4, "the IPv4 sliding-log table");
+	s.logs6 = array_of<typename L::log_set_v6>(fd.logs6, "the IPv6 sliding-log table");
+	s.max_sources = uint32_t(s.src6.size()) * SLUICE_SET_WAYS;
+	s.max_log_sources = uint32_t(s.logs4.size()) * SLUICE_SET_WAYS;
+	each_entry<uint32_t, typename L::pending>(read_raw(fd.pending, "pending drops"), [&](uint32_t, const auto &v) {
+		for (const auto &p : v)
+			if (p.packets)
+				s.pending.push_back(p);
+	});
+	each_entry<uint32_t, typename L::owed>(read_raw(fd.owed, "owed passes"), [&](uint32_t, const auto &v) {
+		for (const auto &o : v)
+			if (o.packets || o.ticks)
+				s.owed.push_back(o);
+	});
+	each_entry<typename L::frag_key, typename L::frag_info>(
+		read_raw(fd.frags, "fragments"), [&](const auto &k, const auto &v) { s.frags.emplace_back(now(k), v[0]); });
+	each_entry<uint32_t, uint32_t>(read_raw(fd.iface_mtu, "interface frame sizes"),
+				       [&](uint32_t k, const auto &v) { s.iface_mtu.emplace_back(k, v[0]); });
 }
 
 UniqueFd open_map(const std::string &dir, const std::string &name)
@@ -84,256 +214,212 @@ UniqueFd open_map(const std::string &dir, const std::string &name)
 	return fd;
 }
 
-/// Before ABI 4 a rule's info was 80 bytes: today's first 80, the rest zero
-/// (every rule local).
-constexpr uint32_t RULE_INFO_BEFORE_4 = 80;
-
-/// An info entry of the layout before ABI 4, as today's struct.
-struct sluice_rule_info read_info_before_4(int fd, uint32_t index)
+/// 0.2.7's state: every map checked against the frozen layout, then read.
+void read_previous(const std::string &dir, CarriedState &s)
 {
-	struct sluice_rule_info ri = {};
-	uint8_t raw[RULE_INFO_BEFORE_4];
-	if (bpf_map_lookup_elem(fd, &index, raw))
-		throw_errno("cannot read rule info " + std::to_string(index), errno);
-	std::memcpy(&ri, raw, sizeof(raw));
-	return ri;
-}
-
-[[noreturn]] void unknown_layout(const std::string &dir)
-{
-	throw Error("the state pinned in " + dir + " is of an unknown layout; detach it with the sluice "
-		    "that attached it");
-}
-
-/// Rules of sluice 0.2 (ABI 1): one set, indexed by slot; the data-plane
-/// entry's id is the rule's id, and struct sluice_rule had today's layout.
-std::vector<InstalledRule> read_rules_abi1(const std::string &dir)
-{
-	UniqueFd rules = open_map(dir, "sluice_rules"), info = open_map(dir, "sluice_rinfo");
-	if (map_info(rules.get()).value_size != sizeof(struct sluice_rule) ||
-	    map_info(info.get()).value_size != RULE_INFO_BEFORE_4)
-		unknown_layout(dir);
-	uint32_t n = map_info(rules.get()).max_entries;
-	std::vector<InstalledRule> out;
-	for (uint32_t slot = 0; slot < n; slot++) {
-		struct sluice_rule dp = {};
-		if (bpf_map_lookup_elem(rules.get(), &slot, &dp) || dp.id == 0)
-			continue;
-		struct sluice_rule_info ri = read_info_before_4(info.get(), slot);
-		ri.rule_id = 0; // padding in ABI 1
-		InstalledRule r = from_maps(dp, ri);
-		r.id = dp.id;
-		r.bucket_id = dp.id;
-		r.slot = slot;
-		out.push_back(r);
+	auto unknown = [&dir](const std::string &why) {
+		return Error("the state pinned in " + dir + " records sluice " + PREVIOUS_RELEASE + "'s ABI " +
+			     std::to_string(PREVIOUS_RELEASE_ABI) + " but not its layout (" + why +
+			     "); detach it with the sluice that attached it");
+	};
+	std::map<std::string, UniqueFd> fds;
+	for (const auto &m : abi7::MAPS) {
+		UniqueFd fd(open_pinned_object(dir + "/" + m.name));
+		if (!fd)
+			throw unknown(std::string("map ") + m.name + " cannot be opened: " + std::strerror(errno));
+		struct bpf_map_info info = map_info(fd.get());
+		if (info.type != m.type || info.key_size != m.key_size || info.value_size != m.value_size ||
+		    (info.map_flags & m.flags) != m.flags)
+			throw unknown(std::string("map ") + m.name + " differs");
+		fds.emplace(m.name, std::move(fd));
 	}
-	return out;
+	abi7::meta meta = array_of<abi7::meta>(fds.at("sluice_meta").get(), "the layout record").at(0);
+	if (meta.layout_hash != abi7::layout_hash7())
+		throw unknown("layout " + hex64(meta.layout_hash) + ", not " + hex64(abi7::layout_hash7()));
+	s.next_rule_id = meta.next_rule_id;
+	auto f = [&fds](const char *name) { return fds.at(name).get(); };
+	read_maps<Previous>({f("sluice_active"), f("sluice_rules"), f("sluice_rinfo"), f("sluice_rcnt"), f("sluice_cnt"),
+			     f("sluice_meta"), f("sluice_cfg"), f("sluice_src4"), f("sluice_src6"), f("sluice_log4"),
+			     f("sluice_log6"), f("sluice_pend"), f("sluice_owed"), f("sluice_frags"), f("sluice_ifmtu")},
+			    s);
 }
 
-/// Rules of ABI 2 and 3: two sets and the word naming the live one, as today;
-/// the info entries of 80 bytes.
-std::vector<InstalledRule> read_rules_abi2_3(const std::string &dir, uint32_t &max_rules)
+/// This binary's own state (an upgrade within a release, or a resize).
+void read_current(const std::string &dir, CarriedState &s)
 {
-	UniqueFd active = open_map(dir, SLUICE_STR(SLUICE_MAP_ACTIVE)), rules = open_map(dir, SLUICE_STR(SLUICE_MAP_RULES)),
-		 info = open_map(dir, SLUICE_STR(SLUICE_MAP_RULE_INFO)),
-		 counters = open_map(dir, SLUICE_STR(SLUICE_MAP_RULE_COUNTERS));
-	if (map_info(active.get()).value_size != sizeof(struct sluice_active) ||
-	    map_info(rules.get()).value_size != sizeof(struct sluice_rule) ||
-	    map_info(info.get()).value_size != RULE_INFO_BEFORE_4)
-		unknown_layout(dir);
-	max_rules = map_info(counters.get()).max_entries;
+	MapSet m = MapSet::open_pinned(dir); // checks the layout in full
 	uint32_t zero = 0;
-	struct sluice_active live = {};
-	if (bpf_map_lookup_elem(active.get(), &zero, &live))
-		throw_errno("cannot read the live rule set's number in " + dir, errno);
-	std::vector<InstalledRule> out;
-	for (uint32_t slot = 0; slot < max_rules; slot++) {
-		uint32_t i = sluice_rule_index(slot, live.set);
-		struct sluice_rule dp = {};
-		if (bpf_map_lookup_elem(rules.get(), &i, &dp))
-			throw_errno("cannot read rule slot " + std::to_string(slot), errno);
-		if (dp.id == 0)
-			continue;
-		InstalledRule r = from_maps(dp, read_info_before_4(info.get(), i));
-		r.slot = slot;
-		out.push_back(r);
-	}
-	std::sort(out.begin(), out.end(), match_order);
-	return out;
+	struct sluice_meta meta = {};
+	if (bpf_map_lookup_elem(m.meta.get(), &zero, &meta))
+		throw_errno("cannot read sluice metadata", errno);
+	s.next_rule_id = meta.next_rule_id;
+	read_maps<Current>({m.active.get(), m.rules.get(), m.rule_info.get(), m.rule_counters.get(), m.counters.get(),
+			    m.meta.get(), m.config.get(), m.src4.get(), m.src6.get(), m.logs4.get(), m.logs6.get(),
+			    m.pending.get(), m.owed.get(), m.frags.get(), m.iface_mtu.get()},
+			   s);
 }
 
-// The maps whose contents are carried as they are, where their shape allows.
-const char *const CARRIED[] = {
-	SLUICE_STR(SLUICE_MAP_RULE_COUNTERS), SLUICE_STR(SLUICE_MAP_COUNTERS), SLUICE_STR(SLUICE_MAP_CONFIG),
-	SLUICE_STR(SLUICE_MAP_SOURCES_V4),    SLUICE_STR(SLUICE_MAP_PENDING),  SLUICE_STR(SLUICE_MAP_SOURCES_V6),
-	SLUICE_STR(SLUICE_MAP_LOGS_V4),       SLUICE_STR(SLUICE_MAP_LOGS_V6),  SLUICE_STR(SLUICE_MAP_FRAGS),
-	SLUICE_STR(SLUICE_MAP_IFACE_MTU),
-};
+// ---------------------------------------------------------------------------
+// Flushing the CPUs' caches.
+//
+// What "flushed" means. The old program keeps three per-CPU caches beside
+// the buckets, and none is carried into the new program, whose slots start
+// empty:
+//  - pending drops (SLUICE_MAP_PENDING: packets, bytes): drops already in
+//    the global and rule counters but not yet in their bucket's counters.
+//    Each slot's counts are added to the dropped counters of the bucket it
+//    names, if that bucket's way still holds it (the counters carry its
+//    generation's tag), exactly as the program adds them when the slot moves
+//    on; a slot naming a bucket evicted since is dropped with it, as the
+//    program drops it. So every counted drop is in its bucket once.
+//  - owed passes (SLUICE_MAP_OWED): passes already in the global and rule
+//    counters whose charge and counts are not yet in their bucket. Each
+//    slot is settled as the program's flush settles it: the charge goes onto
+//    the bucket's word (sluice_owed_settled_word, at the time of the
+//    upgrade), the passes into its passed counters, if its way still holds
+//    the bucket (key and generation). Doubt (a charge that may already be
+//    in the word, with no packet behind it) is dropped, as the program drops
+//    it once spent: charging it again could drop packets within the limit.
+//  - the drop memo and the throttle note in each pending slot: caches of a
+//    decision (the memo keys on the live-set word, which the new program's
+//    rules restart) and of when a drop was last noted for events. Dropped:
+//    the new program decides the next packet by the walk and notes it anew.
+// A counters reset's record (stats: the counts still on CPUs' accounts when
+// it zeroed a bucket) names buckets by place and key: where the buckets stay
+// in place with the same seed it stays true of the flushed bucket; where
+// they are placed afresh it is taken off each bucket first (place_afresh).
+//
+// The caches are read from the old program while it runs, each map in one
+// batch: a slot it moves into its bucket between the reads of the slot and
+// of the bucket is counted twice or not at all, as any count it makes after
+// the read and before the links move is lost (see docs/operations.md).
+
+void add_count(__u64 &word, uint16_t gen, uint64_t n)
+{
+	if ((word & ~SLUICE_CNT_VALUE_MASK) == sluice_gen_tag(gen)) // the bucket of that generation
+		word += n;
+}
+
+struct sluice_set_tags *tags_of(CarriedState &s, uint32_t table, uint32_t set)
+{
+	if (table == SLUICE_TABLE_V4)
+		return set < s.src4.size() ? &s.src4[set].tag : nullptr;
+	return set < s.src6.size() ? &s.src6[set].tag : nullptr;
+}
+
+struct sluice_source_state *bucket_of(CarriedState &s, uint32_t table, uint32_t set, int way)
+{
+	if (table == SLUICE_TABLE_V4)
+		return set < s.src4.size() ? &s.src4[set].way[way] : nullptr;
+	return set < s.src6.size() ? &s.src6[set].way[way] : nullptr;
+}
+
+/// A way the copy caught mid-write: one being claimed holds no bucket the
+/// new program could finish (emptied, its frozen word made even again); a
+/// bucket whose lock a CPU held keeps the state read, its lock released.
+template <class Set> void settle_ways(std::vector<Set> &sets)
+{
+	for (auto &set : sets)
+		for (int w = 0; w < SLUICE_SET_WAYS; w++) {
+			if (set.tag.key[w] == SLUICE_KEY_BUSY) {
+				set.tag.key[w] = SLUICE_KEY_EMPTY;
+				set.way[w].word += set.way[w].word & 1; // words only grow
+			} else if ((set.tag.gen[w] & 1) && (set.way[w].word & 1)) {
+				set.way[w].word++;
+			}
+		}
+}
 
 } // namespace
 
-const RawMap *CarriedState::find(const std::string &name) const
+void flush_caches(CarriedState &s, uint64_t now_ns)
 {
-	for (const auto &m : maps)
-		if (m.name == name)
-			return &m;
-	return nullptr;
+	for (const auto &p : s.pending) {
+		struct sluice_source_state *b = bucket_of(s, p.table, p.set, p.way & (SLUICE_SET_WAYS - 1));
+		if (!b)
+			continue;
+		add_count(b->cnt.dropped_packets, p.gen, p.packets);
+		add_count(b->cnt.dropped_bytes, p.gen, p.bytes);
+	}
+	const uint64_t now_t = sluice_ns_to_ticks(now_ns);
+	for (const auto &o : s.owed) {
+		if (!o.packets)
+			continue; // doubt alone: dropped (see above)
+		struct sluice_pending_drops name = {}; // the owed slot names its bucket as a pending slot does
+		std::memcpy(&name, &o.name, sizeof(o.name));
+		const int way = name.way & (SLUICE_SET_WAYS - 1);
+		struct sluice_set_tags *t = tags_of(s, name.table, name.set);
+		struct sluice_source_state *b = bucket_of(s, name.table, name.set, way);
+		if (!t || !b || t->gen[way] != name.gen || t->key[way] != o.want)
+			continue; // evicted: its charges and counts went with it, as in the program
+		__u64 doubt = 0;
+		b->word = sluice_owed_settled_word(&o, b->word, b->algo.gcra.off, now_t, &doubt);
+		add_count(b->cnt.passed_packets, name.gen, o.packets);
+		add_count(b->cnt.passed_bytes, name.gen, o.bytes);
+	}
+	s.pending.clear();
+	s.owed.clear();
 }
 
-uint32_t pinned_abi(const std::string &dir)
+uint64_t previous_layout_hash() { return abi7::layout_hash7(); }
+
+std::optional<std::string> upgrade_refusal(uint32_t record_size, uint32_t abi)
 {
-	UniqueFd meta = open_map(dir, SLUICE_STR(SLUICE_MAP_META));
-	struct bpf_map_info info = map_info(meta.get());
-	if (info.value_size == 16)
-		return 1; // sluice 0.2: {next_rule_id, pad, loaded_ns}
-	std::vector<uint8_t> value(info.value_size);
-	uint32_t zero = 0, abi = 0;
-	if (info.value_size < 4 || bpf_map_lookup_elem(meta.get(), &zero, value.data()))
-		throw_errno("cannot read the layout record in " + dir, errno ? errno : EINVAL);
-	std::memcpy(&abi, value.data(), 4); // abi_version is every layout's first field
-	return abi;
+	const std::string then = std::string("; upgrade it with sluice ") + PREVIOUS_RELEASE +
+				 " first, then with this binary";
+	if (record_size == 16) // sluice 0.2's {next_rule_id, pad, loaded_ns}
+		return "this state was made by sluice 0.2, which recorded no layout" + then;
+	if (record_size == sizeof(abi7::meta) && abi >= 1 && abi < PREVIOUS_RELEASE_ABI)
+		return "this state was made by sluice 0.2.x (ABI " + std::to_string(abi) + ")" + then;
+	return std::nullopt;
 }
 
 CarriedState read_state(const std::string &dir)
 {
+	UniqueFd meta = open_map(dir, SLUICE_STR(SLUICE_MAP_META));
+	struct bpf_map_info info = map_info(meta.get());
+	std::vector<uint8_t> record(std::max<uint32_t>(info.value_size, 4));
+	uint32_t zero = 0, abi = 0;
+	if (info.type != BPF_MAP_TYPE_ARRAY || info.value_size < 4 ||
+	    bpf_map_lookup_elem(meta.get(), &zero, record.data()))
+		throw Error("the state pinned in " + dir + " has no layout record that this sluice can read");
+	std::memcpy(&abi, record.data(), 4); // abi_version is every record's first field
+	if (auto refusal = upgrade_refusal(info.value_size, abi))
+		throw Error(*refusal);
+
 	CarriedState s;
-	s.abi = pinned_abi(dir);
-	if (s.abi == 1) {
-		UniqueFd meta = open_map(dir, SLUICE_STR(SLUICE_MAP_META));
-		struct {
-			__u32 next_rule_id, pad;
-			__u64 loaded_ns;
-		} old = {};
-		uint32_t zero = 0;
-		if (bpf_map_lookup_elem(meta.get(), &zero, &old))
-			throw_errno("cannot read " + dir + "/" SLUICE_STR(SLUICE_MAP_META), errno);
-		s.next_rule_id = old.next_rule_id;
-		s.rules = read_rules_abi1(dir);
-		s.max_rules = map_info(open_map(dir, "sluice_rcnt").get()).max_entries;
-	} else if (s.abi == 2 || s.abi == 3) {
-		UniqueFd meta = open_map(dir, SLUICE_STR(SLUICE_MAP_META));
-		struct sluice_meta record = {};
-		uint32_t zero = 0;
-		if (bpf_map_lookup_elem(meta.get(), &zero, &record))
-			throw_errno("cannot read " + dir + "/" SLUICE_STR(SLUICE_MAP_META), errno);
-		s.next_rule_id = record.next_rule_id;
-		s.rules = read_rules_abi2_3(dir, s.max_rules);
-	} else if (s.abi >= 4 && s.abi <= SLUICE_ABI_VERSION) {
-		// ABI 4's and 5's maps are this one's but for the pending-drops
-		// slots (read raw, pending_of); ABI 4's live-set word, 0 or 1, names
-		// the rule entries and the lookups together, as this one's reads.
-		MapSet maps = MapSet::open_pinned(dir, s.abi); // checks the layout in full
-		uint32_t zero = 0;
-		struct sluice_meta meta = {};
-		if (bpf_map_lookup_elem(maps.meta.get(), &zero, &meta))
-			throw_errno("cannot read sluice metadata", errno);
-		s.next_rule_id = meta.next_rule_id;
-		s.rules = RuleTable(maps).list();
-		s.max_rules = maps.max_rules();
+	if (info.value_size == sizeof(abi7::meta) && abi == PREVIOUS_RELEASE_ABI) {
+		s.abi = PREVIOUS_RELEASE_ABI;
+		read_previous(dir, s);
+	} else if (info.value_size == sizeof(struct sluice_meta) && abi == SLUICE_ABI_VERSION) {
+		s.abi = SLUICE_ABI_VERSION;
+		read_current(dir, s);
 	} else {
-		throw Error("the state pinned in " + dir + " has ABI " + std::to_string(s.abi) +
-			    ", which this sluice (ABI " + std::to_string(SLUICE_ABI_VERSION) +
+		struct sluice_meta m = {};
+		std::memcpy(&m, record.data(), std::min<size_t>(record.size(), sizeof(m)));
+		std::string by = m.release ? "sluice " + std::to_string(m.release >> 16) + "." +
+						     std::to_string((m.release >> 8) & 0xff) + "." +
+						     std::to_string(m.release & 0xff)
+					   : "another sluice";
+		throw Error("this state was made by " + by + " (ABI " + std::to_string(abi) +
+			    "), which this sluice (ABI " + std::to_string(SLUICE_ABI_VERSION) +
 			    ") does not know; upgrade with a sluice at least as new as the one that made it");
 	}
-	// Before ABI 3 the IPv6 and log tables were hashes of that many entries;
-	// since, every source table is an array of sets.
-	uint32_t ways = s.abi < 3 ? 1 : SLUICE_SET_WAYS;
-	s.max_sources = map_info(open_map(dir, SLUICE_STR(SLUICE_MAP_SOURCES_V6)).get()).max_entries * ways;
-	s.max_log_sources = map_info(open_map(dir, SLUICE_STR(SLUICE_MAP_LOGS_V4)).get()).max_entries * ways;
-	for (const char *name : CARRIED)
-		s.maps.push_back(read_raw(open_map(dir, name).get(), name));
-	if (s.abi >= 7) // the passes each CPU owed its buckets, since ABI 7
-		s.maps.push_back(read_raw(open_map(dir, SLUICE_STR(SLUICE_MAP_OWED)).get(), SLUICE_STR(SLUICE_MAP_OWED)));
+	settle_ways(s.src4);
+	settle_ways(s.src6);
+	settle_ways(s.logs4);
+	settle_ways(s.logs6);
 	return s;
 }
 
 namespace {
 
-/// A sliding-log bucket as ABI 1 and 2 kept it: a 32-bit lock.
-struct LogStateAbi2 {
-	__u32 lock;
-	__u32 head;
-	__u64 ring[SLUICE_MAX_LOG];
-	struct sluice_source_counters cnt;
-};
-static_assert(sizeof(LogStateAbi2) == 552);
-
-template <class Bucket> void drop_tags(Bucket &b)
+/// Calls f(rule id, address, bucket) for every bucket of carried sets.
+template <class Set, class F> void for_each_bucket(const std::vector<Set> &sets, F f)
 {
-	b.cnt.passed_packets = sluice_cnt_value(b.cnt.passed_packets);
-	b.cnt.passed_bytes = sluice_cnt_value(b.cnt.passed_bytes);
-	b.cnt.dropped_packets = sluice_cnt_value(b.cnt.dropped_packets);
-	b.cnt.dropped_bytes = sluice_cnt_value(b.cnt.dropped_bytes);
-}
-
-/// Every CPU's pending-drops slots that hold drops, as carried (one per CPU,
-/// or 1,024, of 48 bytes, before ABI 6).
-std::vector<struct sluice_pending_drops> pending_of(const CarriedState &state)
-{
-	std::vector<struct sluice_pending_drops> out;
-	const RawMap *m = state.find(SLUICE_STR(SLUICE_MAP_PENDING));
-	// ABI 1 and 2 kept the first 24 bytes only (a 16-bit way: table 0, IPv4).
-	const size_t counted = offsetof(struct sluice_pending_drops, note_want);
-	if (!m || m->value_size < counted || m->count == 0)
-		return out;
-	size_t step = (m->value_size + 7) & ~size_t(7);
-	for (size_t off = 0; off + step <= m->values.size(); off += step) {
-		struct sluice_pending_drops p = {};
-		std::memcpy(&p, &m->values[off], counted);
-		if (p.packets)
-			out.push_back(p);
-	}
-	return out;
-}
-
-/// Every CPU's owed slots that hold passes, as carried (none before ABI 7).
-std::vector<struct sluice_owed> owed_of(const CarriedState &state)
-{
-	std::vector<struct sluice_owed> out;
-	const RawMap *m = state.find(SLUICE_STR(SLUICE_MAP_OWED));
-	if (!m || m->value_size != sizeof(struct sluice_owed))
-		return out;
-	for (size_t off = 0; off + sizeof(struct sluice_owed) <= m->values.size(); off += sizeof(struct sluice_owed)) {
-		struct sluice_owed o = {};
-		std::memcpy(&o, &m->values[off], sizeof(o));
-		if (o.packets)
-			out.push_back(o);
-	}
-	return out;
-}
-
-/// A carried pending-drops map with values of `value_size` bytes: each
-/// slot's counts as they were (the first bytes, which every layout shares),
-/// the rest zero (no drop memo).
-RawMap resized_pending(const RawMap &m, uint32_t value_size)
-{
-	if (m.value_size == value_size)
-		return m;
-	const size_t cpus = static_cast<size_t>(possible_cpus());
-	const size_t from = (m.value_size + 7) & ~size_t(7), to = (value_size + 7) & ~size_t(7);
-	const size_t kept = std::min<size_t>(offsetof(struct sluice_pending_drops, memo), m.value_size);
-	RawMap out = m;
-	out.value_size = value_size;
-	out.values.assign(size_t(m.count) * cpus * to, 0);
-	for (size_t v = 0; v < size_t(m.count) * cpus && (v + 1) * from <= m.values.size(); v++)
-		std::memcpy(&out.values[v * to], &m.values[v * from], kept);
-	return out;
-}
-
-/// Calls f(rule id, address, bucket) for every bucket of a carried set table
-/// (any ABI: the IPv4 table kept its layout), its counts untagged and its
-/// pending drops added.
-template <class Set, class F>
-void for_each_in_sets(const RawMap &m, const PendingDrops &pending, F f)
-{
-	using Bucket = typename SetTraits<Set>::Bucket;
-	for (uint32_t i = 0; i < m.count; i++) {
-		uint32_t idx;
-		std::memcpy(&idx, &m.keys[size_t(i) * 4], 4);
-		Set set;
-		std::memcpy(&set, &m.values[size_t(i) * m.value_size], sizeof(set));
+	for (uint32_t i = 0; i < sets.size(); i++)
 		for (int w = 0; w < SLUICE_SET_WAYS; w++) {
-			uint64_t key = set.tag.key[w];
+			uint64_t key = sets[i].tag.key[w];
 			if (key == SLUICE_KEY_EMPTY || key == SLUICE_KEY_BUSY)
 				continue;
 			uint8_t addr[16] = {};
@@ -341,43 +427,21 @@ void for_each_in_sets(const RawMap &m, const PendingDrops &pending, F f)
 				uint32_t word = static_cast<uint32_t>(key);
 				std::memcpy(addr, &word, 4);
 			} else {
-				std::memcpy(addr, &set.addr[w], 16);
+				std::memcpy(addr, &sets[i].addr[w], 16);
 			}
-			Bucket b;
-			std::memcpy(&b, &set.way[w], sizeof(b));
-			drop_tags(b);
-			pending.add_to(b.cnt, SetTraits<Set>::table, idx, w, set.tag.gen[w]);
-			f(static_cast<uint32_t>(key >> 32), addr, b);
+			f(i, w, key, addr, sets[i].way[w], sets[i].tag.gen[w]);
 		}
-	}
-}
-
-/// Calls f(rule id, address, value) for every entry of a carried hash table
-/// keyed by struct sluice_src_v4 or sluice_src_v6 (ABI 1 and 2).
-template <class Value, class F> void for_each_in_hash(const RawMap &m, F f)
-{
-	if (m.value_size != sizeof(Value) || (m.key_size != 8 && m.key_size != 20))
-		return;
-	for (uint32_t i = 0; i < m.count; i++) {
-		const uint8_t *k = &m.keys[size_t(i) * m.key_size];
-		uint32_t rule_id;
-		uint8_t addr[16] = {};
-		std::memcpy(&rule_id, k, 4);
-		std::memcpy(addr, k + 4, m.key_size - 4);
-		Value v;
-		std::memcpy(&v, &m.values[size_t(i) * m.value_size], sizeof(v));
-		f(rule_id, addr, v);
-	}
 }
 
 /// Places every carried bucket of a rule that still exists in the fresh
-/// set tables, whatever table layout it came from.
-void place_buckets(const CarriedState &state, const std::vector<InstalledRule> &rules, const MapSet &fresh,
-		   std::vector<std::string> &restarted)
+/// tables (other sizes, another seed), its counts untagged and any counters
+/// reset's record taken off them.
+void place_afresh(const CarriedState &state, const std::vector<InstalledRule> &rules, const MapSet &fresh,
+		  std::vector<std::string> &restarted)
 {
 	std::unordered_map<uint32_t, bool> gcra; // bucket id -> kept in GCRA form
 	for (const auto &r : rules)
-		gcra[r.bucket_id ? r.bucket_id : r.id] =
+		gcra[bucket_id(r)] =
 			r.spec.algo == Algo::gcra || (r.spec.algo == Algo::token_bucket && r.spec.warmup_ns == 0);
 	struct sluice_config cfg = {};
 	uint32_t zero = 0;
@@ -386,55 +450,43 @@ void place_buckets(const CarriedState &state, const std::vector<InstalledRule> &
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	uint64_t now = uint64_t(ts.tv_sec) * 1000000000ULL + uint64_t(ts.tv_nsec);
-	const PendingDrops pending(pending_of(state), owed_of(state));
+	PendingDrops reset; // no caches (flushed): only the reset's record
+	reset.subtract(read_reset_debits(state.config.hash_seed));
 
-	auto move = [&]<class Set>(const char *name, int fd) {
-		const RawMap *m = state.find(name);
-		if (!m || m->count == 0)
-			return;
+	auto move = [&]<class Set>(const std::vector<Set> &sets, int fd, const char *name) {
 		SetTable<Set> table(fd);
 		uint64_t lost = 0;
-		auto put = [&](uint32_t rule_id, const uint8_t *addr, const typename SetTraits<Set>::Bucket &b) {
+		for_each_bucket(sets, [&](uint32_t set, int w, uint64_t key, const uint8_t *addr, auto b, uint16_t gen) {
+			reset.add_to(b.cnt, SetTraits<Set>::table, set, w, gen, key);
+			b.cnt.passed_packets = sluice_cnt_value(b.cnt.passed_packets);
+			b.cnt.passed_bytes = sluice_cnt_value(b.cnt.passed_bytes);
+			b.cnt.dropped_packets = sluice_cnt_value(b.cnt.dropped_packets);
+			b.cnt.dropped_bytes = sluice_cnt_value(b.cnt.dropped_bytes);
+			uint32_t rule_id = static_cast<uint32_t>(key >> 32);
 			auto it = gcra.find(rule_id);
 			if (it != gcra.end() && !table.place(rule_id, addr, b, it->second, cfg.hash_seed, now))
 				lost++;
-		};
-		bool hash = m->type == BPF_MAP_TYPE_LRU_HASH || m->type == BPF_MAP_TYPE_HASH;
-		if (!hash && m->value_size == sizeof(Set)) {
-			for_each_in_sets<Set>(*m, pending, put);
-		} else if (hash && std::is_same_v<typename SetTraits<Set>::Bucket, struct sluice_source_state>) {
-			for_each_in_hash<struct sluice_source_state>(*m, [&](uint32_t id, const uint8_t *a, auto v) {
-				if constexpr (std::is_same_v<typename SetTraits<Set>::Bucket, decltype(v)>) {
-					drop_tags(v);
-					put(id, a, v);
-				}
-			});
-		} else if (hash) {
-			for_each_in_hash<LogStateAbi2>(*m, [&](uint32_t id, const uint8_t *a, const LogStateAbi2 &old) {
-				if constexpr (std::is_same_v<typename SetTraits<Set>::Bucket, struct sluice_log_state>) {
-					struct sluice_log_state v = {};
-					v.head = old.head;
-					std::memcpy(v.ring, old.ring, sizeof(v.ring));
-					v.cnt = old.cnt;
-					drop_tags(v);
-					put(id, a, v);
-				}
-			});
-		} else {
-			lost = m->count; // a layout this binary does not know
-		}
+		});
 		if (lost)
 			restarted.push_back(std::to_string(lost) + " buckets of " + name);
 	};
-	move.template operator()<struct sluice_set_v4>(SLUICE_STR(SLUICE_MAP_SOURCES_V4), fresh.src4.get());
-	move.template operator()<struct sluice_set_v6>(SLUICE_STR(SLUICE_MAP_SOURCES_V6), fresh.src6.get());
-	move.template operator()<struct sluice_log_set_v4>(SLUICE_STR(SLUICE_MAP_LOGS_V4), fresh.logs4.get());
-	move.template operator()<struct sluice_log_set_v6>(SLUICE_STR(SLUICE_MAP_LOGS_V6), fresh.logs6.get());
+	move(state.src4, fresh.src4.get(), SLUICE_STR(SLUICE_MAP_SOURCES_V4));
+	move(state.src6, fresh.src6.get(), SLUICE_STR(SLUICE_MAP_SOURCES_V6));
+	move(state.logs4, fresh.logs4.get(), SLUICE_STR(SLUICE_MAP_LOGS_V4));
+	move(state.logs6, fresh.logs6.get(), SLUICE_STR(SLUICE_MAP_LOGS_V6));
+}
+
+template <class Set> void write_sets(int fd, const std::vector<Set> &sets, const char *what)
+{
+	std::vector<uint32_t> keys(sets.size());
+	for (uint32_t i = 0; i < keys.size(); i++)
+		keys[i] = i;
+	map_update_batch(fd, keys.data(), sets.data(), keys.size(), what);
 }
 
 } // namespace
 
-std::vector<std::string> restore_state(const CarriedState &state, const MapSet &fresh)
+std::vector<std::string> restore_state(CarriedState &state, const MapSet &fresh)
 {
 	// Rules keep their ids, names and bucket ids; their slots too, unless
 	// the new table is smaller than a slot, when they are numbered afresh.
@@ -450,63 +502,55 @@ std::vector<std::string> restore_state(const CarriedState &state, const MapSet &
 	}
 	RuleTable(fresh).restore(rules, state.next_rule_id);
 
-	std::vector<std::string> restarted;
-	auto carry = [&](const char *name, int fd) {
-		const RawMap *m = state.find(name);
-		if (m && same_shape(fd, *m)) {
-			write_raw(fd, *m, name);
-			return true;
-		}
-		return false;
-	};
-	// Rule counters follow their rule's slot.
-	if (const RawMap *c = state.find(SLUICE_STR(SLUICE_MAP_RULE_COUNTERS))) {
-		size_t step = stride(*c);
+	// Rule counters follow their rule's slot; the global counters stay.
+	const size_t cpus = possible_cpus();
+	{
 		std::vector<uint32_t> keys;
-		std::vector<uint8_t> values;
-		for (uint32_t i = 0; i < c->count; i++) {
-			uint32_t old;
-			std::memcpy(&old, &c->keys[size_t(i) * 4], 4);
-			auto it = new_slot.find(old);
-			if (it == new_slot.end())
-				continue;
-			keys.push_back(it->second);
-			values.insert(values.end(), c->values.begin() + long(i * step),
-				      c->values.begin() + long((i + 1) * step));
-		}
+		std::vector<struct sluice_rule_counters> values;
+		for (const auto &[slot, per_cpu] : state.rule_counters)
+			if (auto it = new_slot.find(slot); it != new_slot.end() && per_cpu.size() == cpus) {
+				keys.push_back(it->second);
+				values.insert(values.end(), per_cpu.begin(), per_cpu.end());
+			}
+		static_assert(sizeof(struct sluice_rule_counters) % 8 == 0); // per-CPU values: no padding between
 		map_update_batch(fresh.rule_counters.get(), keys.data(), values.data(), keys.size(), "rule counters");
 	}
-	carry(SLUICE_STR(SLUICE_MAP_COUNTERS), fresh.counters.get());
-	carry(SLUICE_STR(SLUICE_MAP_IFACE_MTU), fresh.iface_mtu.get());
-	carry(SLUICE_STR(SLUICE_MAP_FRAGS), fresh.frags.get());
-	// The set tables' places depend on their sizes and the hash seed: they,
-	// their pending drops and the configuration go together as they are, or
-	// every bucket is placed afresh in the new tables.
-	const char *const tables[] = {SLUICE_STR(SLUICE_MAP_SOURCES_V4), SLUICE_STR(SLUICE_MAP_SOURCES_V6),
-				      SLUICE_STR(SLUICE_MAP_LOGS_V4), SLUICE_STR(SLUICE_MAP_LOGS_V6),
-				      SLUICE_STR(SLUICE_MAP_CONFIG)};
-	const int fds[] = {fresh.src4.get(), fresh.src6.get(), fresh.logs4.get(), fresh.logs6.get(),
-			   fresh.config.get()};
-	bool as_they_are = state.abi >= 3; // the set tables' layout since ABI 3
-	for (size_t i = 0; i < std::size(tables); i++) {
-		const RawMap *m = state.find(tables[i]);
-		as_they_are = as_they_are && m && same_shape(fds[i], *m);
+	{
+		std::vector<uint32_t> keys(SLUICE_CNT_MAX);
+		for (uint32_t i = 0; i < keys.size(); i++)
+			keys[i] = i;
+		static_assert(sizeof(struct sluice_counter) % 8 == 0);
+		if (state.counters.size() == size_t(SLUICE_CNT_MAX) * cpus)
+			map_update_batch(fresh.counters.get(), keys.data(), state.counters.data(), keys.size(),
+					 "counters");
 	}
-	if (as_they_are) {
-		for (size_t i = 0; i < std::size(tables); i++)
-			carry(tables[i], fds[i]);
-		// Slots where they are: from a program of one slot per CPU, that
-		// one (slot 0), which readers count and the program flushes as
-		// any; from one of smaller slots (ABI 5), each slot's counts.
-		const RawMap *p = state.find(SLUICE_STR(SLUICE_MAP_PENDING));
-		struct bpf_map_info info = map_info(fresh.pending.get());
-		if (p && p->type == info.type && p->key_size == info.key_size && p->max_entries <= info.max_entries)
-			write_raw(fresh.pending.get(), resized_pending(*p, info.value_size), SLUICE_STR(SLUICE_MAP_PENDING));
-		// What each CPU owed a bucket stays with it (from ABI 7; none before).
-		if (const RawMap *o = state.find(SLUICE_STR(SLUICE_MAP_OWED)); o && same_shape(fresh.owed.get(), *o))
-			carry(SLUICE_STR(SLUICE_MAP_OWED), fresh.owed.get());
+	for (const auto &[k, v] : state.frags)
+		map_update(fresh.frags.get(), &k, &v, "a fragment entry");
+	for (const auto &[k, v] : state.iface_mtu)
+		map_update(fresh.iface_mtu.get(), &k, &v, "an interface frame size");
+
+	// The caches go into the buckets; the new program's start empty.
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	flush_caches(state, uint64_t(ts.tv_sec) * 1000000000ULL + uint64_t(ts.tv_nsec));
+
+	// The set tables' places depend on their sizes and the hash seed: the
+	// tables and the configuration go together as they are, or every
+	// bucket is placed afresh in the new tables.
+	struct sluice_config cfg = {};
+	uint32_t zero = 0;
+	if (bpf_map_lookup_elem(fresh.config.get(), &zero, &cfg))
+		throw_errno("cannot read the new program's configuration", errno);
+	std::vector<std::string> restarted;
+	if (cfg.src4_sets == state.src4.size() && cfg.src6_sets == state.src6.size() &&
+	    cfg.log4_sets == state.logs4.size() && cfg.log6_sets == state.logs6.size()) {
+		map_update(fresh.config.get(), &zero, &state.config, "sluice configuration");
+		write_sets(fresh.src4.get(), state.src4, "the IPv4 source table");
+		write_sets(fresh.src6.get(), state.src6, "the IPv6 source table");
+		write_sets(fresh.logs4.get(), state.logs4, "the IPv4 sliding-log table");
+		write_sets(fresh.logs6.get(), state.logs6, "the IPv6 sliding-log table");
 	} else {
-		place_buckets(state, rules, fresh, restarted);
+		place_afresh(state, rules, fresh, restarted);
 	}
 	return restarted;
 }
