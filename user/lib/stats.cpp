@@ -13,6 +13,7 @@
 #include <functional>
 #include <tuple>
 #include <ostream>
+#include <string_view>
 #include <unordered_map>
 
 #include "error.h"
@@ -239,49 +240,62 @@ void put_counters(nlohmann::ordered_json &j, bool shadow, uint64_t passed_packet
 	}
 }
 
-/// Indents every line after the first, to nest a dumped object.
-std::string nested(const nlohmann::ordered_json &j)
-{
-	std::string text = j.dump(2), out;
-	for (char c : text) {
-		out += c;
-		if (c == '\n')
-			out += "  ";
+/// How every JSON text here is dumped: a byte that is not UTF-8 (a name a
+/// damaged map holds) becomes U+FFFD rather than an exception halfway
+/// through the output.
+constexpr auto JSON_ERRORS = nlohmann::json::error_handler_t::replace;
+
+/// One entry of "sources", built once and refilled for each source: a
+/// million objects built and dumped one by one would take twice as long.
+/// The slots point into the object's own values, whose layout never
+/// changes after construction.
+class SourceEntry {
+public:
+	explicit SourceEntry(bool shadow)
+	    : j_{{"source", ""},	 {"rule", ""},	       {"rule_id", 0u},	     {"algo", ""},
+		 {"passed_packets", 0u}, {"passed_bytes", 0u}, {"dropped_packets", 0u}, {"dropped_bytes", 0u}}
+	{
+		if (shadow) {
+			j_["would_drop_packets"] = 0u;
+			j_["would_drop_bytes"] = 0u;
+		}
+		for (auto &value : j_) {
+			if (value.is_string())
+				text_.push_back(value.get_ptr<std::string *>());
+			else
+				number_.push_back(value.get_ptr<uint64_t *>());
+		}
 	}
-	return out;
-}
+
+	/// The entry of `src` on one line.
+	std::string dump(const SourceStats &src)
+	{
+		bool sh = src.shadow;
+		*text_[0] = src.source;
+		*text_[1] = src.rule;
+		*text_[2] = algo_name(src.algo);
+		const uint64_t numbers[] = {src.rule_id,
+					    src.passed_packets + (sh ? src.dropped_packets : 0),
+					    src.passed_bytes + (sh ? src.dropped_bytes : 0),
+					    sh ? 0 : src.dropped_packets,
+					    sh ? 0 : src.dropped_bytes,
+					    src.dropped_packets,
+					    src.dropped_bytes};
+		for (size_t i = 0; i < number_.size(); i++)
+			*number_[i] = numbers[i];
+		return j_.dump(-1, ' ', false, JSON_ERRORS);
+	}
+
+private:
+	nlohmann::ordered_json j_;
+	std::vector<std::string *> text_;  ///< source, rule, algo
+	std::vector<uint64_t *> number_; ///< rule_id, the counters
+};
 
 } // namespace
 
 void write_stats_json(std::ostream &out, const Stats &s, bool with_global)
 {
-	// A million sources would make a million-node tree: each is written as it
-	// comes, one object per line.
-	out << "{\n  \"sources\": [";
-	// Written by hand: addresses, rule names (letters, digits, '.', '_', '-')
-	// and algorithm names need no escaping, and a million objects built and
-	// dumped one by one would take seconds.
-	std::string line;
-	for (size_t i = 0; i < s.sources.size(); i++) {
-		const SourceStats &src = s.sources[i];
-		bool sh = src.shadow;
-		line.assign(i ? ",\n    " : "\n    ");
-		line += "{\"source\": \"" + src.source + "\", \"rule\": \"" + src.rule +
-			"\", \"rule_id\": " + std::to_string(src.rule_id) + ", \"algo\": \"" +
-			std::string(algo_name(src.algo)) + "\", \"passed_packets\": " +
-			std::to_string(src.passed_packets + (sh ? src.dropped_packets : 0)) +
-			", \"passed_bytes\": " + std::to_string(src.passed_bytes + (sh ? src.dropped_bytes : 0)) +
-			", \"dropped_packets\": " + std::to_string(sh ? 0 : src.dropped_packets) +
-			", \"dropped_bytes\": " + std::to_string(sh ? 0 : src.dropped_bytes);
-		if (sh)
-			line += ", \"would_drop_packets\": " + std::to_string(src.dropped_packets) +
-				", \"would_drop_bytes\": " + std::to_string(src.dropped_bytes);
-		line += "}";
-		out << line;
-	}
-	out << (s.sources.empty() ? "],\n" : "\n  ],\n");
-	out << "  \"tracked_sources\": " << s.tracked_sources << ",\n";
-
 	nlohmann::ordered_json rules = nlohmann::ordered_json::array();
 	for (const auto &rs : s.rules) {
 		nlohmann::ordered_json j = rule_json(rs.rule);
@@ -293,13 +307,30 @@ void write_stats_json(std::ostream &out, const Stats &s, bool with_global)
 		j["passed_contention"] = c.passed_contention;
 		rules.push_back(j);
 	}
-	nlohmann::ordered_json global = nlohmann::ordered_json::object();
-	for (int i = 0; i < SLUICE_CNT_MAX; i++)
-		global[counter_name(i)] = {{"packets", s.global[i].packets}, {"bytes", s.global[i].bytes}};
-	out << "  \"rules\": " << nested(rules);
-	if (with_global)
-		out << ",\n  \"global\": " << nested(global);
-	out << "\n}\n";
+	nlohmann::ordered_json doc = {{"sources", nlohmann::ordered_json::array()},
+				      {"tracked_sources", s.tracked_sources},
+				      {"rules", rules}};
+	if (with_global) {
+		nlohmann::ordered_json global = nlohmann::ordered_json::object();
+		for (int i = 0; i < SLUICE_CNT_MAX; i++)
+			global[counter_name(i)] = {{"packets", s.global[i].packets}, {"bytes", s.global[i].bytes}};
+		doc["global"] = global;
+	}
+	// A million sources would make a million-node tree: the document is
+	// dumped with "sources" empty, and its entries are streamed into that
+	// array's brackets, one object per line.
+	std::string text = doc.dump(2, ' ', false, JSON_ERRORS) + "\n";
+	size_t empty = text.find("[]"); // the first member's value
+	out.write(text.data(), static_cast<std::streamsize>(empty + 1));
+	if (!s.sources.empty()) {
+		SourceEntry plain(false), shadow(true);
+		for (size_t i = 0; i < s.sources.size(); i++) {
+			const SourceStats &src = s.sources[i];
+			out << (i ? ",\n    " : "\n    ") << (src.shadow ? shadow : plain).dump(src);
+		}
+		out << "\n  ";
+	}
+	out << std::string_view(text).substr(empty + 1);
 }
 
 namespace {
