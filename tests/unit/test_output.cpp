@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
-// What the commands print for scripts: `stats --json` is valid JSON whatever
-// the strings hold, equal to the document built whole.
+// What the commands print for people and for scripts: `stats --json` (valid
+// JSON whatever the strings hold, equal to the document built whole) and the
+// table printer every human table goes through.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -8,6 +9,7 @@
 
 #include "error.h"
 #include "stats.h"
+#include "text_table.h"
 
 using namespace sluice;
 using nlohmann::ordered_json;
@@ -207,4 +209,91 @@ TEST(StatsJson, BytesThatAreNotUtf8BecomeReplacementCharacters)
 	ASSERT_NO_THROW(j = nlohmann::json::parse(out.str())) << out.str();
 	EXPECT_EQ(j["sources"][0]["rule"], "bad\uFFFD\uFFFD");
 	EXPECT_EQ(j["rules"][0]["name"], "r\uFFFD");
+}
+
+// The commands' tables, exactly: columns as wide as their widest cell, two
+// spaces apart, nothing after the last cell.
+TEST(TextTable, PrintsLeftAlignedColumnsSizedToTheirCells)
+{
+	std::ostringstream out;
+	print_table(out, {"ID", "NAME", "RATE"}, {{"1", "per-host", "100/s"}, {"12", "x", "-"}});
+	EXPECT_EQ(out.str(), "ID  NAME      RATE\n"
+			     "1   per-host  100/s\n"
+			     "12  x         -\n");
+
+	TextTable t({{"SOURCE"}, {"PKT/S", Align::right}, {"BIT/S", Align::right}});
+	t.add_row({"10.0.0.1", "5", "40"});
+	t.add_row({"fd00::1", "1.2k", "9.8M"});
+	EXPECT_EQ(t.lines(), (std::vector<std::string>{"SOURCE    PKT/S  BIT/S", "10.0.0.1      5     40",
+						       "fd00::1    1.2k   9.8M"}));
+	EXPECT_EQ(t.rows(), 2u);
+}
+
+TEST(TextTable, CountsCharactersNotBytesAndRefusesRowsWiderThanItsColumns)
+{
+	TextTable t(std::vector<std::string>{"A", "B"});
+	t.add_row({"é€", "x"});
+	t.add_row({"abc"}); // a row may end early
+	EXPECT_EQ(t.lines(), (std::vector<std::string>{"A    B", "é€   x", "abc"}));
+	EXPECT_THROW(t.add_row({"1", "2", "3"}), Error);
+}
+
+// Over random tables: each cell sits in its column (left-aligned cells at the
+// column's start, right-aligned ones ending at its end), a column is as wide
+// as its widest cell, columns are two spaces apart, no line ends in a blank.
+TEST(TextTable, EveryCellSitsInItsColumnOverRandomTables)
+{
+	std::mt19937_64 rng(7);
+	auto word = [&rng] {
+		std::string w(1 + rng() % 12, ' ');
+		for (char &c : w)
+			c = static_cast<char>('!' + rng() % 94);
+		return w;
+	};
+	for (int round = 0; round < 2000; round++) {
+		size_t ncol = 1 + rng() % 7, nrow = rng() % 6;
+		std::vector<Column> cols;
+		for (size_t i = 0; i < ncol; i++)
+			cols.push_back({word(), rng() % 2 ? Align::right : Align::left});
+		std::vector<std::vector<std::string>> rows(nrow);
+		for (auto &r : rows)
+			for (size_t i = 0, n = 1 + rng() % ncol; i < n; i++)
+				r.push_back(word());
+		TextTable t(cols);
+		for (const auto &r : rows)
+			t.add_row(r);
+		std::vector<size_t> width(ncol);
+		for (size_t i = 0; i < ncol; i++) {
+			width[i] = cols[i].title.size();
+			for (const auto &r : rows)
+				if (i < r.size())
+					width[i] = std::max(width[i], r[i].size());
+		}
+		std::vector<std::vector<std::string>> all{{}};
+		for (const auto &c : cols)
+			all[0].push_back(c.title);
+		all.insert(all.end(), rows.begin(), rows.end());
+		std::vector<std::string> lines = t.lines();
+		ASSERT_EQ(lines.size(), all.size());
+		for (size_t l = 0; l < lines.size(); l++) {
+			const std::string &line = lines[l];
+			ASSERT_FALSE(line.empty());
+			EXPECT_NE(line.back(), ' ') << line;
+			size_t start = 0;
+			for (size_t i = 0; i < all[l].size(); i++) {
+				const std::string &cell = all[l][i];
+				bool last = i + 1 == all[l].size();
+				size_t at = cols[i].align == Align::right ? start + width[i] - cell.size() : start;
+				ASSERT_EQ(line.substr(at, cell.size()), cell) << "round " << round << " line " << l << ": " << line;
+				EXPECT_EQ(line.find_first_not_of(' ', start), at) << line;
+				if (last)
+					EXPECT_EQ(line.size(), at + cell.size()) << line;
+				else
+					EXPECT_EQ(line.substr(at + cell.size(), start + width[i] + 2 - at - cell.size()),
+						  std::string(start + width[i] + 2 - at - cell.size(), ' '))
+						<< line;
+				start += width[i] + 2;
+			}
+		}
+	}
 }
