@@ -245,51 +245,79 @@ void put_counters(nlohmann::ordered_json &j, bool shadow, uint64_t passed_packet
 /// through the output.
 constexpr auto JSON_ERRORS = nlohmann::json::error_handler_t::replace;
 
-/// One entry of "sources", built once and refilled for each source: a
-/// million objects built and dumped one by one would take twice as long.
-/// The slots point into the object's own values, whose layout never
-/// changes after construction.
-class SourceEntry {
+/// Whether `s` between quotes is already its JSON text: printable ASCII
+/// without a quote or a backslash, as addresses and rule names are. Any
+/// other string is nlohmann-json's to escape.
+bool plain_json(std::string_view s)
+{
+	return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c < 0x7f && c != '"' && c != '\\'; });
+}
+
+/// The entries of "sources", one per line. nlohmann-json dumps an entry's
+/// frame once (its keys, quotes, colons and commas, around null values) and
+/// each source's strings into the frame's gaps; integers are their digits.
+/// Built as objects and dumped whole, a million entries take three times as
+/// long: most of it escaping the same keys a million times.
+class SourceLines {
 public:
-	explicit SourceEntry(bool shadow)
-	    : j_{{"source", ""},	 {"rule", ""},	       {"rule_id", 0u},	     {"algo", ""},
-		 {"passed_packets", 0u}, {"passed_bytes", 0u}, {"dropped_packets", 0u}, {"dropped_bytes", 0u}}
+	explicit SourceLines(bool shadow)
 	{
+		nlohmann::ordered_json entry;
+		for (const char *key : {"source", "rule", "rule_id", "algo", "passed_packets", "passed_bytes",
+					"dropped_packets", "dropped_bytes"})
+			entry[key] = nullptr;
 		if (shadow) {
-			j_["would_drop_packets"] = 0u;
-			j_["would_drop_bytes"] = 0u;
+			entry["would_drop_packets"] = nullptr;
+			entry["would_drop_bytes"] = nullptr;
 		}
-		for (auto &value : j_) {
-			if (value.is_string())
-				text_.push_back(value.get_ptr<std::string *>());
-			else
-				number_.push_back(value.get_ptr<uint64_t *>());
-		}
+		std::string frame = entry.dump();
+		size_t from = 0;
+		for (size_t at; (at = frame.find("null", from)) != std::string::npos; from = at + 4)
+			frame_.push_back(frame.substr(from, at - from));
+		frame_.push_back(frame.substr(from));
 	}
 
-	/// The entry of `src` on one line.
-	std::string dump(const SourceStats &src)
+	/// The entry of `src`, valid until the next call.
+	const std::string &line(const SourceStats &src)
 	{
 		bool sh = src.shadow;
-		*text_[0] = src.source;
-		*text_[1] = src.rule;
-		*text_[2] = algo_name(src.algo);
-		const uint64_t numbers[] = {src.rule_id,
-					    src.passed_packets + (sh ? src.dropped_packets : 0),
-					    src.passed_bytes + (sh ? src.dropped_bytes : 0),
-					    sh ? 0 : src.dropped_packets,
-					    sh ? 0 : src.dropped_bytes,
-					    src.dropped_packets,
-					    src.dropped_bytes};
-		for (size_t i = 0; i < number_.size(); i++)
-			*number_[i] = numbers[i];
-		return j_.dump(-1, ' ', false, JSON_ERRORS);
+		line_.clear();
+		size_t gap = 0;
+		auto text = [&](std::string_view s) {
+			line_ += frame_[gap++];
+			if (plain_json(s)) {
+				line_ += '"';
+				line_ += s;
+				line_ += '"';
+				return;
+			}
+			text_.get_ref<std::string &>() = s;
+			line_ += text_.dump(-1, ' ', false, JSON_ERRORS);
+		};
+		auto number = [&](uint64_t n) {
+			line_ += frame_[gap++];
+			line_ += std::to_string(n);
+		};
+		text(src.source);
+		text(src.rule);
+		number(src.rule_id);
+		text(algo_name(src.algo));
+		number(src.passed_packets + (sh ? src.dropped_packets : 0));
+		number(src.passed_bytes + (sh ? src.dropped_bytes : 0));
+		number(sh ? 0 : src.dropped_packets);
+		number(sh ? 0 : src.dropped_bytes);
+		if (sh) {
+			number(src.dropped_packets);
+			number(src.dropped_bytes);
+		}
+		line_ += frame_[gap];
+		return line_;
 	}
 
 private:
-	nlohmann::ordered_json j_;
-	std::vector<std::string *> text_;  ///< source, rule, algo
-	std::vector<uint64_t *> number_; ///< rule_id, the counters
+	std::vector<std::string> frame_; ///< the text before each value, then after the last
+	nlohmann::ordered_json text_ = "";
+	std::string line_;
 };
 
 } // namespace
@@ -323,10 +351,10 @@ void write_stats_json(std::ostream &out, const Stats &s, bool with_global)
 	size_t empty = text.find("[]"); // the first member's value
 	out.write(text.data(), static_cast<std::streamsize>(empty + 1));
 	if (!s.sources.empty()) {
-		SourceEntry plain(false), shadow(true);
+		SourceLines plain(false), shadow(true);
 		for (size_t i = 0; i < s.sources.size(); i++) {
 			const SourceStats &src = s.sources[i];
-			out << (i ? ",\n    " : "\n    ") << (src.shadow ? shadow : plain).dump(src);
+			out << (i ? ",\n    " : "\n    ") << (src.shadow ? shadow : plain).line(src);
 		}
 		out << "\n  ";
 	}
