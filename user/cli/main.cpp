@@ -32,35 +32,13 @@
 #include "rule_table.h"
 #include "sluice_build.h"
 #include "stats.h"
+#include "text_table.h"
 #include "top.h"
 #include "top_view.h"
 
 using namespace sluice;
 
 namespace {
-
-/// Left-aligned columns sized to their widest cell.
-void print_table(const std::vector<std::string> &header, const std::vector<std::vector<std::string>> &rows)
-{
-	std::vector<size_t> width(header.size());
-	for (size_t i = 0; i < header.size(); i++)
-		width[i] = header[i].size();
-	for (const auto &r : rows)
-		for (size_t i = 0; i < r.size(); i++)
-			width[i] = std::max(width[i], r[i].size());
-	auto line = [&](const std::vector<std::string> &cells) {
-		std::string out;
-		for (size_t i = 0; i < cells.size(); i++) {
-			out += cells[i];
-			if (i + 1 < cells.size())
-				out += std::string(width[i] - cells[i].size() + 2, ' ');
-		}
-		std::cout << out << "\n";
-	};
-	line(header);
-	for (const auto &r : rows)
-		line(r);
-}
 
 std::string human_bytes(uint64_t b)
 {

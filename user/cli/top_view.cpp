@@ -5,41 +5,11 @@
 
 #include "error.h"
 #include "rate.h"
+#include "text_table.h"
 
 namespace sluice {
 
 namespace {
-
-/// A table of text cells: text columns left-aligned, rates right-aligned.
-struct Table {
-	std::vector<std::string> titles;
-	std::vector<bool> numeric;
-	std::vector<std::vector<std::string>> rows;
-
-	std::vector<std::string> lines() const
-	{
-		std::vector<size_t> width(titles.size());
-		for (size_t i = 0; i < titles.size(); i++)
-			width[i] = titles[i].size();
-		for (const auto &r : rows)
-			for (size_t i = 0; i < r.size(); i++)
-				width[i] = std::max(width[i], r[i].size());
-		auto line = [&](const std::vector<std::string> &cells) {
-			std::string out;
-			for (size_t i = 0; i < cells.size(); i++) {
-				std::string pad(width[i] - cells[i].size(), ' ');
-				out += numeric[i] ? pad + cells[i] : cells[i] + (i + 1 < cells.size() ? pad : "");
-				if (i + 1 < cells.size())
-					out += "  ";
-			}
-			return out;
-		};
-		std::vector<std::string> out{line(titles)};
-		for (const auto &r : rows)
-			out.push_back(line(r));
-		return out;
-	}
-};
 
 std::string title(RateKey column, const TopHeader &h)
 {
@@ -133,11 +103,13 @@ std::vector<std::string> render_top(const RateView &view, const TopHeader &h, co
 	if (view.rules.empty()) {
 		out.push_back("no rules; add one with `sluice rule add CIDR --rate RATE`");
 	} else {
-		Table t{{h.key == RateKey::name ? "RULE*" : "RULE", "LIMIT", "SOURCES",
-			 title(RateKey::pass_packets, h), title(RateKey::pass_bits, h), title(RateKey::drop_packets, h),
-			 title(RateKey::drop_bits, h)},
-			{false, false, true, true, true, true, true},
-			{}};
+		TextTable t({{h.key == RateKey::name ? "RULE*" : "RULE"},
+			     {"LIMIT"},
+			     {"SOURCES", Align::right},
+			     {title(RateKey::pass_packets, h), Align::right},
+			     {title(RateKey::pass_bits, h), Align::right},
+			     {title(RateKey::drop_packets, h), Align::right},
+			     {title(RateKey::drop_bits, h), Align::right}});
 		bool cut = rule_rows < view.rules.size();
 		size_t shown = cut && rule_rows ? rule_rows - 1 : rule_rows;
 		for (size_t i = 0; i < shown; i++) {
@@ -145,7 +117,7 @@ std::vector<std::string> render_top(const RateView &view, const TopHeader &h, co
 			std::vector<std::string> cells{r.rule.spec.name + (r.rule.spec.shadow ? " (shadow)" : ""),
 						       limit_cell(r.rule.spec), std::to_string(r.sources)};
 			add_rate_cells(cells, r.rates);
-			t.rows.push_back(std::move(cells));
+			t.add_row(std::move(cells));
 		}
 		auto lines = t.lines();
 		out.insert(out.end(), lines.begin(), lines.end());
@@ -157,11 +129,12 @@ std::vector<std::string> render_top(const RateView &view, const TopHeader &h, co
 	if (view.sources.empty()) {
 		out.push_back("no tracked sources");
 	} else {
-		Table t{{h.key == RateKey::name ? "SOURCE*" : "SOURCE", "RULE",
-			 title(RateKey::pass_packets, h), title(RateKey::pass_bits, h), title(RateKey::drop_packets, h),
-			 title(RateKey::drop_bits, h)},
-			{false, false, true, true, true, true},
-			{}};
+		TextTable t({{h.key == RateKey::name ? "SOURCE*" : "SOURCE"},
+			     {"RULE"},
+			     {title(RateKey::pass_packets, h), Align::right},
+			     {title(RateKey::pass_bits, h), Align::right},
+			     {title(RateKey::drop_packets, h), Align::right},
+			     {title(RateKey::drop_bits, h), Align::right}});
 		bool cut = source_rows < view.sources.size();
 		// Bounded, the last row says how many more; unbounded (--top N), a line is added.
 		size_t shown = cut && bounded && source_rows ? source_rows - 1 : source_rows;
@@ -169,7 +142,7 @@ std::vector<std::string> render_top(const RateView &view, const TopHeader &h, co
 			const SourceRates &s = view.sources[i];
 			std::vector<std::string> cells{s.source, s.rule + (s.shadow ? " (shadow)" : "")};
 			add_rate_cells(cells, s.rates);
-			t.rows.push_back(std::move(cells));
+			t.add_row(std::move(cells));
 		}
 		auto lines = t.lines();
 		out.insert(out.end(), lines.begin(), lines.end());

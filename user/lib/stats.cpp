@@ -13,6 +13,7 @@
 #include <functional>
 #include <tuple>
 #include <ostream>
+#include <string_view>
 #include <unordered_map>
 
 #include "error.h"
@@ -239,49 +240,90 @@ void put_counters(nlohmann::ordered_json &j, bool shadow, uint64_t passed_packet
 	}
 }
 
-/// Indents every line after the first, to nest a dumped object.
-std::string nested(const nlohmann::ordered_json &j)
+/// How every JSON text here is dumped: a byte that is not UTF-8 (a name a
+/// damaged map holds) becomes U+FFFD rather than an exception halfway
+/// through the output.
+constexpr auto JSON_ERRORS = nlohmann::json::error_handler_t::replace;
+
+/// Whether `s` between quotes is already its JSON text: printable ASCII
+/// without a quote or a backslash, as addresses and rule names are. Any
+/// other string is nlohmann-json's to escape.
+bool plain_json(std::string_view s)
 {
-	std::string text = j.dump(2), out;
-	for (char c : text) {
-		out += c;
-		if (c == '\n')
-			out += "  ";
-	}
-	return out;
+	return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c < 0x7f && c != '"' && c != '\\'; });
 }
+
+/// The entries of "sources", one per line. nlohmann-json dumps an entry's
+/// frame once (its keys, quotes, colons and commas, around null values) and
+/// each source's strings into the frame's gaps; integers are their digits.
+/// Built as objects and dumped whole, a million entries take more than
+/// twice as long: most of it escaping the same keys a million times.
+class SourceLines {
+public:
+	explicit SourceLines(bool shadow)
+	{
+		nlohmann::ordered_json entry;
+		for (const char *key : {"source", "rule", "rule_id", "algo", "passed_packets", "passed_bytes",
+					"dropped_packets", "dropped_bytes"})
+			entry[key] = nullptr;
+		if (shadow) {
+			entry["would_drop_packets"] = nullptr;
+			entry["would_drop_bytes"] = nullptr;
+		}
+		std::string frame = entry.dump(); // no key holds the word "null"
+		size_t from = 0;
+		for (size_t at; (at = frame.find("null", from)) != std::string::npos; from = at + 4)
+			frame_.push_back(frame.substr(from, at - from));
+		frame_.push_back(frame.substr(from));
+	}
+
+	/// The entry of `src`, valid until the next call.
+	const std::string &line(const SourceStats &src)
+	{
+		bool sh = src.shadow;
+		line_.clear();
+		size_t gap = 0;
+		auto text = [&](std::string_view s) {
+			line_ += frame_[gap++];
+			if (plain_json(s)) {
+				line_ += '"';
+				line_ += s;
+				line_ += '"';
+				return;
+			}
+			text_.get_ref<std::string &>() = s;
+			line_ += text_.dump(-1, ' ', false, JSON_ERRORS);
+		};
+		auto number = [&](uint64_t n) {
+			line_ += frame_[gap++];
+			line_ += std::to_string(n);
+		};
+		text(src.source);
+		text(src.rule);
+		number(src.rule_id);
+		text(algo_name(src.algo));
+		number(src.passed_packets + (sh ? src.dropped_packets : 0));
+		number(src.passed_bytes + (sh ? src.dropped_bytes : 0));
+		number(sh ? 0 : src.dropped_packets);
+		number(sh ? 0 : src.dropped_bytes);
+		if (sh) {
+			number(src.dropped_packets);
+			number(src.dropped_bytes);
+		}
+		line_ += frame_[gap];
+		return line_;
+	}
+
+private:
+	std::vector<std::string> frame_; ///< the text before each value, then after the last
+	nlohmann::ordered_json text_ = "";
+	std::string line_;
+};
 
 } // namespace
 
 void write_stats_json(std::ostream &out, const Stats &s, bool with_global)
 {
-	// A million sources would make a million-node tree: each is written as it
-	// comes, one object per line.
-	out << "{\n  \"sources\": [";
-	// Written by hand: addresses, rule names (letters, digits, '.', '_', '-')
-	// and algorithm names need no escaping, and a million objects built and
-	// dumped one by one would take seconds.
-	std::string line;
-	for (size_t i = 0; i < s.sources.size(); i++) {
-		const SourceStats &src = s.sources[i];
-		bool sh = src.shadow;
-		line.assign(i ? ",\n    " : "\n    ");
-		line += "{\"source\": \"" + src.source + "\", \"rule\": \"" + src.rule +
-			"\", \"rule_id\": " + std::to_string(src.rule_id) + ", \"algo\": \"" +
-			std::string(algo_name(src.algo)) + "\", \"passed_packets\": " +
-			std::to_string(src.passed_packets + (sh ? src.dropped_packets : 0)) +
-			", \"passed_bytes\": " + std::to_string(src.passed_bytes + (sh ? src.dropped_bytes : 0)) +
-			", \"dropped_packets\": " + std::to_string(sh ? 0 : src.dropped_packets) +
-			", \"dropped_bytes\": " + std::to_string(sh ? 0 : src.dropped_bytes);
-		if (sh)
-			line += ", \"would_drop_packets\": " + std::to_string(src.dropped_packets) +
-				", \"would_drop_bytes\": " + std::to_string(src.dropped_bytes);
-		line += "}";
-		out << line;
-	}
-	out << (s.sources.empty() ? "],\n" : "\n  ],\n");
-	out << "  \"tracked_sources\": " << s.tracked_sources << ",\n";
-
 	nlohmann::ordered_json rules = nlohmann::ordered_json::array();
 	for (const auto &rs : s.rules) {
 		nlohmann::ordered_json j = rule_json(rs.rule);
@@ -293,13 +335,30 @@ void write_stats_json(std::ostream &out, const Stats &s, bool with_global)
 		j["passed_contention"] = c.passed_contention;
 		rules.push_back(j);
 	}
-	nlohmann::ordered_json global = nlohmann::ordered_json::object();
-	for (int i = 0; i < SLUICE_CNT_MAX; i++)
-		global[counter_name(i)] = {{"packets", s.global[i].packets}, {"bytes", s.global[i].bytes}};
-	out << "  \"rules\": " << nested(rules);
-	if (with_global)
-		out << ",\n  \"global\": " << nested(global);
-	out << "\n}\n";
+	nlohmann::ordered_json doc = {{"sources", nlohmann::ordered_json::array()},
+				      {"tracked_sources", s.tracked_sources},
+				      {"rules", rules}};
+	if (with_global) {
+		nlohmann::ordered_json global = nlohmann::ordered_json::object();
+		for (int i = 0; i < SLUICE_CNT_MAX; i++)
+			global[counter_name(i)] = {{"packets", s.global[i].packets}, {"bytes", s.global[i].bytes}};
+		doc["global"] = global;
+	}
+	// A million sources would make a million-node tree: the document is
+	// dumped with "sources" empty, and its entries are streamed into that
+	// array's brackets, one object per line.
+	std::string text = doc.dump(2, ' ', false, JSON_ERRORS) + "\n";
+	size_t empty = text.find("[]"); // the first member's value
+	out.write(text.data(), static_cast<std::streamsize>(empty + 1));
+	if (!s.sources.empty()) {
+		SourceLines plain(false), shadow(true);
+		for (size_t i = 0; i < s.sources.size(); i++) {
+			const SourceStats &src = s.sources[i];
+			out << (i ? ",\n    " : "\n    ") << (src.shadow ? shadow : plain).line(src);
+		}
+		out << "\n  ";
+	}
+	out << std::string_view(text).substr(empty + 1);
 }
 
 namespace {
