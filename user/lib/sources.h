@@ -96,6 +96,9 @@ public:
 
 	/// Maps the table behind `fd` (SLUICE_MAP_SOURCES_V4 and so on).
 	explicit SetTable(int fd);
+	/// Works on `count` sets at `sets`, memory the caller owns and keeps
+	/// (the protocol's stress test runs it on an array in this process).
+	SetTable(Set *sets, uint32_t count);
 	~SetTable();
 	SetTable(const SetTable &) = delete;
 	SetTable &operator=(const SetTable &) = delete;
