@@ -206,10 +206,10 @@ bool SetTable<Set>::holds(const Set &set, int w, uint64_t key, const uint8_t *ad
 
 template <class Set>
 std::optional<std::pair<uint32_t, int>> SetTable<Set>::locate(uint32_t rule_id, const uint8_t *addr,
-								uint64_t seed) const
+								uint64_t seed, uint64_t &key) const
 {
 	uint32_t first, second;
-	uint64_t key = place_of(rule_id, addr, seed, first, second);
+	key = place_of(rule_id, addr, seed, first, second);
 	for (uint32_t idx : {first, second})
 		for (int w = 0; w < SLUICE_SET_WAYS; w++)
 			if (holds(sets_ptr_[idx], w, key, addr))
@@ -222,11 +222,11 @@ std::optional<typename SetTable<Set>::Bucket>
 SetTable<Set>::find(uint32_t rule_id, const uint8_t *addr, uint64_t seed,
 		    const PendingDrops &pending) const
 {
-	auto place = locate(rule_id, addr, seed);
+	uint64_t key;
+	auto place = locate(rule_id, addr, seed, key);
 	if (!place)
 		return std::nullopt;
 	auto [idx, w] = *place;
-	uint64_t key = sluice_load_acquire(&sets_ptr_[idx].tag.key[w]);
 	const Set &set = sets_ptr_[idx];
 	// A locked algorithm's state is read as the program reads it:
 	// between two equal even values of its word. The GCRA form's
@@ -258,12 +258,12 @@ bool SetTable<Set>::shift_arrival(uint32_t rule_id, const uint8_t *addr, uint64_
 				  uint64_t now_ticks)
 	requires std::is_same_v<typename SetTraits<Set>::Bucket, struct sluice_source_state>
 {
-	auto place = locate(rule_id, addr, seed);
+	uint64_t key;
+	auto place = locate(rule_id, addr, seed, key);
 	if (!place)
 		return false;
 	auto [idx, w] = *place;
 	Set &set = sets_ptr_[idx];
-	uint64_t key = sluice_load_acquire(&set.tag.key[w]);
 	uint16_t gen = sluice_load_acquire(&set.tag.gen[w]);
 	if (gen & 1)
 		return false; // a locked algorithm's bucket: no arrival time to move
@@ -327,7 +327,8 @@ template <class Set>
 bool SetTable<Set>::refill(uint32_t rule_id, const uint8_t *addr, uint64_t seed, const struct sluice_rule &rule,
 			   uint64_t now_ticks)
 {
-	auto place = locate(rule_id, addr, seed);
+	uint64_t key;
+	auto place = locate(rule_id, addr, seed, key);
 	if (!place)
 		return false;
 	auto [idx, w] = *place;
@@ -337,7 +338,6 @@ bool SetTable<Set>::refill(uint32_t rule_id, const uint8_t *addr, uint64_t seed,
 		if (!(gen & 1)) // the GCRA form: credit up to a full bucket
 			return shift_arrival(rule_id, addr, seed, INT64_MAX, now_ticks);
 	}
-	uint64_t key = sluice_load_acquire(&set.tag.key[w]);
 	// The sequence lock, taken as the program takes it: from an even
 	// value to the next odd one by compare-and-swap, released two above.
 	for (int attempt = 0; attempt < 1000000; attempt++) {
