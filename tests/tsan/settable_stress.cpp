@@ -230,12 +230,16 @@ template <class Set> struct DataPlane {
 		int way = int(set) * SLUICE_SET_WAYS + w;
 		if (!sluice_cnt_add(&s.way[w].cnt.passed_packets, sluice_gen_tag(g), 1, 1 << 20))
 			return; // evicted: its counts went with it
-		// Landed on generation g's bucket if the way still holds it;
-		// else on g's or a later one of the same tag.
-		if (sluice_way_still(&s.tag, w, key) && sluice_load_acquire(&s.tag.gen[w]) == g)
+		// Landed on generation g's bucket if the way still holds it.
+		// Else on g's (gone: its counts went with it), or on a later
+		// bucket whose tag (gen >> 1, 8 bits) is g's: possible only if
+		// 256 buckets came in between.
+		bool still = sluice_way_still(&s.tag, w, key);
+		uint16_t now_gen = sluice_load_acquire(&s.tag.gen[w]);
+		if (still && now_gen == g)
 			tally_add(Table<Set>::index, way, g, 1);
-		else
-			taint(Table<Set>::index, way, sluice_load_acquire(&s.tag.gen[w]));
+		else if ((((now_gen >> 1) - (g >> 1)) & 0x7fff) >= 256)
+			taint(Table<Set>::index, way, now_gen);
 	}
 
 	void charge(Set &s, uint32_t set, int w, uint64_t key, uint64_t now)
