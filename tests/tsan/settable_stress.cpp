@@ -15,7 +15,8 @@
 //    words is one writer's (cur == prev, its window its key's); the four
 //    counter words carry one generation's tag; a way's word only grows;
 //  - counts conserved: every count a charger added (and saw land on its
-//    bucket) is in its bucket's counters, exactly, unless a reset zeroed it.
+//    bucket) is in its bucket's counters, exactly, unless a reset zeroed it
+//    (checked at checkpoints, every 100 ms, with every thread stopped).
 // Usage: settable_stress [SECONDS] (default 60). Prints ops/s per role.
 #include <algorithm>
 #include <atomic>
@@ -50,6 +51,21 @@ constexpr uint64_t kCost = 1000; // ticks a GCRA charge moves the word
 constexpr size_t kCerts = 1 << 23;
 
 std::atomic<bool> g_stop{false};
+// Checkpoints: every thread stops at the next round's end, the tables are
+// checked as at the end, and they go on.
+std::atomic<bool> g_pause{false};
+std::atomic<int> g_paused{0};
+
+// Called by every thread between rounds: waits out a checkpoint.
+void checkpoint_wait()
+{
+	if (!g_pause.load())
+		return;
+	g_paused.fetch_add(1);
+	while (g_pause.load())
+		std::this_thread::yield();
+	g_paused.fetch_sub(1);
+}
 std::atomic<uint64_t> g_failures{0};
 
 #define CHECK(cond, ...)                                                                                       \
@@ -377,6 +393,7 @@ void data_plane(unsigned seed, Counts &n)
 	DataPlane<struct sluice_set_v4> d4{*g_t4, std::mt19937_64(seed), n};
 	DataPlane<struct sluice_set_v6> d6{*g_t6, std::mt19937_64(seed ^ 0x6666), n};
 	while (!g_stop.load(std::memory_order_relaxed)) {
+		checkpoint_wait();
 		for (int i = 0; i < 64; i++) {
 			d4.step();
 			d6.step();
@@ -454,6 +471,7 @@ void controller_reader(unsigned seed, Counts &n)
 	std::mt19937_64 rng(seed);
 	std::vector<uint64_t> last4(kSets * SLUICE_SET_WAYS), last6(kSets * SLUICE_SET_WAYS);
 	while (!g_stop.load(std::memory_order_relaxed)) {
+		checkpoint_wait();
 		read_table(*g_t4, rng, last4, n);
 		read_table(*g_t6, rng, last6, n);
 	}
@@ -519,6 +537,7 @@ void controller_writer(unsigned seed, Counts &n)
 {
 	std::mt19937_64 rng(seed);
 	while (!g_stop.load(std::memory_order_relaxed)) {
+		checkpoint_wait();
 		write_table(*g_t4, rng, n);
 		write_table(*g_t6, rng, n);
 	}
@@ -588,15 +607,25 @@ int main(int argc, char **argv)
 	threads.emplace_back(controller_reader, 200, std::ref(counts[kPlanes]));
 	threads.emplace_back(controller_writer, 300, std::ref(counts[kPlanes + 1]));
 	auto start = std::chrono::steady_clock::now();
+	uint64_t verified = 0, unverifiable = 0, checkpoints = 0;
 	while (std::chrono::steady_clock::now() - start < std::chrono::duration<double>(seconds) &&
-	       g_failures.load() == 0)
-		std::this_thread::sleep_for(std::chrono::milliseconds(50));
+	       g_failures.load() == 0) {
+		std::this_thread::sleep_for(std::chrono::milliseconds(100));
+		g_pause = true;
+		while (g_paused.load() < int(threads.size()))
+			std::this_thread::yield();
+		check_quiet(t4, verified, unverifiable);
+		check_quiet(t6, verified, unverifiable);
+		checkpoints++;
+		g_pause = false;
+		while (g_paused.load() > 0)
+			std::this_thread::yield();
+	}
 	g_stop = true;
 	for (auto &t : threads)
 		t.join();
 	double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-	uint64_t verified = 0, unverifiable = 0;
 	check_quiet(t4, verified, unverifiable);
 	check_quiet(t6, verified, unverifiable);
 
@@ -608,10 +637,11 @@ int main(int argc, char **argv)
 	total.reads = counts[kPlanes].reads;
 	total.writes = counts[kPlanes + 1].writes;
 	std::printf("settable_stress: %.1f s; program: %.0f charges/s, %.0f new buckets/s (%d threads); "
-		    "controller: %.0f reads/s, %.0f writes/s; certificates %" PRIu64 "; at the end %" PRIu64
-		    " buckets' counts checked exactly, %" PRIu64 " not (an add of uncertain destination)\n",
+		    "controller: %.0f reads/s, %.0f writes/s; certificates %" PRIu64 "; %" PRIu64
+		    " checkpoints and the end: %" PRIu64 " buckets' counts checked exactly, %" PRIu64
+		    " not (an add of uncertain destination)\n",
 		    took, total.charges / took, total.inserts / took, kPlanes, total.reads / took, total.writes / took,
-		    std::min<uint64_t>(g_next_cert.load() - 1, kCerts - 1), verified, unverifiable);
+		    std::min<uint64_t>(g_next_cert.load() - 1, kCerts - 1), checkpoints, verified, unverifiable);
 	if (g_failures.load()) {
 		std::fprintf(stderr, "settable_stress: %" PRIu64 " failed checks\n", g_failures.load());
 		return 1;
