@@ -48,7 +48,7 @@ constexpr uint32_t kRules = 6; // odd ids: the GCRA form; even: a locked (slidin
 constexpr uint32_t kAddrs = 16;
 constexpr uint64_t kSeed = 0x5eed5eed12345678ULL;
 constexpr uint64_t kCost = 1000; // ticks a GCRA charge moves the word
-constexpr size_t kCerts = 1 << 23;
+constexpr size_t kCerts = 1 << 24;
 
 std::atomic<bool> g_stop{false};
 // Checkpoints: every thread stops at the next round's end, the tables are

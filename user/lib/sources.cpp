@@ -264,29 +264,36 @@ bool SetTable<Set>::shift_arrival(uint32_t rule_id, const uint8_t *addr, uint64_
 		return false;
 	auto [idx, w] = *place;
 	Set &set = sets_ptr_[idx];
-	uint16_t gen = sluice_load_acquire(&set.tag.gen[w]);
-	if (gen & 1)
-		return false; // a locked algorithm's bucket: no arrival time to move
-	uint64_t word = sluice_load_acquire(&set.way[w].word);
-	uint64_t off = sluice_load_relaxed(&set.way[w].algo.gcra.off);
-	sluice_fence_acquire();
-	if (!holds(set, w, key, addr) || sluice_load_acquire(&set.tag.gen[w]) != gen)
-		return false; // evicted meanwhile
-	// Credit only where the bucket is short of full: a full one's arrival
-	// time may lie anywhere in the past, and credit there is worth nothing.
-	int64_t ahead = static_cast<int64_t>(word - off - now_ticks);
-	if (ticks > 0)
-		ticks = std::min<int64_t>(ticks, std::max<int64_t>(ahead, 0));
-	if (ticks == 0)
-		return true;
-	// The arrival time is word - off. The program moves the word by
-	// compare-and-swap from a value it read with the offset, and writes back
-	// its result plus the offset it read: whatever the interleaving, the
-	// arrival time ends up `ticks` earlier. The word itself must only grow
-	// (it guards against charging an evicted bucket's successor), so the
-	// offset is what moves.
-	sluice_fetch_add(&set.way[w].algo.gcra.off, static_cast<uint64_t>(ticks));
-	return true;
+	for (int attempt = 0; attempt < SLUICE_LOCK_RETRIES; attempt++) {
+		uint16_t gen = sluice_load_acquire(&set.tag.gen[w]);
+		if (gen & 1)
+			return false; // a locked algorithm's bucket: no arrival time to move
+		uint64_t word = sluice_load_acquire(&set.way[w].word);
+		uint64_t off = sluice_load_relaxed(&set.way[w].algo.gcra.off);
+		sluice_fence_acquire();
+		if (!holds(set, w, key, addr) || sluice_load_acquire(&set.tag.gen[w]) != gen)
+			return false; // evicted meanwhile
+		// Credit only where the bucket is short of full: a full one's arrival
+		// time may lie anywhere in the past, and credit there is worth nothing.
+		int64_t moved = ticks;
+		int64_t ahead = static_cast<int64_t>(word - off - now_ticks);
+		if (moved > 0)
+			moved = std::min<int64_t>(moved, std::max<int64_t>(ahead, 0));
+		if (moved == 0)
+			return true;
+		// The arrival time is word - off. The program moves the word by
+		// compare-and-swap from a value it read with the offset, and writes
+		// back its result plus the offset it read: whatever the
+		// interleaving, the arrival time ends up `moved` earlier. The word
+		// itself must only grow (it guards against charging an evicted
+		// bucket's successor), so the offset is what moves: by
+		// compare-and-swap from the value read while the way held the
+		// bucket, so that an offset written since (the way given to
+		// another bucket, whose state shares the word) is never moved.
+		if (sluice_cas(&set.way[w].algo.gcra.off, off, off + static_cast<uint64_t>(moved)) == off)
+			return true;
+	}
+	return false;
 }
 
 template <class Set>
@@ -308,12 +315,15 @@ uint64_t SetTable<Set>::zero_counters(const std::function<bool(uint32_t, const u
 				continue;
 			// The program adds to these words by compare-and-swap or
 			// fetch-and-add, checking the tag in the top bits: keep the
-			// tag, zero the count.
+			// tag, zero the count; only while the tag is this
+			// generation's (the way may hold another bucket by now).
 			auto &cnt = set.way[w].cnt;
+			uint64_t tag = sluice_gen_tag(gen);
 			for (__u64 *word : {&cnt.passed_packets, &cnt.passed_bytes, &cnt.dropped_packets,
 					    &cnt.dropped_bytes}) {
 				uint64_t v = sluice_load_relaxed(word), old;
-				while ((old = sluice_cas(word, v, v & ~SLUICE_CNT_VALUE_MASK)) != v)
+				while ((v & ~SLUICE_CNT_VALUE_MASK) == tag &&
+				       (old = sluice_cas(word, v, v & ~SLUICE_CNT_VALUE_MASK)) != v)
 					v = old;
 			}
 			count++;
