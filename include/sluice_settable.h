@@ -45,11 +45,11 @@
  *                   the lock's release fence        re-read of word/key/gen
  *   counters        chargers: CAS/fetch-add (full); readers: relaxed (the tag
  *                   the claimer: relaxed; reset:    says which bucket's)
- *                   CAS (full)
+ *                   CAS (full) while the tag is its
  *   gcra.off        the claimer: relaxed; the       chargers: relaxed, checked
  *                   cluster sync's shift_arrival:   by the word's re-read (a
- *                   fetch-add (a second writer,     second writer until its
- *                   see docs/design/source-table)   grants go to a map)
+ *                   CAS (full) from the value read  second writer until its
+ *                   while the way held the bucket   grants go to a map)
  *
  * The writer's rule of a sequence lock holds for both the claim and a lock
  * holder: a compare-and-swap (full) takes the way or the lock, then a release
