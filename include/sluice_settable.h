@@ -3,11 +3,8 @@
  * The set tables' protocol (struct sluice_set_tags and the sets of
  * sluice_abi.h), one copy compiled by both the XDP program and the controller.
  * Every source table (IPv4, IPv6, and the sliding log's) runs it; a way is
- * named by its set's tag line, its index, and its bucket's word. Plain C with
- * the __sync builtins, which clang's BPF target and GCC both provide as full
- * barriers. Ordering: the writers below rely on stores being seen in program
- * order and the readers on loads not passing loads (x86-64's TSO; the XDP
- * program and the controller run on one machine).
+ * named by its set's tag line, its index, and its bucket's word.
+ * docs/design/source-table.md tells it in one page.
  *
  * A way holds one bucket at a time. To replace it, a CPU
  *   1. claims the way: compare-and-swap of its key from what it read to
@@ -21,13 +18,62 @@
  *   3. writes the new bucket's generation (which tags its counters) and
  *      stamps (sluice_way_begin), then the bucket, its address (IPv6), and
  *      its word above the frozen value;
- *   4. publishes its key, a full barrier: no CPU finds a half-written bucket
- *      (sluice_way_publish).
+ *   4. publishes its key (sluice_way_publish): no CPU finds a half-written
+ *      bucket.
  * So a way's word only grows, across every bucket it holds: no value repeats,
  * and no stale compare-and-swap can match (no ABA). Counters are tagged with
  * the generation instead, as they are added to, not replaced.
  *
- * Which way a new bucket takes is sluice_way_rank's: see sluice_abi.h.
+ * Memory ordering. Every access to a shared word goes through the accessors
+ * below, each named for the ordering it needs:
+ *
+ *   word            written by                      read by
+ *   key[w]          claim, release: CAS (full);     lookups: acquire (gates the
+ *                   publish, unclaim: exchange      bucket); re-checks after a
+ *                   (full; release needed)          copy: acquire fence first
+ *   gen[w]          the claimer only, while BUSY:   chargers, readers: acquire
+ *                   relaxed (key's publish orders)  (gates counters and locking)
+ *   keep[w],born[w] chargers (touch), the claimer:  victim choice: relaxed (they
+ *                   relaxed; a lost write           only rank; a stale one
+ *                   misranks one bucket             misranks one bucket)
+ *   bucket word     freeze, GCRA charge, lock: CAS  chargers, readers: acquire
+ *                   (full); unlock: exchange        (a sequence lock's begin);
+ *                   (full); publish: relaxed        its re-read after an
+ *                   before key's release            acquire fence
+ *   algorithm state the claimer, lock holders:      optimistic copies: relaxed,
+ *   and addr[w]     relaxed, after the claim's or   then an acquire fence and a
+ *                   the lock's release fence        re-read of word/key/gen
+ *   counters        chargers: CAS/fetch-add (full); readers: relaxed (the tag
+ *                   the claimer: relaxed; reset:    says which bucket's)
+ *                   CAS (full) while the tag is its
+ *   gcra.off        the claimer: relaxed; the       chargers: relaxed, checked
+ *                   cluster sync's shift_arrival:   by the word's re-read (a
+ *                   CAS (full) from the value read  second writer until its
+ *                   while the way held the bucket   grants go to a map)
+ *
+ * The writer's rule of a sequence lock holds for both the claim and a lock
+ * holder: a compare-and-swap (full) takes the way or the lock, then a release
+ * fence, so that a reader that copied any value written after it sees, past
+ * its own acquire fence, that the key or the word moved.
+ *
+ * Per side:
+ *  - user space (the controller, C or C++): the compiler's __atomic builtins
+ *    with the ordering named (__ATOMIC_RELAXED, _ACQUIRE, _RELEASE, _SEQ_CST
+ *    for every read-modify-write). Correct on any architecture as far as the
+ *    C++ memory model goes, but the program's side is only checked on
+ *    x86-64, so user space refuses to build elsewhere (below), as does the
+ *    CMake configure.
+ *  - BPF: clang 14 (Debian 12) has no BPF load-acquire or store-release
+ *    instruction. The x86-64 JIT turns a BPF load or store into a plain mov,
+ *    and x86-64 is TSO: every load is an acquire and every store a release.
+ *    The __sync builtins become locked instructions (lock cmpxchg, xchg, lock
+ *    xadd): full barriers. So on the BPF side an acquire load is a volatile
+ *    load followed by a compiler barrier, a release store a compiler barrier
+ *    followed by a volatile store, a fence a compiler barrier, and every
+ *    read-modify-write a __sync builtin. That reasoning holds for x86-64
+ *    only: the JIT of a weakly ordered CPU (arm64) emits plain loads and
+ *    stores that are neither; check this protocol there (and use real
+ *    acquire/release, clang 18's BPF load-acquire) before building for it.
  */
 #ifndef SLUICE_SETTABLE_H
 #define SLUICE_SETTABLE_H
@@ -36,9 +82,105 @@
 #include "sluice_abi.h"
 #include "sluice_algos.h"
 
-/* A read the compiler must perform where it is written: another CPU writes it. */
+#if defined(__bpf__)
+
+#define sluice_compiler_barrier() __asm__ __volatile__("" ::: "memory")
+#define sluice_load_relaxed(p) (*(volatile __typeof__(*(p)) *)(p))
+#define sluice_load_acquire(p)                                                  \
+	({                                                                      \
+		__typeof__(*(p)) sluice_v_ = *(volatile __typeof__(*(p)) *)(p); \
+		sluice_compiler_barrier();                                      \
+		sluice_v_;                                                      \
+	})
+#define sluice_store_relaxed(p, v) (*(volatile __typeof__(*(p)) *)(p) = (v))
+#define sluice_store_release(p, v)                             \
+	do {                                                   \
+		sluice_compiler_barrier();                     \
+		*(volatile __typeof__(*(p)) *)(p) = (v);       \
+	} while (0)
+#define sluice_fence_acquire() sluice_compiler_barrier()
+#define sluice_fence_release() sluice_compiler_barrier()
+/* Read-modify-writes, each a full barrier: the old value. */
+#define sluice_cas(p, old, new) __sync_val_compare_and_swap((p), (old), (new))
+#define sluice_xchg(p, v) __sync_lock_test_and_set((p), (v))
+#define sluice_fetch_add(p, v) __sync_fetch_and_add((p), (v))
+
+#else /* user space */
+
+#if !defined(__x86_64__)
+#error "sluice_settable.h: the set tables' memory ordering is checked on x86-64 only (the XDP program's side relies on the x86-64 JIT and TSO; see the comment at the top of this header)"
+#endif
+
+#ifdef __cplusplus
+template <class T> static inline T sluice_load_relaxed(const T *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+template <class T> static inline T sluice_load_acquire(const T *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+template <class T, class V> static inline void sluice_store_relaxed(T *p, V v)
+{
+	__atomic_store_n(p, static_cast<T>(v), __ATOMIC_RELAXED);
+}
+template <class T, class V> static inline void sluice_store_release(T *p, V v)
+{
+	__atomic_store_n(p, static_cast<T>(v), __ATOMIC_RELEASE);
+}
+template <class T, class V, class W> static inline T sluice_cas(T *p, V old, W want)
+{
+	T expected = static_cast<T>(old);
+
+	__atomic_compare_exchange_n(p, &expected, static_cast<T>(want), false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+	return expected;
+}
+template <class T, class V> static inline T sluice_xchg(T *p, V v)
+{
+	return __atomic_exchange_n(p, static_cast<T>(v), __ATOMIC_SEQ_CST);
+}
+template <class T, class V> static inline T sluice_fetch_add(T *p, V v)
+{
+	return __atomic_fetch_add(p, static_cast<T>(v), __ATOMIC_SEQ_CST);
+}
+#else
+#define sluice_load_relaxed(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define sluice_load_acquire(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define sluice_store_relaxed(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+#define sluice_store_release(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define sluice_cas(p, old, new)                                                                   \
+	({                                                                                        \
+		__typeof__(*(p)) sluice_o_ = (old);                                               \
+		__atomic_compare_exchange_n((p), &sluice_o_, (new), 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); \
+		sluice_o_;                                                                        \
+	})
+#define sluice_xchg(p, v) __atomic_exchange_n((p), (v), __ATOMIC_SEQ_CST)
+#define sluice_fetch_add(p, v) __atomic_fetch_add((p), (v), __ATOMIC_SEQ_CST)
+#endif
+#define sluice_fence_acquire() __atomic_thread_fence(__ATOMIC_ACQUIRE)
+#define sluice_fence_release() __atomic_thread_fence(__ATOMIC_RELEASE)
+
+#endif
+
+/*
+ * The program's direct reads and writes of shared words, from before the
+ * accessors: relaxed (volatile) accesses. New code names its ordering with
+ * the accessors above instead.
+ */
 #define SLUICE_READ_ONCE(x) (*(volatile __typeof__(x) *)&(x))
 #define SLUICE_WRITE_ONCE(x, v) (*(volatile __typeof__(x) *)&(x) = (v))
+
+/* Copies n 64-bit words of a bucket that other CPUs may read or write at the
+ * same time, one relaxed access each (never a memcpy, which may tear a word). */
+static inline void sluice_words_load(__u64 *dst, const __u64 *src, int n)
+{
+	int i;
+
+	for (i = 0; i < n; i++)
+		dst[i] = sluice_load_relaxed(&src[i]);
+}
+
+static inline void sluice_words_store(__u64 *dst, const __u64 *src, int n)
+{
+	int i;
+
+	for (i = 0; i < n; i++)
+		sluice_store_relaxed(&dst[i], src[i]);
+}
 
 #define SLUICE_WAY(w) ((w) & (SLUICE_SET_WAYS - 1))
 
@@ -72,8 +214,8 @@ static inline __u32 sluice_tick_stamp(__u64 ticks)
  */
 static inline __s32 sluice_way_rank(const struct sluice_set_tags *t, int w, __u32 stamp)
 {
-	__s32 v = (__s32)(SLUICE_READ_ONCE(t->keep[SLUICE_WAY(w)]) - stamp);
-	__u16 born = SLUICE_READ_ONCE(t->born[SLUICE_WAY(w)]);
+	__s32 v = (__s32)(sluice_load_relaxed(&t->keep[SLUICE_WAY(w)]) - stamp);
+	__u16 born = sluice_load_relaxed(&t->born[SLUICE_WAY(w)]);
 
 	if (v > (1 << 29))
 		v = 1 << 29;
@@ -98,16 +240,22 @@ static inline __u64 sluice_gen_tag(__u16 gen)
 	return (__u64)(__u8)(gen >> 1) << SLUICE_CNT_TAG_SHIFT;
 }
 
-/* Step 1: takes way w from `old` (a key or SLUICE_KEY_EMPTY); 0 if another CPU was first. */
+/* Step 1: takes way w from `old` (a key or SLUICE_KEY_EMPTY); 0 if another
+ * CPU was first. A full barrier, then a release fence: whatever this CPU
+ * writes into the way from now on, a reader that copies it sees the key move
+ * when it re-checks. */
 static inline int sluice_way_claim(struct sluice_set_tags *t, int w, __u64 old)
 {
-	return __sync_val_compare_and_swap(&t->key[SLUICE_WAY(w)], old, SLUICE_KEY_BUSY) == old;
+	if (sluice_cas(&t->key[SLUICE_WAY(w)], old, SLUICE_KEY_BUSY) != old)
+		return 0;
+	sluice_fence_release();
+	return 1;
 }
 
 /* Step 1 undone: the way holds `old` again, untouched. */
 static inline void sluice_way_unclaim(struct sluice_set_tags *t, int w, __u64 old)
 {
-	__sync_lock_test_and_set(&t->key[SLUICE_WAY(w)], old);
+	sluice_xchg(&t->key[SLUICE_WAY(w)], old);
 }
 
 /* Step 2: freezes the word of a claimed way's bucket; 1 and the frozen (odd)
@@ -115,15 +263,16 @@ static inline void sluice_way_unclaim(struct sluice_set_tags *t, int w, __u64 ol
  * SLUICE_LOCK_RETRIES reads. */
 static inline int sluice_way_freeze(struct sluice_set_tags *t, int w, __u64 *word, __u64 *frozen)
 {
-	int locked = SLUICE_READ_ONCE(t->gen[SLUICE_WAY(w)]) & 1, i;
+	int locked = sluice_load_acquire(&t->gen[SLUICE_WAY(w)]) & 1, i;
 
 	for (i = 0; i < SLUICE_LOCK_RETRIES; i++) {
-		__u64 h = SLUICE_READ_ONCE(*word);
+		__u64 h = sluice_load_acquire(word);
 		__u64 f = (h | 1) + 2;
 
 		if (locked && (h & 1))
 			continue; /* a charger of the old bucket holds its lock */
-		if (__sync_val_compare_and_swap(word, h, f) == h) {
+		if (sluice_cas(word, h, f) == h) {
+			sluice_fence_release(); /* as after the claim */
 			*frozen = f;
 			return 1;
 		}
@@ -138,18 +287,26 @@ static inline __u64 sluice_way_begin(struct sluice_set_tags *t, int w, int locke
 	__u16 gen;
 
 	w = SLUICE_WAY(w);
-	gen = (__u16)((((t->gen[w] >> 1) + 1) << 1) | (locked ? 1 : 0));
-	t->gen[w] = gen;
-	t->keep[w] = sluice_stamp(now_ns);
-	t->born[w] = sluice_born(now_ns);
+	gen = (__u16)((((sluice_load_relaxed(&t->gen[w]) >> 1) + 1) << 1) | (locked ? 1 : 0));
+	sluice_store_relaxed(&t->gen[w], gen);
+	sluice_store_relaxed(&t->keep[w], sluice_stamp(now_ns));
+	sluice_store_relaxed(&t->born[w], sluice_born(now_ns));
 	return sluice_gen_tag(gen);
 }
 
-/* Step 4: the bucket's word, then its key. */
+/* Step 4: the bucket's word, then its key: an exchange, a full barrier (a
+ * release is what it needs: everything written into the way before it). */
 static inline void sluice_way_publish(struct sluice_set_tags *t, int w, __u64 *word, __u64 value, __u64 key)
 {
-	SLUICE_WRITE_ONCE(*word, value);
-	__sync_lock_test_and_set(&t->key[SLUICE_WAY(w)], key); /* publish: a full barrier */
+	sluice_store_relaxed(word, value);
+	sluice_xchg(&t->key[SLUICE_WAY(w)], key);
+}
+
+/* Step 3 for an IPv6 way: the address line of way w, before its bucket. */
+static inline void sluice_way_set_addr(struct sluice_addr6 *addrs, int w, const struct sluice_addr6 *addr)
+{
+	sluice_store_relaxed(&addrs[SLUICE_WAY(w)].hi, addr->hi);
+	sluice_store_relaxed(&addrs[SLUICE_WAY(w)].lo, addr->lo);
 }
 
 /*
@@ -167,14 +324,15 @@ static inline void sluice_way_install(struct sluice_set_tags *t, struct sluice_s
 				      __u64 now_ns, __u64 key)
 {
 	__u64 tag = sluice_way_begin(t, w, !gcra, now_ns);
+	union sluice_algo_state algo = init->algo;
 
-	__builtin_memcpy(&st->algo, &init->algo, sizeof(st->algo));
 	if (gcra)
-		st->algo.gcra.off = frozen + 1 - sluice_ns_to_ticks(now_ns);
-	st->cnt.passed_packets = init->cnt.passed_packets | tag;
-	st->cnt.passed_bytes = init->cnt.passed_bytes | tag;
-	st->cnt.dropped_packets = init->cnt.dropped_packets | tag;
-	st->cnt.dropped_bytes = init->cnt.dropped_bytes | tag;
+		algo.gcra.off = frozen + 1 - sluice_ns_to_ticks(now_ns);
+	sluice_words_store((__u64 *)&st->algo, (const __u64 *)&algo, sizeof(algo) / sizeof(__u64));
+	sluice_store_relaxed(&st->cnt.passed_packets, init->cnt.passed_packets | tag);
+	sluice_store_relaxed(&st->cnt.passed_bytes, init->cnt.passed_bytes | tag);
+	sluice_store_relaxed(&st->cnt.dropped_packets, init->cnt.dropped_packets | tag);
+	sluice_store_relaxed(&st->cnt.dropped_bytes, init->cnt.dropped_bytes | tag);
 	sluice_way_publish(t, w, &st->word, frozen + 1 + (gcra ? init->word : 0), key);
 }
 
@@ -195,18 +353,18 @@ static inline void sluice_way_touch(struct sluice_set_tags *t, int w, __u64 key,
 	__u16 born;
 
 	w = SLUICE_WAY(w);
-	keep = SLUICE_READ_ONCE(t->keep[w]);
-	born = SLUICE_READ_ONCE(t->born[w]);
+	keep = sluice_load_relaxed(&t->keep[w]);
+	born = sluice_load_relaxed(&t->born[w]);
 	if (born == SLUICE_BORN_SETTLED) {
 		want = (__s32)(full - stamp) > 0 ? full : stamp;
-		if ((__s32)(want - keep) > 0 && SLUICE_READ_ONCE(t->key[w]) == key)
-			SLUICE_WRITE_ONCE(t->keep[w], want);
+		if ((__s32)(want - keep) > 0 && sluice_load_relaxed(&t->key[w]) == key)
+			sluice_store_relaxed(&t->keep[w], want);
 		return;
 	}
 	/* On probation, and its source already back: nothing moves within a stamp. */
 	if ((__s32)(stamp - keep) <= 0 && (born & SLUICE_BORN_RETURNED))
 		return;
-	if (SLUICE_READ_ONCE(t->key[w]) != key)
+	if (sluice_load_relaxed(&t->key[w]) != key)
 		return;
 	/* Units since it was made: a signed difference of born[]'s top 15 bits. */
 	age = (__s16)((__u16)((now_ns >> SLUICE_BORN_SHIFT) << 1) - (born & ~SLUICE_BORN_RETURNED)) >> 1;
@@ -214,19 +372,67 @@ static inline void sluice_way_touch(struct sluice_set_tags *t, int w, __u64 key,
 	    (__s32)(stamp - keep) < SLUICE_PROBATION_STAMPS) {
 		/* Still on probation: keep[] is when it was last seen. */
 		if (!(born & SLUICE_BORN_RETURNED))
-			SLUICE_WRITE_ONCE(t->born[w], born | SLUICE_BORN_RETURNED);
+			sluice_store_relaxed(&t->born[w], born | SLUICE_BORN_RETURNED);
 		if ((__s32)(stamp - keep) > 0)
-			SLUICE_WRITE_ONCE(t->keep[w], stamp);
+			sluice_store_relaxed(&t->keep[w], stamp);
 		return;
 	}
-	SLUICE_WRITE_ONCE(t->keep[w], (__s32)(full - stamp) > 0 ? full : stamp);
-	SLUICE_WRITE_ONCE(t->born[w], SLUICE_BORN_SETTLED);
+	sluice_store_relaxed(&t->keep[w], (__s32)(full - stamp) > 0 ? full : stamp);
+	sluice_store_relaxed(&t->born[w], SLUICE_BORN_SETTLED);
 }
 
 /* Empties way w if it still holds `key` (a deleted rule's bucket); 1 if it did. */
 static inline int sluice_way_release(struct sluice_set_tags *t, int w, __u64 key)
 {
-	return __sync_val_compare_and_swap(&t->key[SLUICE_WAY(w)], key, SLUICE_KEY_EMPTY) == key;
+	return sluice_cas(&t->key[SLUICE_WAY(w)], key, SLUICE_KEY_EMPTY) == key;
+}
+
+/*
+ * The rest of the protocol, as both sides run it.
+ */
+
+/* Whether way w of `t` still holds `key`, re-checked after copying what it
+ * held: the copy's reads are done first (an acquire fence). */
+static inline int sluice_way_still(const struct sluice_set_tags *t, int w, __u64 key)
+{
+	sluice_fence_acquire();
+	return sluice_load_acquire(&t->key[SLUICE_WAY(w)]) == key;
+}
+
+/* A locked algorithm's word: takes the lock from the even value `s` it read;
+ * 1 if taken. A full barrier, then a release fence, as a claim. */
+static inline int sluice_word_lock(__u64 *word, __u64 s)
+{
+	if ((s & 1) || sluice_cas(word, s, s + 1) != s)
+		return 0;
+	sluice_fence_release();
+	return 1;
+}
+
+/* Releases a lock taken from `s`: an exchange (a full barrier), so the state
+ * written under it is visible before the lock is seen free. */
+static inline void sluice_word_unlock(__u64 *word, __u64 s)
+{
+	sluice_xchg(word, s + 2);
+}
+
+/* Adds `delta` to a counter word if it still carries `tag` (its bucket's
+ * generation): 1 if it landed, 0 if the bucket was evicted (its counts went
+ * with it) or `tries` compare-and-swaps all lost a race. */
+static inline int sluice_cnt_add(__u64 *c, __u64 tag, __u64 delta, const int tries)
+{
+	__u64 v = sluice_load_relaxed(c), old;
+	int i;
+
+	for (i = 0; i < tries; i++) {
+		if ((v & ~SLUICE_CNT_VALUE_MASK) != tag)
+			return 0;
+		old = sluice_cas(c, v, v + delta);
+		if (old == v)
+			return 1;
+		v = old;
+	}
+	return 0;
 }
 
 #endif /* SLUICE_SETTABLE_H */

@@ -25,8 +25,21 @@ template <class Set> void way_address(const Set &set, int w, uint64_t key, uint8
 		uint32_t addr = static_cast<uint32_t>(key);
 		std::memcpy(out, &addr, 4);
 	} else {
-		std::memcpy(out, const_cast<const struct sluice_addr6 *>(&set.addr[w]), 16);
+		uint64_t words[2] = {sluice_load_relaxed(&set.addr[w].hi), sluice_load_relaxed(&set.addr[w].lo)};
+		std::memcpy(out, words, 16);
 	}
+}
+
+/// A copy of a bucket that other CPUs may be writing: one relaxed load per
+/// word (sluice_settable.h), never a memcpy of shared memory.
+template <class Bucket> Bucket copy_bucket(const Bucket &shared)
+{
+	static_assert(sizeof(Bucket) % sizeof(__u64) == 0 && std::is_trivially_copyable_v<Bucket>);
+	__u64 words[sizeof(Bucket) / sizeof(__u64)];
+	sluice_words_load(words, reinterpret_cast<const __u64 *>(&shared), sizeof(Bucket) / sizeof(__u64));
+	Bucket copy;
+	std::memcpy(&copy, words, sizeof(copy));
+	return copy;
 }
 
 } // namespace
@@ -107,6 +120,8 @@ void PendingDrops::subtract(const std::vector<Debit> &debits)
 			debit_by_way_.emplace(way_key(debits_[i].table, debits_[i].set, debits_[i].way), i);
 }
 
+template <class Set> SetTable<Set>::SetTable(Set *sets, uint32_t count) : sets_ptr_(sets), sets_(count) {}
+
 template <class Set> SetTable<Set>::SetTable(int fd) : sets_(map_max_entries(fd))
 {
 	long page = sysconf(_SC_PAGESIZE);
@@ -117,7 +132,11 @@ template <class Set> SetTable<Set>::SetTable(int fd) : sets_(map_max_entries(fd)
 	sets_ptr_ = static_cast<Set *>(p);
 }
 
-template <class Set> SetTable<Set>::~SetTable() { munmap(sets_ptr_, length_); }
+template <class Set> SetTable<Set>::~SetTable()
+{
+	if (length_)
+		munmap(sets_ptr_, length_);
+}
 
 template <class Set>
 void SetTable<Set>::for_each(const std::function<void(uint32_t, const uint8_t *, const Bucket &)> &f,
@@ -126,15 +145,25 @@ void SetTable<Set>::for_each(const std::function<void(uint32_t, const uint8_t *,
 	for (uint32_t i = 0; i < sets_; i++) {
 		const Set &set = sets_ptr_[i];
 		for (int w = 0; w < SLUICE_SET_WAYS; w++) {
-			uint64_t key = __atomic_load_n(&set.tag.key[w], __ATOMIC_ACQUIRE);
+			uint64_t key = sluice_load_acquire(&set.tag.key[w]);
 			if (key == SLUICE_KEY_EMPTY || key == SLUICE_KEY_BUSY)
 				continue;
+			// A copy of one bucket: the way held the key and the
+			// generation before and after it (evicted, or evicted and
+			// made again for the same source, while being copied: again).
+			uint16_t gen = 0;
 			Bucket copy;
-			std::memcpy(&copy, const_cast<const Bucket *>(&set.way[w]), sizeof(copy));
 			uint8_t addr[16] = {};
-			way_address(set, w, key, addr);
-			uint16_t gen = __atomic_load_n(&set.tag.gen[w], __ATOMIC_ACQUIRE);
-			if (__atomic_load_n(&set.tag.key[w], __ATOMIC_ACQUIRE) != key)
+			bool held = false;
+			for (int attempt = 0; attempt < SLUICE_LOCK_RETRIES && !held; attempt++) {
+				gen = sluice_load_acquire(&set.tag.gen[w]);
+				copy = copy_bucket(set.way[w]);
+				way_address(set, w, key, addr);
+				if (!sluice_way_still(&set.tag, w, key))
+					break;
+				held = sluice_load_acquire(&set.tag.gen[w]) == gen;
+			}
+			if (!held)
 				continue; // evicted while being copied
 			pending.add_to(copy.cnt, SetTraits<Set>::table, i, w, gen, key);
 			f(static_cast<uint32_t>(key >> 32), addr, copy);
@@ -165,19 +194,22 @@ uint64_t SetTable<Set>::place_of(uint32_t rule_id, const uint8_t *addr, uint64_t
 template <class Set>
 bool SetTable<Set>::holds(const Set &set, int w, uint64_t key, const uint8_t *addr) const
 {
-	if (__atomic_load_n(&set.tag.key[w], __ATOMIC_ACQUIRE) != key)
+	if (sluice_load_acquire(&set.tag.key[w]) != key)
 		return false;
-	if constexpr (family == 6)
-		return std::memcmp(const_cast<const struct sluice_addr6 *>(&set.addr[w]), addr, 16) == 0;
+	if constexpr (family == 6) {
+		uint8_t line[16];
+		way_address(set, w, key, line);
+		return std::memcmp(line, addr, 16) == 0;
+	}
 	return true;
 }
 
 template <class Set>
 std::optional<std::pair<uint32_t, int>> SetTable<Set>::locate(uint32_t rule_id, const uint8_t *addr,
-								uint64_t seed) const
+								uint64_t seed, uint64_t &key) const
 {
 	uint32_t first, second;
-	uint64_t key = place_of(rule_id, addr, seed, first, second);
+	key = place_of(rule_id, addr, seed, first, second);
 	for (uint32_t idx : {first, second})
 		for (int w = 0; w < SLUICE_SET_WAYS; w++)
 			if (holds(sets_ptr_[idx], w, key, addr))
@@ -190,31 +222,30 @@ std::optional<typename SetTable<Set>::Bucket>
 SetTable<Set>::find(uint32_t rule_id, const uint8_t *addr, uint64_t seed,
 		    const PendingDrops &pending) const
 {
-	auto place = locate(rule_id, addr, seed);
+	uint64_t key;
+	auto place = locate(rule_id, addr, seed, key);
 	if (!place)
 		return std::nullopt;
 	auto [idx, w] = *place;
-	uint64_t key = __atomic_load_n(&sets_ptr_[idx].tag.key[w], __ATOMIC_ACQUIRE);
 	const Set &set = sets_ptr_[idx];
 	// A locked algorithm's state is read as the program reads it:
 	// between two equal even values of its word. The GCRA form's
 	// word is one value, read once with the copy.
 	for (int attempt = 0; attempt < SLUICE_LOCK_RETRIES; attempt++) {
-		uint16_t gen = __atomic_load_n(&set.tag.gen[w], __ATOMIC_ACQUIRE);
+		uint16_t gen = sluice_load_acquire(&set.tag.gen[w]);
 		bool locked = gen & 1;
-		uint64_t before = __atomic_load_n(&set.way[w].word, __ATOMIC_ACQUIRE);
+		uint64_t before = sluice_load_acquire(&set.way[w].word);
 		if (locked && (before & 1))
 			continue; // a charger holds the lock
-		Bucket copy;
-		std::memcpy(&copy, const_cast<const Bucket *>(&set.way[w]), sizeof(copy));
-		__atomic_thread_fence(__ATOMIC_ACQUIRE);
-		if (locked && __atomic_load_n(&set.way[w].word, __ATOMIC_ACQUIRE) != before)
+		Bucket copy = copy_bucket(set.way[w]);
+		sluice_fence_acquire();
+		if (locked && sluice_load_acquire(&set.way[w].word) != before)
 			continue;
 		if (!holds(set, w, key, addr))
 			return std::nullopt; // evicted while being copied
 		// Evicted and made again for the same source while being
 		// copied: the word and its offset may be of two buckets.
-		if (__atomic_load_n(&set.tag.gen[w], __ATOMIC_ACQUIRE) != gen)
+		if (sluice_load_acquire(&set.tag.gen[w]) != gen)
 			continue;
 		pending.add_to(copy.cnt, SetTraits<Set>::table, idx, w, gen, key);
 		return copy;
@@ -227,34 +258,42 @@ bool SetTable<Set>::shift_arrival(uint32_t rule_id, const uint8_t *addr, uint64_
 				  uint64_t now_ticks)
 	requires std::is_same_v<typename SetTraits<Set>::Bucket, struct sluice_source_state>
 {
-	auto place = locate(rule_id, addr, seed);
+	uint64_t key;
+	auto place = locate(rule_id, addr, seed, key);
 	if (!place)
 		return false;
 	auto [idx, w] = *place;
 	Set &set = sets_ptr_[idx];
-	uint64_t key = __atomic_load_n(&set.tag.key[w], __ATOMIC_ACQUIRE);
-	uint16_t gen = __atomic_load_n(&set.tag.gen[w], __ATOMIC_ACQUIRE);
-	if (gen & 1)
-		return false; // a locked algorithm's bucket: no arrival time to move
-	uint64_t word = __atomic_load_n(&set.way[w].word, __ATOMIC_ACQUIRE);
-	uint64_t off = __atomic_load_n(&set.way[w].algo.gcra.off, __ATOMIC_ACQUIRE);
-	if (!holds(set, w, key, addr) || __atomic_load_n(&set.tag.gen[w], __ATOMIC_ACQUIRE) != gen)
-		return false; // evicted meanwhile
-	// Credit only where the bucket is short of full: a full one's arrival
-	// time may lie anywhere in the past, and credit there is worth nothing.
-	int64_t ahead = static_cast<int64_t>(word - off - now_ticks);
-	if (ticks > 0)
-		ticks = std::min<int64_t>(ticks, std::max<int64_t>(ahead, 0));
-	if (ticks == 0)
-		return true;
-	// The arrival time is word - off. The program moves the word by
-	// compare-and-swap from a value it read with the offset, and writes back
-	// its result plus the offset it read: whatever the interleaving, the
-	// arrival time ends up `ticks` earlier. The word itself must only grow
-	// (it guards against charging an evicted bucket's successor), so the
-	// offset is what moves.
-	__atomic_fetch_add(&set.way[w].algo.gcra.off, static_cast<uint64_t>(ticks), __ATOMIC_SEQ_CST);
-	return true;
+	for (int attempt = 0; attempt < SLUICE_LOCK_RETRIES; attempt++) {
+		uint16_t gen = sluice_load_acquire(&set.tag.gen[w]);
+		if (gen & 1)
+			return false; // a locked algorithm's bucket: no arrival time to move
+		uint64_t word = sluice_load_acquire(&set.way[w].word);
+		uint64_t off = sluice_load_relaxed(&set.way[w].algo.gcra.off);
+		sluice_fence_acquire();
+		if (!holds(set, w, key, addr) || sluice_load_acquire(&set.tag.gen[w]) != gen)
+			return false; // evicted meanwhile
+		// Credit only where the bucket is short of full: a full one's arrival
+		// time may lie anywhere in the past, and credit there is worth nothing.
+		int64_t moved = ticks;
+		int64_t ahead = static_cast<int64_t>(word - off - now_ticks);
+		if (moved > 0)
+			moved = std::min<int64_t>(moved, std::max<int64_t>(ahead, 0));
+		if (moved == 0)
+			return true;
+		// The arrival time is word - off. The program moves the word by
+		// compare-and-swap from a value it read with the offset, and writes
+		// back its result plus the offset it read: whatever the
+		// interleaving, the arrival time ends up `moved` earlier. The word
+		// itself must only grow (it guards against charging an evicted
+		// bucket's successor), so the offset is what moves: by
+		// compare-and-swap from the value read while the way held the
+		// bucket, so that an offset written since (the way given to
+		// another bucket, whose state shares the word) is never moved.
+		if (sluice_cas(&set.way[w].algo.gcra.off, off, off + static_cast<uint64_t>(moved)) == off)
+			return true;
+	}
+	return false;
 }
 
 template <class Set>
@@ -265,25 +304,27 @@ uint64_t SetTable<Set>::zero_counters(const std::function<bool(uint32_t, const u
 	for (uint32_t i = 0; i < sets_; i++) {
 		Set &set = sets_ptr_[i];
 		for (int w = 0; w < SLUICE_SET_WAYS; w++) {
-			uint64_t key = __atomic_load_n(&set.tag.key[w], __ATOMIC_ACQUIRE);
+			uint64_t key = sluice_load_acquire(&set.tag.key[w]);
 			if (key == SLUICE_KEY_EMPTY || key == SLUICE_KEY_BUSY)
 				continue;
 			uint8_t addr[16] = {};
 			way_address(set, w, key, addr);
-			uint16_t gen = __atomic_load_n(&set.tag.gen[w], __ATOMIC_ACQUIRE);
-			if (__atomic_load_n(&set.tag.key[w], __ATOMIC_ACQUIRE) != key ||
+			uint16_t gen = sluice_load_acquire(&set.tag.gen[w]);
+			if (!sluice_way_still(&set.tag, w, key) ||
 			    !pick(static_cast<uint32_t>(key >> 32), addr))
 				continue;
 			// The program adds to these words by compare-and-swap or
 			// fetch-and-add, checking the tag in the top bits: keep the
-			// tag, zero the count.
+			// tag, zero the count; only while the tag is this
+			// generation's (the way may hold another bucket by now).
 			auto &cnt = set.way[w].cnt;
+			uint64_t tag = sluice_gen_tag(gen);
 			for (__u64 *word : {&cnt.passed_packets, &cnt.passed_bytes, &cnt.dropped_packets,
 					    &cnt.dropped_bytes}) {
-				uint64_t v = __atomic_load_n(word, __ATOMIC_ACQUIRE);
-				while (!__atomic_compare_exchange_n(word, &v, v & ~SLUICE_CNT_VALUE_MASK, false,
-								    __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE)) {
-				}
+				uint64_t v = sluice_load_relaxed(word), old;
+				while ((v & ~SLUICE_CNT_VALUE_MASK) == tag &&
+				       (old = sluice_cas(word, v, v & ~SLUICE_CNT_VALUE_MASK)) != v)
+					v = old;
 			}
 			count++;
 			zeroed(i, w, gen, key);
@@ -296,49 +337,49 @@ template <class Set>
 bool SetTable<Set>::refill(uint32_t rule_id, const uint8_t *addr, uint64_t seed, const struct sluice_rule &rule,
 			   uint64_t now_ticks)
 {
-	auto place = locate(rule_id, addr, seed);
+	uint64_t key;
+	auto place = locate(rule_id, addr, seed, key);
 	if (!place)
 		return false;
 	auto [idx, w] = *place;
 	Set &set = sets_ptr_[idx];
-	uint16_t gen = __atomic_load_n(&set.tag.gen[w], __ATOMIC_ACQUIRE);
+	uint16_t gen = sluice_load_acquire(&set.tag.gen[w]);
 	if constexpr (std::is_same_v<Bucket, struct sluice_source_state>) {
 		if (!(gen & 1)) // the GCRA form: credit up to a full bucket
 			return shift_arrival(rule_id, addr, seed, INT64_MAX, now_ticks);
 	}
-	uint64_t key = __atomic_load_n(&set.tag.key[w], __ATOMIC_ACQUIRE);
 	// The sequence lock, taken as the program takes it: from an even
 	// value to the next odd one by compare-and-swap, released two above.
 	for (int attempt = 0; attempt < 1000000; attempt++) {
-		uint64_t s = __atomic_load_n(&set.way[w].word, __ATOMIC_ACQUIRE);
-		if ((s & 1) || !__atomic_compare_exchange_n(&set.way[w].word, &s, s + 1, false, __ATOMIC_SEQ_CST,
-							     __ATOMIC_ACQUIRE))
+		uint64_t s = sluice_load_acquire(&set.way[w].word);
+		if (!sluice_word_lock(&set.way[w].word, s))
 			continue;
 		// Evicted before the lock was taken: the way is another bucket's now.
-		bool ours = holds(set, w, key, addr) && __atomic_load_n(&set.tag.gen[w], __ATOMIC_ACQUIRE) == gen;
+		bool ours = holds(set, w, key, addr) && sluice_load_acquire(&set.tag.gen[w]) == gen;
 		if (ours) {
+			// Relaxed stores: optimistic readers copy the state as it is written.
 			if constexpr (std::is_same_v<Bucket, struct sluice_log_state>) {
-				std::memset(set.way[w].ring, 0, sizeof(set.way[w].ring));
-				set.way[w].head = 0;
+				for (__u64 &slot : set.way[w].ring)
+					sluice_store_relaxed(&slot, 0);
+				sluice_store_relaxed(&set.way[w].head, 0);
 			} else {
 				union sluice_algo_state &a = set.way[w].algo;
 				switch (rule.algo) {
 				case SLUICE_ALGO_FIXED_WINDOW:
-					a.fixed.count = 0;
+					sluice_store_relaxed(&a.fixed.count, 0);
 					break;
 				case SLUICE_ALGO_SLIDING_WINDOW:
-					a.sliding.cur = 0;
-					a.sliding.prev = 0;
+					sluice_store_relaxed(&a.sliding.cur, 0);
+					sluice_store_relaxed(&a.sliding.prev, 0);
 					break;
 				default: // a token bucket with warm-up: full and cold, as a new one (sluice_tb_init)
-					a.tb.tokens = rule.bucket.capacity;
-					a.tb.cold = rule.bucket.warmup;
+					sluice_store_relaxed(&a.tb.tokens, rule.bucket.capacity);
+					sluice_store_relaxed(&a.tb.cold, rule.bucket.warmup);
 					break;
 				}
 			}
 		}
-		// An exchange: the state is visible before the lock is seen free.
-		__atomic_exchange_n(&set.way[w].word, s + 2, __ATOMIC_SEQ_CST);
+		sluice_word_unlock(&set.way[w].word, s);
 		return ours;
 	}
 	throw Error("the bucket's lock stayed held; try again");
@@ -355,7 +396,7 @@ template <class Set> uint64_t SetTable<Set>::purge_if(const std::function<bool(u
 	for (uint32_t i = 0; i < sets_; i++) {
 		Set &set = sets_ptr_[i];
 		for (int w = 0; w < SLUICE_SET_WAYS; w++) {
-			uint64_t key = __atomic_load_n(&set.tag.key[w], __ATOMIC_ACQUIRE);
+			uint64_t key = sluice_load_acquire(&set.tag.key[w]);
 			if (key == SLUICE_KEY_EMPTY || key == SLUICE_KEY_BUSY || !doomed(static_cast<uint32_t>(key >> 32)))
 				continue;
 			// Lost only to the program evicting it for a new bucket: gone either way.
@@ -407,8 +448,11 @@ bool SetTable<Set>::place(uint32_t rule_id, const uint8_t *addr, const Bucket &b
 	uint32_t first, second;
 	uint64_t key = place_of(rule_id, addr, seed, first, second);
 	return claim_empty_way(first, second, [&](Set &set, int w, __u64 frozen) {
-		if constexpr (family == 6)
-			std::memcpy(&set.addr[w], addr, 16);
+		if constexpr (family == 6) {
+			struct sluice_addr6 line;
+			std::memcpy(&line, addr, 16);
+			sluice_way_set_addr(set.addr, w, &line);
+		}
 		uint64_t tag = sluice_way_begin(&set.tag, w, !gcra, now_ns);
 		Bucket b = bucket;
 		uint64_t word = frozen + 1; // even: an unlocked lock
@@ -428,10 +472,12 @@ bool SetTable<Set>::place(uint32_t rule_id, const uint8_t *addr, const Bucket &b
 		b.cnt.passed_bytes = sluice_cnt_value(b.cnt.passed_bytes) | tag;
 		b.cnt.dropped_packets = sluice_cnt_value(b.cnt.dropped_packets) | tag;
 		b.cnt.dropped_bytes = sluice_cnt_value(b.cnt.dropped_bytes) | tag;
-		b.word = set.way[w].word; // still frozen until published
-		std::memcpy(&set.way[w], &b, sizeof(b));
-		set.tag.keep[w] = keep;
-		set.tag.born[w] = SLUICE_BORN_SETTLED;
+		// Everything after the word, which stays frozen until published.
+		static_assert(offsetof(Bucket, word) == 0 && sizeof(Bucket) % sizeof(__u64) == 0);
+		sluice_words_store(reinterpret_cast<__u64 *>(&set.way[w]) + 1, reinterpret_cast<const __u64 *>(&b) + 1,
+				   sizeof(b) / sizeof(__u64) - 1);
+		sluice_store_relaxed(&set.tag.keep[w], keep);
+		sluice_store_relaxed(&set.tag.born[w], SLUICE_BORN_SETTLED);
 		sluice_way_publish(&set.tag, w, &set.way[w].word, word, key);
 	});
 }

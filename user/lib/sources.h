@@ -96,6 +96,9 @@ public:
 
 	/// Maps the table behind `fd` (SLUICE_MAP_SOURCES_V4 and so on).
 	explicit SetTable(int fd);
+	/// Works on `count` sets at `sets`, memory the caller owns and keeps
+	/// (the protocol's stress test runs it on an array in this process).
+	SetTable(Set *sets, uint32_t count);
 	~SetTable();
 	SetTable(const SetTable &) = delete;
 	SetTable &operator=(const SetTable &) = delete;
@@ -181,8 +184,11 @@ private:
 			  uint32_t &second) const;
 	/// Whether way w of `set` holds `key` (and, IPv6, `addr` in its address line).
 	bool holds(const Set &set, int w, uint64_t key, const uint8_t *addr) const;
-	/// The set and way holding the bucket of `rule_id` for `addr`, if any.
-	std::optional<std::pair<uint32_t, int>> locate(uint32_t rule_id, const uint8_t *addr, uint64_t seed) const;
+	/// The set and way holding the bucket of `rule_id` for `addr`, if any,
+	/// and its key in `key`: what the way is checked to still hold (a way
+	/// may hold another source's bucket a moment after it was found).
+	std::optional<std::pair<uint32_t, int>> locate(uint32_t rule_id, const uint8_t *addr, uint64_t seed,
+						       uint64_t &key) const;
 
 	Set *sets_ptr_ = nullptr;
 	uint32_t sets_ = 0;
