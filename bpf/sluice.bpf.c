@@ -2781,6 +2781,7 @@ static __always_inline __u32 decide_packet(struct xdp_md *ctx, struct packet_inf
 	return (w.flags & WALK_VANISHED) ? SLUICE_CNT_FAILOPEN_RULE : SLUICE_CNT_PASS_NO_MATCH;
 }
 
+#ifndef SLUICE_WALK_ONLY
 /*
  * The drop memo: per CPU, in each pending-drops slot (struct
  * sluice_drop_memo), the last drop the fast path (decide_fast) decided for a
@@ -3020,6 +3021,7 @@ static __always_inline int decide_fast(struct xdp_md *ctx, struct packet_info *p
 		*verdict = decide_fast_family(ctx, pkt, 6);
 	return *verdict != VERDICT_WALK;
 }
+#endif /* SLUICE_WALK_ONLY */
 
 /* The bytes after L2 of a frame that was not parsed as IP: what its counter counts. */
 static __always_inline __u32 bytes_after(void *data, void *data_end, __u32 l3_off)
@@ -3078,7 +3080,9 @@ int SLUICE_PROG_NAME(struct xdp_md *ctx)
 #endif
 	parsed = parse_packet(ctx, &pkt, &l3_off);
 	if (parsed == PARSE_IP) {
+#ifndef SLUICE_WALK_ONLY
 		if (!decide_fast(ctx, &pkt, &verdict))
+#endif
 			verdict = decide_packet(ctx, &pkt);
 		count_global(verdict, pkt.l3_len);
 	} else {
