@@ -98,15 +98,15 @@ class ProgramUnderTest {
 public:
 	/// `test_clock`: the build whose clock is a map the test sets (set_clock).
 	explicit ProgramUnderTest(uint32_t max_sources = 4096, bool test_clock = false)
-		: ProgramUnderTest(max_sources, test_clock ? test_clock_object() : production_object())
+		: ProgramUnderTest(TableSizes{max_sources, 256}, test_clock ? test_clock_object() : production_object())
 	{
 	}
 	/// Another build of the program (a skeleton's bytes); set_clock works
 	/// if it has the test clock.
-	ProgramUnderTest(uint32_t max_sources, ObjectImage image)
+	ProgramUnderTest(const TableSizes &sizes, ObjectImage image)
 	{
 		set_libbpf_verbose(false);
-		prog_ = std::make_unique<LoadedProgram>(TableSizes{max_sources, 256}, image);
+		prog_ = std::make_unique<LoadedProgram>(sizes, image);
 		struct bpf_map *clock = bpf_object__find_map_by_name(prog_->object(), "sluice_clock");
 		clock_fd_ = clock ? bpf_map__fd(clock) : -1;
 		maps_ = prog_->maps();
