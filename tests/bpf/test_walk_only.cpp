@@ -249,7 +249,7 @@ public:
 		for (const auto &[name, n] : verdicts_)
 			std::printf(" %s %llu", name.c_str(), (unsigned long long)n);
 		Stats st = collect_stats(full_.maps(), {0, ""});
-		std::printf("\n%s: drop memo and fast path (full build): %llu buckets made, %llu evicted\n", test_.c_str(),
+		std::printf("\n%s: full build: %llu buckets made, %llu evicted\n", test_.c_str(),
 			    (unsigned long long)st.global[SLUICE_CNT_INFO_NEW_BUCKET].packets,
 			    (unsigned long long)st.global[SLUICE_CNT_INFO_EVICTED].packets);
 	}
