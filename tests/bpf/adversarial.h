@@ -85,21 +85,30 @@ inline const std::vector<RoleRule> &role_rules()
 	return rules;
 }
 
+/// The program built with its clock in a map (sluice_test_bpf).
+inline ObjectImage test_clock_object()
+{
+	ObjectImage image;
+	image.data = sluice_test_bpf__elf_bytes(&image.size);
+	return image;
+}
+
 /// The real program with a rule set mirrored in an oracle.
 class ProgramUnderTest {
 public:
 	/// `test_clock`: the build whose clock is a map the test sets (set_clock).
 	explicit ProgramUnderTest(uint32_t max_sources = 4096, bool test_clock = false)
+		: ProgramUnderTest(TableSizes{max_sources, 256}, test_clock ? test_clock_object() : production_object())
+	{
+	}
+	/// Another build of the program (a skeleton's bytes); set_clock works
+	/// if it has the test clock.
+	ProgramUnderTest(const TableSizes &sizes, ObjectImage image)
 	{
 		set_libbpf_verbose(false);
-		ObjectImage image = production_object();
-		if (test_clock)
-			image.data = sluice_test_bpf__elf_bytes(&image.size);
-		prog_ = std::make_unique<LoadedProgram>(TableSizes{max_sources, 256}, image);
-		if (test_clock) {
-			struct bpf_map *clock = bpf_object__find_map_by_name(prog_->object(), "sluice_clock");
-			clock_fd_ = clock ? bpf_map__fd(clock) : -1;
-		}
+		prog_ = std::make_unique<LoadedProgram>(sizes, image);
+		struct bpf_map *clock = bpf_object__find_map_by_name(prog_->object(), "sluice_clock");
+		clock_fd_ = clock ? bpf_map__fd(clock) : -1;
 		maps_ = prog_->maps();
 		table_ = std::make_unique<RuleTable>(maps_);
 		ncpu_ = libbpf_num_possible_cpus();
