@@ -30,6 +30,7 @@
 #include "metrics.h"
 #include "rule_args.h"
 #include "rule_table.h"
+#include "transaction.h"
 #include "sluice_build.h"
 #include "stats.h"
 #include "top.h"
@@ -902,10 +903,10 @@ int main(int argc, char **argv)
 			auto lock = inst.lock(true, true);
 			// A rule refused must not leave a program loaded: checked first.
 			if (!inst.loaded())
-				RuleTable::check_fits({spec}, SLUICE_DEFAULT_MAX_RULES);
+				Transaction::check_fits({spec}, SLUICE_DEFAULT_MAX_RULES);
 			inst.load({}); // rules may come before the first attach
 			MapSet maps = inst.maps();
-			InstalledRule r = RuleTable(maps).add(spec);
+			InstalledRule r = Transaction(maps).add(spec).commit().added.front();
 			print_table(RULE_HEADER, {rule_cells(r)});
 		} else if (*import) {
 			std::vector<std::string> where;
@@ -923,7 +924,10 @@ int main(int argc, char **argv)
 			inst.load({});
 			MapSet maps = inst.maps();
 			size_t asked = specs.size();
-			auto added = RuleTable(maps).add_many(std::move(specs), where);
+			Transaction txn(maps);
+			for (size_t i = 0; i < specs.size(); i++)
+				txn.import(std::move(specs[i]), i < where.size() ? where[i] : "");
+			auto added = txn.commit().added;
 			std::cout << "imported " << added.size() << " rules";
 			if (!added.empty())
 				std::cout << " (ids " << added.front().id << "-" << added.back().id << ")";
@@ -933,7 +937,7 @@ int main(int argc, char **argv)
 		} else if (*del) {
 			auto lock = inst.lock(true);
 			MapSet maps = inst.maps();
-			InstalledRule r = RuleTable(maps).remove(key);
+			InstalledRule r = Transaction(maps).remove(key).commit().removed.front();
 			std::cout << "deleted rule " << r.id << " (" << r.spec.name << ")\n";
 		} else if (*set) {
 			auto lock = inst.lock(true);
@@ -941,7 +945,7 @@ int main(int argc, char **argv)
 			RuleTable table(maps);
 			InstalledRule was = table.find(key);
 			RuleEdit edit = to_edit(edit_args, *set, was.spec.rate.counts_bytes());
-			InstalledRule r = table.edit(key, edit);
+			InstalledRule r = Transaction(table).edit(key, edit).commit().changed.front();
 			print_table(RULE_HEADER, {rule_cells(r)});
 			if (bucket_id(r) != bucket_id(was))
 				std::cout << "its buckets restart: " << bucket_change_reason(bucket_change(was.spec, r.spec))
@@ -949,7 +953,7 @@ int main(int argc, char **argv)
 		} else if (*flush) {
 			auto lock = inst.lock(true);
 			MapSet maps = inst.maps();
-			size_t n = RuleTable(maps).flush();
+			size_t n = Transaction(maps).flush().commit().removed.size();
 			std::cout << "deleted " << n << " rules\n";
 		} else if (*list) {
 			cmd_rule_list(inst, json);
