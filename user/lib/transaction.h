@@ -44,6 +44,16 @@ struct CompiledRules;
 /// the rule entries alone, on the live lookups; without SLUICE_SYNC_RULES it
 /// first copies the live entries over the idle ones. A commit killed midway
 /// leaves sync 0, so the next one trusts nothing of the idle set.
+///
+/// Other map writes are not rule-state writes and stay where they are:
+/// zeroing counters (`stats --reset`, reset_counters) and refilling a
+/// source's buckets (`release`, release_source) touch per-slot counters and
+/// the source tables, never the rule sets or the word; the cluster sync's
+/// arrival shifts write source buckets (issue: one writer per bucket, its
+/// own change); `upgrade` copies counters and buckets into the new program's
+/// maps and its rules through restore(); loading writes the configuration
+/// and metadata of maps no program reads yet, and attaching writes an
+/// interface's MTU and the program arrays (`--then`, `--prog-array`).
 class Transaction {
 public:
 	explicit Transaction(const MapSet &maps);
