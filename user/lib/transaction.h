@@ -42,8 +42,11 @@ struct CompiledRules;
 /// - 1. A commit of one edit that keeps every selector (no new name, no rule
 /// made layered) uses that: it writes that slot and the edited one and flips
 /// the rule entries alone, on the live lookups; without SLUICE_SYNC_RULES it
-/// first copies the live entries over the idle ones. A commit killed midway
-/// leaves sync 0, so the next one trusts nothing of the idle set.
+/// first copies the live entries over the idle ones. A commit of many rules,
+/// once live, waits until no packet can read the retired entries (an RCU
+/// grace period, by membarrier) and copies the live ones over them, so that
+/// the next edit need not. A commit killed midway leaves sync 0, so the next
+/// one trusts nothing of the idle set.
 ///
 /// Other map writes are not rule-state writes and stay where they are:
 /// zeroing counters (`stats --reset`, reset_counters) and refilling a
