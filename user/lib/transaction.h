@@ -28,11 +28,14 @@ struct CompiledRules;
 ///
 /// The maps hold two rule sets and one word naming the live one (struct
 /// sluice_active). commit() applies the staged steps, in order, to the live
-/// rules as read, validates and compiles the result in full (names,
-/// selectors, capacity), writes it into the idle set and makes it live by
-/// writing that word: a packet, a reader or a killed writer sees the old
-/// rule set or the new, never a mixture. A step that does not apply (no such
-/// rule, a name taken, a table full) fails the commit with nothing changed.
+/// rules as read (a step that names a rule finds the first of that name: the
+/// running rules, then those this transaction adds, in order), validates and
+/// compiles the result as a whole (names and selectors unique, capacity),
+/// writes it into the idle set and makes it live by writing that word: a
+/// packet, a reader or a killed writer sees the old rule set or the new,
+/// never a mixture. A step that does not apply (no such rule, an invalid
+/// edit) or a result that does not (a name taken, a table full) fails the
+/// commit with nothing changed.
 ///
 /// The word's `sync` field is what this writer knows of the idle set, so
 /// that the next commit writes only what differs: cleared before the idle
