@@ -179,7 +179,7 @@ SLUICE_ASSERT_SIZE(struct sluice_rule_counters, 48);
  * and lookup table. One word, struct sluice_active, names the live sets. The
  * controller builds a change in the other sets in full and then flips that
  * word, so a packet, a reader and a killed writer see the old rule set or the
- * new one, never a mixture (see user/lib/rule_table.cpp).
+ * new one, never a mixture (see user/lib/transaction.h).
  *
  * The rule entries (SLUICE_MAP_RULES, SLUICE_MAP_RULE_INFO) and the lookups
  * (match lists, IPv4 table, IPv6 prefixes) flip apart: a change that keeps

@@ -22,6 +22,7 @@
 #include "packet.h"
 #include "process.h"
 #include "rule_table.h"
+#include "transaction.h"
 #include "stats.h"
 
 namespace sluice::test {

@@ -150,7 +150,7 @@ TEST_F(ThrottleEvents, EventsOfRetiredBucketsCarryTheRulesNameAndIdForAReaderSta
 	const std::vector<std::pair<std::string, Retire>> ways = {
 		{"rule del", [&](const std::string &name) { table_->remove(name); }},
 		{"rule flush", [&](const std::string &) { table_->flush(); }},
-		{"apply without it", [&](const std::string &) { table_->replace({}); }},
+		{"apply without it", [&](const std::string &) { Transaction(*table_).replace({}).commit(); }},
 		{"rule set --algo (buckets restart)",
 		 [&](const std::string &name) {
 			 RuleEdit e;

@@ -341,7 +341,7 @@ TEST_F(Views, EveryApplyChangeKeepsTheLimitedSourceInView)
 			POLICY_CHANGES.at(f)(desired);
 		try {
 			validate_rule(desired);
-			table_->replace({desired});
+			Transaction(*table_).replace({desired}).commit();
 		} catch (const Error &) {
 			refused++; // --dport without a protocol, a fallback on a local rule...
 			auto still = rule("exp");
@@ -433,7 +433,7 @@ TEST_F(Views, EachRowOfTheBucketTableHoldsInTheProgram)
 		// And one that rested: its bucket nearly full.
 		const char *rested = "10.101.2.3";
 		send(rested, 1);
-		table_->replace({after_spec});
+		Transaction(*table_).replace({after_spec}).commit();
 		InstalledRule after = *rule("exp");
 		EXPECT_EQ(bucket_id(after) != bucket_id(before), decided != BucketChange::keep)
 			<< "apply restarts the buckets exactly when bucket_change says ("

@@ -957,6 +957,9 @@ TEST_F(Lifecycle, ApplyIsAllOrNoneForGeneratedTransitionsWithAFailureAtEachStep)
 		}
 		if (!steps.count("load"))
 			steps["rules"] = 1;
+		// Every apply commits a rule transaction (an install, a resize's
+		// restore, a replace): stopped with its idle set written.
+		steps["rules-written"] = 1;
 		return steps;
 	};
 

@@ -18,6 +18,7 @@
 #include "policy_doc.h"
 #include "rule_args.h"
 #include "rule_table.h"
+#include "transaction.h"
 
 using namespace sluice;
 
@@ -990,7 +991,7 @@ Applied apply_then_export(const Policy &p)
 {
 	Policy out = p;
 	Applied a;
-	a.rules = RuleTable::prepared_rules(*RuleTable::prepare_empty(p.rules, 4096));
+	a.rules = Transaction::prepared_rules(*Transaction::prepare_empty(p.rules, 4096));
 	out.rules.clear();
 	for (const auto &r : a.rules)
 		out.rules.push_back(r.spec);

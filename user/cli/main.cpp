@@ -30,6 +30,7 @@
 #include "metrics.h"
 #include "rule_args.h"
 #include "rule_table.h"
+#include "transaction.h"
 #include "sluice_build.h"
 #include "stats.h"
 #include "text_table.h"
@@ -608,178 +609,497 @@ void cmd_explain(const Instance &inst, const ExplainPacket &pkt, bool json)
 	std::cout << "\n";
 }
 
+/// `--top N` and the like: a count of 0 or more (at most `max`, if given).
+/// CLI11 reads "-1" into an unsigned option as a huge number: refused here.
+CLI::Validator count_check(std::optional<size_t> max = std::nullopt)
+{
+	return CLI::Validator(
+		[max](std::string &v) {
+			if (!v.empty() && v[0] != '-')
+				return std::string();
+			return max ? "a count from 0 to " + std::to_string(*max) + ", not " + v
+				   : "a count of 0 or more, not " + v;
+		},
+		"N");
+}
+
+/// Every option of every subcommand: each subcommand's setup binds its own
+/// fields, and its handler reads them.
+struct Args {
+	bool verbose = false, json = false;
+	std::string pin_dir, run_dir;
+	// attach, detach
+	std::string ifname, mode_text = "native", then_prog, prog_array_path;
+	uint32_t max_sources = 0, max_rules = 0, max_log_sources = 0, prog_array_index = 0;
+	bool multiprog = false, detach_all = false;
+	int priority = 50;
+	// rule
+	RuleArgs rule;
+	RuleEditArgs edit;
+	std::string key, import_path;
+	// apply
+	std::string policy_path;
+	bool check_only = false, diff_only = false;
+	ApplyOptions apply;
+	// stats, release
+	StatsQuery query;
+	std::string stats_source, release_source, release_rule;
+	bool stats_reset = false;
+	// events, top, explain
+	uint64_t event_count = 0;
+	std::string event_timeout, events_from = default_events_socket();
+	TopOptions top;
+	std::string interval_text = "1", sort_text = "drop-pps";
+	std::string explain_src, explain_proto;
+	std::optional<long> explain_dport, explain_bytes;
+	// agent
+	std::string metrics_text = agent::ListenAddress().text(), events_socket = default_events_socket();
+	size_t top_sources = agent::DEFAULT_TOP_SOURCES;
+	ClusterArgs cluster;
+};
+
+/// A row of the command table: a subcommand, the setup of its options, and
+/// its handler (which returns the exit status; errors are thrown).
+struct Command {
+	const char *name;
+	const char *help;
+	void (*setup)(CLI::App &cmd, Args &a);
+	int (*run)(Instance &inst, const CLI::App &cmd, Args &a);
+	const std::vector<Command> *subcommands = nullptr; ///< chosen among after parsing
+};
+
+TableSizes table_sizes(const Args &a) { return {a.max_sources, a.max_rules, a.max_log_sources}; }
+
+void setup_attach(CLI::App &cmd, Args &a)
+{
+	auto *attach_if = cmd.add_option("IFACE", a.ifname, "Interface");
+	auto *then_opt = cmd.add_option("--then", a.then_prog,
+					"Hand the packets sluice passes to this XDP program: a pinned program, or FILE.o[:NAME]")
+				 ->needs(attach_if);
+	auto *attach_array = cmd.add_option("--prog-array", a.prog_array_path,
+					    "Install sluice in this pinned program array instead of an interface")
+				     ->excludes(attach_if);
+	cmd.add_option("--index", a.prog_array_index, "The program array's slot (with --prog-array)")->needs(attach_array);
+	auto *multi = cmd.add_flag("--multiprog", a.multiprog,
+				   "Share the hook through libxdp's dispatcher (needs BPF trampolines)")
+			      ->excludes(then_opt)
+			      ->excludes(attach_array);
+	cmd.add_option("--priority", a.priority, "libxdp run priority, lower first (with --multiprog)")->needs(multi);
+	cmd.add_option("--mode", a.mode_text, "native (driver) or generic (skb); no silent fallback");
+	cmd.add_option("--max-sources", a.max_sources, "Buckets per address family (default 1000000)");
+	cmd.add_option("--max-rules", a.max_rules, "Rule table size (default 16384)");
+	cmd.add_option("--max-log-sources", a.max_log_sources,
+		       "Sliding-log buckets per address family (default 16384, 576 bytes each for IPv4, 592 for IPv6)");
+}
+
+int run_attach(Instance &inst, const CLI::App &, Args &a)
+{
+	XdpMode mode = parse_mode(a.mode_text);
+	if (a.prog_array_path.empty() && a.ifname.empty())
+		throw Error("attach needs an interface, or --prog-array MAP --index N");
+	auto lock = inst.lock(true, true);
+	if (a.multiprog) {
+		if (a.priority < 0)
+			throw Error("--priority: 0 or more, not " + std::to_string(a.priority));
+		inst.attach_multiprog(a.ifname, mode, table_sizes(a), static_cast<uint32_t>(a.priority));
+		std::cout << "sluice attached to " << a.ifname << " through libxdp's dispatcher, priority " << a.priority
+			  << " (" << mode_name(mode) << " mode)\n";
+	} else if (!a.prog_array_path.empty()) {
+		inst.attach_to_prog_array(a.prog_array_path, a.prog_array_index, table_sizes(a));
+		std::cout << "sluice installed at index " << a.prog_array_index << " of " << a.prog_array_path << "\n";
+	} else {
+		inst.attach(a.ifname, mode, table_sizes(a), a.then_prog);
+		std::cout << "sluice attached to " << a.ifname << " (" << mode_name(mode) << " mode)";
+		if (!a.then_prog.empty())
+			std::cout << ", then " << a.then_prog;
+		std::cout << "\n";
+	}
+	return 0;
+}
+
+void setup_detach(CLI::App &cmd, Args &a)
+{
+	auto *detach_if = cmd.add_option("IFACE", a.ifname, "Interface, or a link's or slot's name from status");
+	auto *detach_array = cmd.add_option("--prog-array", a.prog_array_path, "Take sluice out of this program array")
+				     ->excludes(detach_if);
+	cmd.add_option("--index", a.prog_array_index, "The program array's slot")->needs(detach_array);
+	cmd.add_flag("--all", a.detach_all, "Detach from every interface and remove all state")
+		->excludes(detach_if)
+		->excludes(detach_array);
+}
+
+int run_detach(Instance &inst, const CLI::App &, Args &a)
+{
+	auto lock = inst.lock(true);
+	if (!a.prog_array_path.empty()) {
+		inst.detach_from_prog_array(a.prog_array_path, a.prog_array_index);
+		std::cout << "sluice removed from index " << a.prog_array_index << " of " << a.prog_array_path
+			  << attached_nowhere_note(inst) << "\n";
+	} else if (a.detach_all) {
+		std::cout << unload_everything(inst) << "\n";
+	} else if (a.ifname.empty()) {
+		throw Error("detach needs an interface, or --all");
+	} else {
+		inst.detach(a.ifname);
+		std::cout << "sluice detached from " << a.ifname << attached_nowhere_note(inst) << "\n";
+	}
+	return 0;
+}
+
+void setup_json(CLI::App &cmd, Args &a) { cmd.add_flag("--json", a.json, "JSON output"); }
+
+int run_status(Instance &inst, const CLI::App &, Args &a)
+{
+	cmd_status(inst, a.json);
+	return 0;
+}
+
+void setup_rule_add(CLI::App &cmd, Args &a) { add_rule_options(&cmd, a.rule); }
+
+int run_rule_add(Instance &inst, const CLI::App &cmd, Args &a)
+{
+	RuleSpec spec = to_spec(a.rule, cmd.count("--per") > 0);
+	auto lock = inst.lock(true, true);
+	// A rule refused must not leave a program loaded: checked first.
+	if (!inst.loaded())
+		Transaction::check_fits({spec}, SLUICE_DEFAULT_MAX_RULES);
+	inst.load({}); // rules may come before the first attach
+	MapSet maps = inst.maps();
+	InstalledRule r = Transaction(maps).add(spec).commit().added.front();
+	print_table(RULE_HEADER, {rule_cells(r)});
+	return 0;
+}
+
+void setup_rule_import(CLI::App &cmd, Args &a)
+{
+	cmd.add_option("FILE", a.import_path, "One `rule add` argument list per line; - for stdin")->required();
+}
+
+int run_rule_import(Instance &inst, const CLI::App &, Args &a)
+{
+	std::vector<std::string> where;
+	std::vector<RuleSpec> specs = read_rule_file(a.import_path, where);
+	auto lock = inst.lock(true, true);
+	// A file refused must not leave a program loaded: each rule checked first.
+	if (!inst.loaded())
+		for (size_t i = 0; i < specs.size(); i++)
+			try {
+				RuleSpec check = specs[i];
+				validate_rule(check);
+			} catch (const Error &e) {
+				throw Error((i < where.size() ? where[i] + ": " : "") + e.what());
+			}
+	inst.load({});
+	MapSet maps = inst.maps();
+	size_t asked = specs.size();
+	Transaction txn(maps);
+	for (size_t i = 0; i < specs.size(); i++)
+		txn.import(std::move(specs[i]), i < where.size() ? where[i] : "");
+	auto added = txn.commit().added;
+	std::cout << "imported " << added.size() << " rules";
+	if (!added.empty())
+		std::cout << " (ids " << added.front().id << "-" << added.back().id << ")";
+	if (added.size() < asked)
+		std::cout << "; " << asked - added.size() << " were present already";
+	std::cout << "\n";
+	return 0;
+}
+
+void setup_rule_key(CLI::App &cmd, Args &a) { cmd.add_option("NAME|ID", a.key, "Rule name or id")->required(); }
+
+int run_rule_del(Instance &inst, const CLI::App &, Args &a)
+{
+	auto lock = inst.lock(true);
+	MapSet maps = inst.maps();
+	InstalledRule r = Transaction(maps).remove(a.key).commit().removed.front();
+	std::cout << "deleted rule " << r.id << " (" << r.spec.name << ")\n";
+	return 0;
+}
+
+void setup_rule_set(CLI::App &cmd, Args &a)
+{
+	setup_rule_key(cmd, a);
+	add_edit_options(&cmd, a.edit);
+}
+
+int run_rule_set(Instance &inst, const CLI::App &cmd, Args &a)
+{
+	auto lock = inst.lock(true);
+	MapSet maps = inst.maps();
+	RuleTable table(maps);
+	InstalledRule was = table.find(a.key);
+	RuleEdit edit = to_edit(a.edit, cmd, was.spec.rate.counts_bytes());
+	InstalledRule r = Transaction(table).edit(a.key, edit).commit().changed.front();
+	print_table(RULE_HEADER, {rule_cells(r)});
+	if (bucket_id(r) != bucket_id(was))
+		std::cout << "its buckets restart: " << bucket_change_reason(bucket_change(was.spec, r.spec)) << "\n";
+	return 0;
+}
+
+void setup_nothing(CLI::App &, Args &) {}
+
+int run_rule_flush(Instance &inst, const CLI::App &, Args &)
+{
+	auto lock = inst.lock(true);
+	MapSet maps = inst.maps();
+	size_t n = Transaction(maps).flush().commit().removed.size();
+	std::cout << "deleted " << n << " rules\n";
+	return 0;
+}
+
+int run_rule_list(Instance &inst, const CLI::App &, Args &a)
+{
+	cmd_rule_list(inst, a.json);
+	return 0;
+}
+
+const std::vector<Command> RULE_COMMANDS = {
+	{"add", "Add a rule; it applies at once", setup_rule_add, run_rule_add},
+	{"import", "Add many rules at once, all or none", setup_rule_import, run_rule_import},
+	{"del", "Delete a rule with its buckets", setup_rule_key, run_rule_del},
+	{"set", "Change a rule in place: same id, counters and (mostly) buckets", setup_rule_set, run_rule_set},
+	{"flush", "Delete every rule", setup_nothing, run_rule_flush},
+	{"list", "List rules in match order", setup_json, run_rule_list},
+};
+
+void setup_apply(CLI::App &cmd, Args &a)
+{
+	cmd.add_option("FILE", a.policy_path, "YAML policy (see sluice(8)); - for stdin")->required();
+	auto *check_flag = cmd.add_flag("--check", a.check_only, "Validate the file against this host; change nothing");
+	cmd.add_flag("--diff", a.diff_only, "Print what would change; change nothing")->excludes(check_flag);
+	cmd.add_flag("--allow-empty", a.apply.allow_empty,
+		     "Take a policy with no rules and no interfaces (it removes every rule and detaches everywhere)");
+}
+
+int run_apply(Instance &inst, const CLI::App &, Args &a)
+{
+	PolicyText file = read_policy_text(a.policy_path);
+	// An apply that will load the program begins loading it now, beside
+	// the parsing; one that fails leaves nothing.
+	ProgramPreload preload;
+	if (!a.check_only && !a.diff_only)
+		preload = ProgramPreload(inst, file.text);
+	Policy p = parse_policy_text(file);
+	if (a.check_only || a.diff_only) {
+		auto lock = inst.lock(false);
+		ApplyPlan plan = plan_apply(inst, p, a.apply);
+		if (a.diff_only)
+			std::cout << plan.format();
+		else
+			std::cout << a.policy_path << ": ok (" << p.rules.size() << " rules, " << p.interfaces.size()
+				  << " interfaces)\n";
+	} else {
+		auto lock = inst.lock(true, true);
+		ApplyPlan plan = apply_policy(inst, p, std::move(preload), a.apply);
+		std::cout << (plan.empty() ? "no changes\n" : plan.format());
+	}
+	return 0;
+}
+
+int run_export(Instance &inst, const CLI::App &, Args &)
+{
+	auto lock = inst.lock(false);
+	std::cout << write_policy(export_policy(inst));
+	return 0;
+}
+
+int run_upgrade(Instance &inst, const CLI::App &, Args &)
+{
+	auto lock = inst.lock(true);
+	auto restarted = inst.upgrade();
+	std::cout << "sluice upgraded in place: rules, counters and buckets kept";
+	for (const auto &what : restarted)
+		std::cout << "; " << what << " started afresh (no room in the new table)";
+	std::cout << "\n";
+	return 0;
+}
+
+void setup_stats(CLI::App &cmd, Args &a)
+{
+	cmd.add_option("--top", a.query.top, "Show the N sources with most drops")->check(count_check());
+	cmd.add_option("--rule", a.query.rule, "Only this rule's lines");
+	cmd.add_option("--source", a.stats_source, "Only the buckets of this address or prefix");
+	cmd.add_flag("--reset", a.stats_reset,
+		     "Print the counters, then zero them (all, --rule's, or --source's); buckets are kept");
+	setup_json(cmd, a);
+}
+
+int run_stats(Instance &inst, const CLI::App &, Args &a)
+{
+	cmd_stats(inst, a.query, a.json, a.stats_reset, a.stats_source);
+	return 0;
+}
+
+void setup_release(CLI::App &cmd, Args &a)
+{
+	cmd.add_option("ADDR", a.release_source, "Source address or prefix")->required();
+	cmd.add_option("--rule", a.release_rule, "Only this rule's bucket");
+}
+
+int run_release(Instance &inst, const CLI::App &, Args &a)
+{
+	cmd_release(inst, a.release_source, a.release_rule);
+	return 0;
+}
+
+void setup_events(CLI::App &cmd, Args &a)
+{
+	cmd.add_flag("--json", a.json, "One JSON object per line");
+	cmd.add_option("--count", a.event_count, "Exit after N events")->check(CLI::PositiveNumber);
+	cmd.add_option("--timeout", a.event_timeout, "Exit after this long (e.g. 30s, 2min)");
+	cmd.add_option("--socket", a.events_from,
+		       "Follow the agent serving this socket (default " + a.events_from +
+			       "; without an agent there, the ring buffer is read)");
+}
+
+int run_events(Instance &inst, const CLI::App &cmd, Args &a)
+{
+	uint64_t timeout_ns = a.event_timeout.empty() ? 0 : parse_duration_ns(a.event_timeout, "--timeout");
+	cmd_events(inst, a.json, a.event_count, timeout_ns, a.events_from, cmd.count("--socket") > 0);
+	return 0;
+}
+
+void setup_top(CLI::App &cmd, Args &a)
+{
+	cmd.add_option("--interval", a.interval_text, "Seconds between refreshes (1, 0.5, 500ms, 2s; default 1)");
+	cmd.add_flag("--once", a.top.once, "Print one report of rates over one interval and exit");
+	cmd.add_option("--top", a.top.top, "Show at most N sources (default: as many as fit)")->check(count_check());
+	cmd.add_option("--sort", a.sort_text, "name, pass-pps, pass-bps, drop-pps (default) or drop-bps");
+}
+
+int run_top_command(Instance &inst, const CLI::App &, Args &a)
+{
+	a.top.interval_ns = parse_interval_ns(a.interval_text);
+	a.top.key = parse_rate_key(a.sort_text);
+	return run_top(inst, a.top);
+}
+
+void setup_explain(CLI::App &cmd, Args &a)
+{
+	cmd.add_option("SRC", a.explain_src, "Source address")->required();
+	cmd.add_option("--proto", a.explain_proto, "tcp, udp, icmp or a protocol number (default: unknown)");
+	cmd.add_option("--dport", a.explain_dport, "Destination port (with --proto tcp or udp; default: unknown)");
+	cmd.add_option("--bytes", a.explain_bytes, "IP length charged to byte rates (default 1500)");
+	setup_json(cmd, a);
+}
+
+int run_explain(Instance &inst, const CLI::App &, Args &a)
+{
+	ExplainPacket pkt = make_explain_packet(a.explain_src, a.explain_proto, a.explain_dport, a.explain_bytes);
+	cmd_explain(inst, pkt, a.json);
+	return 0;
+}
+
+void setup_agent(CLI::App &cmd, Args &a)
+{
+	cmd.add_option("--metrics", a.metrics_text, "ADDR:PORT to serve /metrics on (default " + a.metrics_text + ")");
+	cmd.add_option("--events-socket", a.events_socket,
+		       "Where `sluice events` follows the agent's events (default " + a.events_socket + ")");
+	add_cluster_options(&cmd, a.cluster);
+	cmd.add_option("--top-sources", a.top_sources,
+		       "Per-source series for the N sources with most drops (default " +
+			       std::to_string(agent::DEFAULT_TOP_SOURCES) + ", at most " +
+			       std::to_string(agent::MAX_TOP_SOURCES) + ")")
+		->check(count_check(agent::MAX_TOP_SOURCES));
+}
+
+int run_agent(Instance &inst, const CLI::App &cmd, Args &a)
+{
+	// The default socket follows $SLUICE_RUN_DIR, which --run-dir set.
+	if (!cmd.count("--events-socket"))
+		a.events_socket = default_events_socket();
+	agent::MetricsOptions options;
+	options.listen = agent::parse_listen_address(a.metrics_text);
+	if (a.top_sources > agent::MAX_TOP_SOURCES)
+		throw Error("--top-sources: at most " + std::to_string(agent::MAX_TOP_SOURCES) +
+			    " (each source adds series), not " + std::to_string(a.top_sources));
+	options.top_sources = a.top_sources;
+	options.pin_dir = inst.pin_dir();
+	std::unique_ptr<cluster::ClusterSync> sync;
+	if (wants_cluster(a.cluster)) {
+		sync = std::make_unique<cluster::ClusterSync>(to_sync_options(a.cluster, inst.pin_dir()));
+		options.extra = [s = sync.get()] { return cluster::sync_metric_families(s->figures()); };
+	}
+	inst.make_run_dir();
+	agent::Agent agent;
+	agent.add(std::make_unique<agent::MetricsExporter>(options));
+	agent.add(std::make_unique<agent::EventLog>(inst.pin_dir(), a.events_socket));
+	if (sync)
+		agent.add(std::move(sync));
+	int sig = agent.run();
+	agent::log_line(std::string("stopped") + (sig ? std::string(" by ") + strsignal(sig) : ""));
+	return 0;
+}
+
+/// The subcommands, in --help's order.
+const std::vector<Command> COMMANDS = {
+	{"attach", "Attach to an interface (loads on first use)", setup_attach, run_attach},
+	{"detach", "Detach from an interface (the rules stay loaded); --all detaches everywhere and unloads",
+	 setup_detach, run_detach},
+	{"status", "Show where sluice is attached and its tables", setup_json, run_status},
+	{"rule", "Manage rules", setup_nothing, nullptr, &RULE_COMMANDS},
+	{"apply", "Make the running state equal to a policy file, in one transaction", setup_apply, run_apply},
+	{"export", "Print the running state as a policy file", setup_nothing, run_export},
+	{"upgrade", "Replace the loaded program with this binary's, keeping rules, buckets and counters", setup_nothing,
+	 run_upgrade},
+	{"stats", "Per-source, per-rule and global counters", setup_stats, run_stats},
+	{"release", "Refill a throttled source's buckets so that it passes its burst again at once", setup_release,
+	 run_release},
+	{"events", "Follow throttle events: a rule starts or stops dropping a source", setup_events, run_events},
+	{"top", "Live pass and drop rates per rule and per source; q quits", setup_top, run_top_command},
+	{"explain", "Which rule would decide a packet, and its bucket's state; sends nothing, changes nothing",
+	 setup_explain, run_explain},
+	{"agent", "Serve Prometheus metrics read from the pinned state (optional; enforcement never needs it)",
+	 setup_agent, run_agent},
+};
+
+/// The options before the subcommand.
+void setup_global(CLI::App &app, Args &a)
+{
+	// At most one subcommand; none is refused after parsing, so that an
+	// unknown option is named as such rather than reported as a missing
+	// subcommand.
+	app.require_subcommand(0, 1);
+	app.set_version_flag("--version", std::string("sluice ") + SLUICE_VERSION + " (state ABI " +
+					       std::to_string(SLUICE_ABI_VERSION) + ", commit " + SLUICE_COMMIT + ")");
+	app.add_flag("-v,--verbose", a.verbose, "Show libbpf's messages (verifier log included)");
+	app.add_option("--pin-dir", a.pin_dir,
+		       "The instance's state in bpffs (default $SLUICE_PIN_DIR, else " SLUICE_PIN_DIR ")");
+	app.add_option("--run-dir", a.run_dir,
+		       "The instance's agent socket and status files (default $SLUICE_RUN_DIR, else derived from "
+		       "the pin directory: /run/sluice for " SLUICE_PIN_DIR ", /run/sluice-NAME for /sys/fs/bpf/NAME)");
+}
+
+/// Adds `table`'s subcommands to `parent`.
+void add_commands(CLI::App &parent, const std::vector<Command> &table, Args &a)
+{
+	for (const Command &c : table) {
+		CLI::App *cmd = parent.add_subcommand(c.name, c.help);
+		c.setup(*cmd, a);
+		if (c.subcommands) {
+			cmd->require_subcommand(0, 1);
+			add_commands(*cmd, *c.subcommands, a);
+		}
+	}
+}
+
+/// The row `parent`'s parsed subcommand stands for, and that subcommand.
+std::pair<const Command *, const CLI::App *> chosen(const CLI::App &parent, const std::vector<Command> &table)
+{
+	for (const Command &c : table)
+		if (const CLI::App *cmd = parent.get_subcommand(c.name); cmd->parsed())
+			return {&c, cmd};
+	return {nullptr, nullptr};
+}
+
 } // namespace
 
 int main(int argc, char **argv)
 {
 	CLI::App app{"sluice: per-source rate limiting in XDP"};
-	// At most one; none is refused after parsing, so that an unknown option is
-	// named as such rather than reported as a missing subcommand.
-	app.require_subcommand(0, 1);
-	app.set_version_flag("--version", std::string("sluice ") + SLUICE_VERSION + " (state ABI " +
-					       std::to_string(SLUICE_ABI_VERSION) + ", commit " + SLUICE_COMMIT + ")");
-	bool verbose = false;
-	app.add_flag("-v,--verbose", verbose, "Show libbpf's messages (verifier log included)");
-	std::string pin_dir_option, run_dir_option;
-	app.add_option("--pin-dir", pin_dir_option,
-		       "The instance's state in bpffs (default $SLUICE_PIN_DIR, else " SLUICE_PIN_DIR ")");
-	app.add_option("--run-dir", run_dir_option,
-		       "The instance's agent socket and status files (default $SLUICE_RUN_DIR, else derived from "
-		       "the pin directory: /run/sluice for " SLUICE_PIN_DIR ", /run/sluice-NAME for /sys/fs/bpf/NAME)");
-
-	std::string ifname, mode_text = "native";
-	uint32_t max_sources = 0, max_rules = 0, max_log_sources = 0;
-	auto *attach = app.add_subcommand("attach", "Attach to an interface (loads on first use)");
-	std::string then_prog, prog_array_path;
-	uint32_t prog_array_index = 0;
-	bool multiprog = false;
-	int priority = 50;
-	auto *attach_if = attach->add_option("IFACE", ifname, "Interface");
-	auto *then_opt = attach->add_option("--then", then_prog,
-			   "Hand the packets sluice passes to this XDP program: a pinned program, or FILE.o[:NAME]")
-		->needs(attach_if);
-	auto *attach_array = attach->add_option("--prog-array", prog_array_path,
-						"Install sluice in this pinned program array instead of an interface")
-				     ->excludes(attach_if);
-	attach->add_option("--index", prog_array_index, "The program array's slot (with --prog-array)")
-		->needs(attach_array);
-	auto *multi = attach->add_flag("--multiprog", multiprog,
-				       "Share the hook through libxdp's dispatcher (needs BPF trampolines)")
-			      ->excludes(then_opt)
-			      ->excludes(attach_array);
-	attach->add_option("--priority", priority, "libxdp run priority, lower first (with --multiprog)")
-		->needs(multi);
-	attach->add_option("--mode", mode_text, "native (driver) or generic (skb); no silent fallback");
-	attach->add_option("--max-sources", max_sources, "Buckets per address family (default 1000000)");
-	attach->add_option("--max-rules", max_rules, "Rule table size (default 16384)");
-	attach->add_option("--max-log-sources", max_log_sources,
-			   "Sliding-log buckets per address family (default 16384, 576 bytes each for IPv4, 592 for IPv6)");
-
-	bool detach_all = false;
-	auto *detach = app.add_subcommand(
-		"detach", "Detach from an interface (the rules stay loaded); --all detaches everywhere and unloads");
-	auto *detach_if = detach->add_option("IFACE", ifname, "Interface, or a link's or slot's name from status");
-	auto *detach_array = detach->add_option("--prog-array", prog_array_path, "Take sluice out of this program array")
-				     ->excludes(detach_if);
-	detach->add_option("--index", prog_array_index, "The program array's slot")->needs(detach_array);
-	detach->add_flag("--all", detach_all, "Detach from every interface and remove all state")
-		->excludes(detach_if)
-		->excludes(detach_array);
-
-	bool json = false;
-	auto *status = app.add_subcommand("status", "Show where sluice is attached and its tables");
-	status->add_flag("--json", json, "JSON output");
-
-	auto *rule = app.add_subcommand("rule", "Manage rules");
-	rule->require_subcommand(0, 1);
-	RuleArgs rule_args;
-	std::string key, import_path;
-	auto *add = rule->add_subcommand("add", "Add a rule; it applies at once");
-	add_rule_options(add, rule_args);
-	auto *import = rule->add_subcommand("import", "Add many rules at once, all or none");
-	import->add_option("FILE", import_path, "One `rule add` argument list per line; - for stdin")
-		->required();
-	auto *del = rule->add_subcommand("del", "Delete a rule with its buckets");
-	del->add_option("NAME|ID", key, "Rule name or id")->required();
-	RuleEditArgs edit_args;
-	auto *set = rule->add_subcommand("set", "Change a rule in place: same id, counters and (mostly) buckets");
-	set->add_option("NAME|ID", key, "Rule name or id")->required();
-	add_edit_options(set, edit_args);
-	auto *flush = rule->add_subcommand("flush", "Delete every rule");
-	auto *list = rule->add_subcommand("list", "List rules in match order");
-	list->add_flag("--json", json, "JSON output");
-
-	std::string policy_path;
-	bool check_only = false, diff_only = false;
-	ApplyOptions apply_options;
-	auto *apply = app.add_subcommand("apply", "Make the running state equal to a policy file, in one transaction");
-	apply->add_option("FILE", policy_path, "YAML policy (see sluice(8)); - for stdin")->required();
-	auto *check_flag = apply->add_flag("--check", check_only, "Validate the file against this host; change nothing");
-	apply->add_flag("--diff", diff_only, "Print what would change; change nothing")->excludes(check_flag);
-	apply->add_flag("--allow-empty", apply_options.allow_empty,
-			"Take a policy with no rules and no interfaces (it removes every rule and detaches everywhere)");
-	auto *export_cmd = app.add_subcommand("export", "Print the running state as a policy file");
-	auto *upgrade = app.add_subcommand(
-		"upgrade", "Replace the loaded program with this binary's, keeping rules, buckets and counters");
-
-	StatsQuery query;
-	auto *stats = app.add_subcommand("stats", "Per-source, per-rule and global counters");
-	stats->add_option("--top", query.top, "Show the N sources with most drops")
-		->check(CLI::Validator(
-			[](std::string &v) {
-				return v.empty() || v[0] == '-' ? std::string("a count of 0 or more, not ") + v
-								 : std::string();
-			},
-			"N"));
-	stats->add_option("--rule", query.rule, "Only this rule's lines");
-	std::string stats_source;
-	stats->add_option("--source", stats_source, "Only the buckets of this address or prefix");
-	bool stats_reset = false;
-	stats->add_flag("--reset", stats_reset,
-			"Print the counters, then zero them (all, --rule's, or --source's); buckets are kept");
-	stats->add_flag("--json", json, "JSON output");
-
-	std::string release_source_text, release_rule;
-	auto *release = app.add_subcommand(
-		"release", "Refill a throttled source's buckets so that it passes its burst again at once");
-	release->add_option("ADDR", release_source_text, "Source address or prefix")->required();
-	release->add_option("--rule", release_rule, "Only this rule's bucket");
-
-	uint64_t event_count = 0;
-	std::string event_timeout;
-	auto *events = app.add_subcommand("events", "Follow throttle events: a rule starts or stops dropping a source");
-	events->add_flag("--json", json, "One JSON object per line");
-	events->add_option("--count", event_count, "Exit after N events")->check(CLI::PositiveNumber);
-	events->add_option("--timeout", event_timeout, "Exit after this long (e.g. 30s, 2min)");
-	std::string events_from = default_events_socket();
-	events->add_option("--socket", events_from,
-			   "Follow the agent serving this socket (default " + events_from +
-				   "; without an agent there, the ring buffer is read)");
-	TopOptions top_options;
-	std::string interval_text = "1", sort_text = "drop-pps";
-	auto *top = app.add_subcommand("top", "Live pass and drop rates per rule and per source; q quits");
-	top->add_option("--interval", interval_text, "Seconds between refreshes (1, 0.5, 500ms, 2s; default 1)");
-	top->add_flag("--once", top_options.once, "Print one report of rates over one interval and exit");
-	top->add_option("--top", top_options.top, "Show at most N sources (default: as many as fit)")
-		->check(CLI::Validator(
-			[](std::string &v) {
-				return v.empty() || v[0] == '-' ? std::string("a count of 0 or more, not ") + v
-								 : std::string();
-			},
-			"N"));
-	top->add_option("--sort", sort_text, "name, pass-pps, pass-bps, drop-pps (default) or drop-bps");
-	std::string explain_src, explain_proto;
-	std::optional<long> explain_dport, explain_bytes;
-	auto *explain_cmd = app.add_subcommand(
-		"explain", "Which rule would decide a packet, and its bucket's state; sends nothing, changes nothing");
-	explain_cmd->add_option("SRC", explain_src, "Source address")->required();
-	explain_cmd->add_option("--proto", explain_proto, "tcp, udp, icmp or a protocol number (default: unknown)");
-	explain_cmd->add_option("--dport", explain_dport, "Destination port (with --proto tcp or udp; default: unknown)");
-	explain_cmd->add_option("--bytes", explain_bytes, "IP length charged to byte rates (default 1500)");
-	explain_cmd->add_flag("--json", json, "JSON output");
-	std::string metrics_text = agent::ListenAddress().text();
-	size_t top_sources = agent::DEFAULT_TOP_SOURCES;
-	auto *agent_cmd = app.add_subcommand(
-		"agent", "Serve Prometheus metrics read from the pinned state (optional; enforcement never needs it)");
-	agent_cmd->add_option("--metrics", metrics_text, "ADDR:PORT to serve /metrics on (default " + metrics_text + ")");
-	std::string events_socket = default_events_socket();
-	agent_cmd->add_option("--events-socket", events_socket,
-			      "Where `sluice events` follows the agent's events (default " + events_socket + ")");
-	ClusterArgs cluster_args;
-	add_cluster_options(agent_cmd, cluster_args);
-	agent_cmd
-		->add_option("--top-sources", top_sources,
-			     "Per-source series for the N sources with most drops (default " +
-				     std::to_string(agent::DEFAULT_TOP_SOURCES) + ", at most " +
-				     std::to_string(agent::MAX_TOP_SOURCES) + ")")
-		->check(CLI::Validator(
-			[](std::string &v) {
-				return v.empty() || v[0] == '-' ? std::string("a count from 0 to ") +
-									  std::to_string(agent::MAX_TOP_SOURCES) + ", not " + v
-								: std::string();
-			},
-			"N"));
-
+	Args a;
+	setup_global(app, a);
+	add_commands(app, COMMANDS, a);
 	try {
 		app.parse(argc, argv);
 	} catch (const CLI::CallForHelp &e) {
@@ -792,194 +1112,33 @@ int main(int argc, char **argv)
 		std::cerr << "sluice: " << e.what() << "\n";
 		return 2;
 	}
-	if (app.get_subcommands().empty()) {
+	auto [command, cmd] = chosen(app, COMMANDS);
+	if (!command) {
 		std::cerr << "sluice: a subcommand is required (attach, detach, status, rule, stats, release, top, events, "
 			     "explain, apply, export, upgrade, agent); see --help\n";
 		return 2;
 	}
-	if (*rule && rule->get_subcommands().empty()) {
-		std::cerr << "sluice: rule needs a subcommand (add, import, del, set, flush, list); see rule --help\n";
-		return 2;
+	if (command->subcommands) {
+		std::tie(command, cmd) = chosen(*cmd, *command->subcommands);
+		if (!command) {
+			std::cerr << "sluice: rule needs a subcommand (add, import, del, set, flush, list); see rule --help\n";
+			return 2;
+		}
 	}
 
-	set_libbpf_verbose(verbose);
+	set_libbpf_verbose(a.verbose);
 	// The options stand for the variables, which every default the library
 	// computes reads (the run directory, the events socket, the status file).
-	if (!pin_dir_option.empty())
-		setenv("SLUICE_PIN_DIR", pin_dir_option.c_str(), 1);
-	if (!run_dir_option.empty())
-		setenv("SLUICE_RUN_DIR", run_dir_option.c_str(), 1);
-	if (!agent_cmd->count("--events-socket"))
-		events_socket = default_events_socket();
+	if (!a.pin_dir.empty())
+		setenv("SLUICE_PIN_DIR", a.pin_dir.c_str(), 1);
+	if (!a.run_dir.empty())
+		setenv("SLUICE_RUN_DIR", a.run_dir.c_str(), 1);
 	try {
 		Instance inst;
 		inst.check_dirs(); // every command, before it reads or writes anything
-		if (*agent_cmd) {
-			agent::MetricsOptions options;
-			options.listen = agent::parse_listen_address(metrics_text);
-			if (top_sources > agent::MAX_TOP_SOURCES)
-				throw Error("--top-sources: at most " + std::to_string(agent::MAX_TOP_SOURCES) +
-					    " (each source adds series), not " + std::to_string(top_sources));
-			options.top_sources = top_sources;
-			options.pin_dir = inst.pin_dir();
-			std::unique_ptr<cluster::ClusterSync> sync;
-			if (wants_cluster(cluster_args)) {
-				sync = std::make_unique<cluster::ClusterSync>(to_sync_options(cluster_args, inst.pin_dir()));
-				options.extra = [s = sync.get()] { return cluster::sync_metric_families(s->figures()); };
-			}
-			inst.make_run_dir();
-			agent::Agent a;
-			a.add(std::make_unique<agent::MetricsExporter>(options));
-			a.add(std::make_unique<agent::EventLog>(inst.pin_dir(), events_socket));
-			if (sync)
-				a.add(std::move(sync));
-			int sig = a.run();
-			agent::log_line(std::string("stopped") + (sig ? std::string(" by ") + strsignal(sig) : ""));
-		} else if (*attach) {
-			XdpMode mode = parse_mode(mode_text);
-			if (prog_array_path.empty() && ifname.empty())
-				throw Error("attach needs an interface, or --prog-array MAP --index N");
-			auto lock = inst.lock(true, true);
-			if (multiprog) {
-				if (priority < 0)
-					throw Error("--priority: 0 or more, not " + std::to_string(priority));
-				inst.attach_multiprog(ifname, mode, {max_sources, max_rules, max_log_sources},
-						      static_cast<uint32_t>(priority));
-				std::cout << "sluice attached to " << ifname << " through libxdp's dispatcher, priority "
-					  << priority << " (" << mode_name(mode) << " mode)\n";
-			} else if (!prog_array_path.empty()) {
-				inst.attach_to_prog_array(prog_array_path, prog_array_index,
-							  {max_sources, max_rules, max_log_sources});
-				std::cout << "sluice installed at index " << prog_array_index << " of " << prog_array_path
-					  << "\n";
-			} else {
-				inst.attach(ifname, mode, {max_sources, max_rules, max_log_sources}, then_prog);
-				std::cout << "sluice attached to " << ifname << " (" << mode_name(mode) << " mode)";
-				if (!then_prog.empty())
-					std::cout << ", then " << then_prog;
-				std::cout << "\n";
-			}
-		} else if (*detach) {
-			auto lock = inst.lock(true);
-			if (!prog_array_path.empty()) {
-				inst.detach_from_prog_array(prog_array_path, prog_array_index);
-				std::cout << "sluice removed from index " << prog_array_index << " of " << prog_array_path
-					  << attached_nowhere_note(inst) << "\n";
-			} else if (detach_all) {
-				std::cout << unload_everything(inst) << "\n";
-			} else if (ifname.empty()) {
-				throw Error("detach needs an interface, or --all");
-			} else {
-				inst.detach(ifname);
-				std::cout << "sluice detached from " << ifname << attached_nowhere_note(inst) << "\n";
-			}
-		} else if (*status) {
-			cmd_status(inst, json);
-		} else if (*add) {
-			RuleSpec spec = to_spec(rule_args, add->count("--per") > 0);
-			auto lock = inst.lock(true, true);
-			// A rule refused must not leave a program loaded: checked first.
-			if (!inst.loaded())
-				RuleTable::check_fits({spec}, SLUICE_DEFAULT_MAX_RULES);
-			inst.load({}); // rules may come before the first attach
-			MapSet maps = inst.maps();
-			InstalledRule r = RuleTable(maps).add(spec);
-			print_table(RULE_HEADER, {rule_cells(r)});
-		} else if (*import) {
-			std::vector<std::string> where;
-			std::vector<RuleSpec> specs = read_rule_file(import_path, where);
-			auto lock = inst.lock(true, true);
-			// A file refused must not leave a program loaded: each rule checked first.
-			if (!inst.loaded())
-				for (size_t i = 0; i < specs.size(); i++)
-					try {
-						RuleSpec check = specs[i];
-						validate_rule(check);
-					} catch (const Error &e) {
-						throw Error((i < where.size() ? where[i] + ": " : "") + e.what());
-					}
-			inst.load({});
-			MapSet maps = inst.maps();
-			size_t asked = specs.size();
-			auto added = RuleTable(maps).add_many(std::move(specs), where);
-			std::cout << "imported " << added.size() << " rules";
-			if (!added.empty())
-				std::cout << " (ids " << added.front().id << "-" << added.back().id << ")";
-			if (added.size() < asked)
-				std::cout << "; " << asked - added.size() << " were present already";
-			std::cout << "\n";
-		} else if (*del) {
-			auto lock = inst.lock(true);
-			MapSet maps = inst.maps();
-			InstalledRule r = RuleTable(maps).remove(key);
-			std::cout << "deleted rule " << r.id << " (" << r.spec.name << ")\n";
-		} else if (*set) {
-			auto lock = inst.lock(true);
-			MapSet maps = inst.maps();
-			RuleTable table(maps);
-			InstalledRule was = table.find(key);
-			RuleEdit edit = to_edit(edit_args, *set, was.spec.rate.counts_bytes());
-			InstalledRule r = table.edit(key, edit);
-			print_table(RULE_HEADER, {rule_cells(r)});
-			if (bucket_id(r) != bucket_id(was))
-				std::cout << "its buckets restart: " << bucket_change_reason(bucket_change(was.spec, r.spec))
-					  << "\n";
-		} else if (*flush) {
-			auto lock = inst.lock(true);
-			MapSet maps = inst.maps();
-			size_t n = RuleTable(maps).flush();
-			std::cout << "deleted " << n << " rules\n";
-		} else if (*list) {
-			cmd_rule_list(inst, json);
-		} else if (*stats) {
-			cmd_stats(inst, query, json, stats_reset, stats_source);
-		} else if (*release) {
-			cmd_release(inst, release_source_text, release_rule);
-		} else if (*top) {
-			top_options.interval_ns = parse_interval_ns(interval_text);
-			top_options.key = parse_rate_key(sort_text);
-			return run_top(inst, top_options);
-		} else if (*explain_cmd) {
-			ExplainPacket pkt = make_explain_packet(explain_src, explain_proto, explain_dport, explain_bytes);
-			cmd_explain(inst, pkt, json);
-		} else if (*apply) {
-			PolicyText file = read_policy_text(policy_path);
-			// An apply that will load the program begins loading it now,
-			// beside the parsing; one that fails leaves nothing.
-			ProgramPreload preload;
-			if (!check_only && !diff_only)
-				preload = ProgramPreload(inst, file.text);
-			Policy p = parse_policy_text(file);
-			if (check_only || diff_only) {
-				auto lock = inst.lock(false);
-				ApplyPlan plan = plan_apply(inst, p, apply_options);
-				if (diff_only)
-					std::cout << plan.format();
-				else
-					std::cout << policy_path << ": ok (" << p.rules.size() << " rules, "
-						  << p.interfaces.size() << " interfaces)\n";
-			} else {
-				auto lock = inst.lock(true, true);
-				ApplyPlan plan = apply_policy(inst, p, std::move(preload), apply_options);
-				std::cout << (plan.empty() ? "no changes\n" : plan.format());
-			}
-		} else if (*export_cmd) {
-			auto lock = inst.lock(false);
-			std::cout << write_policy(export_policy(inst));
-		} else if (*events) {
-			uint64_t timeout_ns = event_timeout.empty() ? 0 : parse_duration_ns(event_timeout, "--timeout");
-			cmd_events(inst, json, event_count, timeout_ns, events_from, events->count("--socket") > 0);
-		} else if (*upgrade) {
-			auto lock = inst.lock(true);
-			auto restarted = inst.upgrade();
-			std::cout << "sluice upgraded in place: rules, counters and buckets kept";
-			for (const auto &what : restarted)
-				std::cout << "; " << what << " started afresh (no room in the new table)";
-			std::cout << "\n";
-		}
+		return command->run(inst, *cmd, a);
 	} catch (const std::exception &e) {
 		std::cerr << "sluice: " << e.what() << "\n";
 		return 1;
 	}
-	return 0;
 }

@@ -55,7 +55,7 @@ std::optional<RuleSpec> parse_rule_line(const std::string &line);
 /// Reads every line of a `rule import` file. Errors read "SOURCE line N: reason";
 /// a file without a single rule is an error too.
 /// `where`, if given, receives "SOURCE line N" for each rule, for the errors
-/// of a later step (RuleTable::add_many) to name the line.
+/// of a later step (Transaction::import) to name the line.
 std::vector<RuleSpec> read_rule_lines(std::istream &in, const std::string &source,
 				      std::vector<std::string> *where = nullptr);
 

@@ -24,6 +24,7 @@
 #include "maps.h"
 #include "net.h"
 #include "rule_table.h"
+#include "transaction.h"
 #include "tick_clock.h"
 #include "sluice_algos.h"
 #include "metrics.h"
@@ -539,7 +540,7 @@ void ClusterSync::follow_host_count(const std::shared_ptr<Tables> &tables)
 		RuleEdit e;
 		e.cluster_hosts = st.hosts;
 		try {
-			table.edit(name, e);
+			Transaction(table).edit(name, e).commit();
 			moved++;
 		} catch (const Error &err) {
 			// A share too small to compile, say: the rule keeps the one it

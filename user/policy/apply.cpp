@@ -4,15 +4,14 @@
 #include <net/if.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <functional>
-#include <map>
 #include <cstdio>
 #include <fstream>
 #include <optional>
 
 #include "error.h"
 #include "rule_table.h"
+#include "transaction.h"
 
 namespace sluice {
 
@@ -127,7 +126,7 @@ ApplyPlan make_plan(const Instance &inst, const Policy &p, const ApplyOptions &o
 	// The rules must fit the tables they will have; ids and slots are the
 	// transaction's to give, so check the whole set against the size.
 	if (check_rules)
-		RuleTable::check_fits(p.rules, want.max_rules);
+		Transaction::check_fits(p.rules, want.max_rules);
 
 	auto here = [](const AttachedLink &l) { return l.this_netns && l.ifindex; };
 	for (const auto &i : p.interfaces) {
@@ -157,21 +156,6 @@ ApplyPlan make_plan(const Instance &inst, const Policy &p, const ApplyOptions &o
 		plan.detach.push_back(l);
 	}
 	return plan;
-}
-
-/// A failure injected for tests ($SLUICE_APPLY_FAIL_AT=STEP or STEP:N, the
-/// Nth time apply reaches STEP): the way to prove that a failure at every
-/// step leaves the previous state.
-void fail_point(const std::string &step)
-{
-	static std::map<std::string, int> reached;
-	const char *at = std::getenv("SLUICE_APPLY_FAIL_AT");
-	if (!at || !*at)
-		return;
-	int n = ++reached[step];
-	std::string want = at;
-	if (want == step || want == step + ":" + std::to_string(n))
-		throw Error("injected failure at " + want);
 }
 
 /// Undo steps of an apply, run newest first; returns what could not be undone.
@@ -254,15 +238,15 @@ ApplyPlan apply_policy(Instance &inst, const Policy &p, ProgramPreload preload, 
 			TableSizes want = wanted_sizes(p.tables, default_sizes());
 			// The rules are compiled while the preload's thread makes the
 			// tables, and written while it verifies the program.
-			auto prepared = RuleTable::prepare_empty(p.rules, want.max_rules);
+			auto prepared = Transaction::prepare_empty(p.rules, want.max_rules);
 			std::unique_ptr<LoadedProgram> fresh;
 			if (std::optional<MapSet> tables = preload.tables(want)) {
-				RuleTable(*tables).install(*prepared);
+				Transaction(*tables).install(prepared).commit();
 				fresh = preload.take();
 			} else {
 				fresh = std::make_unique<LoadedProgram>(want);
 				MapSet maps = fresh->maps();
-				RuleTable(maps).install(*prepared);
+				Transaction(maps).install(prepared).commit();
 			}
 			fail_point("load");
 			inst.adopt(*fresh);
@@ -290,7 +274,7 @@ ApplyPlan apply_policy(Instance &inst, const Policy &p, ProgramPreload preload, 
 		if (!plan.load && (plan.resize.max_sources || plan.resize.max_rules || plan.resize.max_log_sources)) {
 			TableSizes have = loaded_sizes(inst.maps());
 			TableSizes want = wanted_sizes(p.tables, have);
-			RuleTable::check_fits(p.rules, want.max_rules);
+			Transaction::check_fits(p.rules, want.max_rules);
 			fail_point("resize");
 			inst.upgrade(want);
 			undo.emplace_back("resize the tables back", [&inst, have] { inst.upgrade(have); });
@@ -298,7 +282,7 @@ ApplyPlan apply_policy(Instance &inst, const Policy &p, ProgramPreload preload, 
 		if (!plan.load) {
 			fail_point("rules");
 			MapSet maps = inst.maps();
-			RuleTable(maps).replace(p.rules);
+			Transaction(maps).replace(p.rules).commit();
 		}
 	} catch (const std::exception &e) {
 		if (undo.empty())
