@@ -4,7 +4,7 @@
 # build-fuzz/ and runs each for SECONDS (default 60), starting from its seed
 # corpus in tests/fuzz/corpus/NAME/. Prints one line per fuzzer with its
 # executions and findings; exits non-zero on any finding and prints the
-# reproducer's path. Inputs libFuzzer finds interesting collect in
+# reproducer's path. The fuzzers run side by side, one per CPU. Inputs libFuzzer finds interesting collect in
 # build-fuzz/run/NAME/corpus, so later runs start from where earlier ones got.
 #   scripts/fuzz.sh [SECONDS]             all fuzzers
 #   FUZZERS="rate cidr" scripts/fuzz.sh   some of them
@@ -27,20 +27,13 @@ cmake --build build-fuzz -j"$(nproc)" >/dev/null
 export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
-failed=0
-for name in "${fuzzers[@]}"; do
-  bin=build-fuzz/fuzz_$name
-  run=build-fuzz/run/$name
-  if [ ! -x "$bin" ] || [ ! -d "tests/fuzz/corpus/$name" ]; then
-    echo "fuzz $name: no such fuzzer" >&2
-    failed=1
-    continue
-  fi
+# One fuzzer: its line into $run/result, its status as the function's.
+fuzz_one() {
+  local name=$1 bin=build-fuzz/fuzz_$1 run=build-fuzz/run/$1 rc=0 execs findings
   mkdir -p "$run/corpus"
-  rm -f "$run"/crash-* "$run"/leak-* "$run"/timeout-* "$run"/oom-* "$run"/slow-unit-*
-  dict=()
+  rm -f "$run"/crash-* "$run"/leak-* "$run"/timeout-* "$run"/oom-* "$run"/slow-unit-* "$run/result"
+  local dict=()
   [ -f "tests/fuzz/$name.dict" ] && dict=(-dict="tests/fuzz/$name.dict")
-  rc=0
   # -timeout: an input taking over 10 s is a hang, and a finding.
   "$bin" -max_total_time="$seconds" -timeout=10 -max_len=512 -print_final_stats=1 \
     -artifact_prefix="$run/" "${dict[@]}" "$run/corpus" "tests/fuzz/corpus/$name" \
@@ -52,14 +45,45 @@ for name in "${fuzzers[@]}"; do
   if [ "$rc" -ne 0 ] && [ "$findings" -eq 0 ]; then
     findings=1 # failed without writing an input (e.g. it could not start)
   fi
-  printf 'fuzz %-15s %12s executions in %ss, %d findings\n' "$name" "${execs:-0}" "$seconds" "$findings"
-  if [ "$findings" -ne 0 ]; then
+  {
+    printf 'fuzz %-15s %12s executions in %ss, %d findings\n' "$name" "${execs:-0}" "$seconds" "$findings"
+    if [ "$findings" -ne 0 ]; then
+      grep -aE 'ERROR|runtime error|fuzz property broken|deadly signal|SUMMARY' "$run/log" | head -5 || true
+      for f in "${found[@]}"; do
+        echo "fuzz $name: reproducer $f (run: $bin $f)"
+      done
+      [ ${#found[@]} -eq 0 ] && echo "fuzz $name: exit status $rc, see $run/log"
+    fi
+  } >"$run/result"
+  [ "$findings" -eq 0 ]
+}
+
+failed=0
+running=0
+for name in "${fuzzers[@]}"; do
+  if [ ! -x "build-fuzz/fuzz_$name" ] || [ ! -d "tests/fuzz/corpus/$name" ]; then
+    echo "fuzz $name: no such fuzzer" >&2
     failed=1
-    grep -aE 'ERROR|runtime error|fuzz property broken|deadly signal|SUMMARY' "$run/log" | head -5 >&2 || true
-    for f in "${found[@]}"; do
-      echo "fuzz $name: reproducer $f (run: $bin $f)" >&2
-    done
-    [ ${#found[@]} -eq 0 ] && echo "fuzz $name: exit status $rc, see $run/log" >&2
+    continue
+  fi
+  if [ "$running" -ge "$(nproc)" ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  fuzz_one "$name" &
+  running=$((running + 1))
+done
+wait || true
+for name in "${fuzzers[@]}"; do
+  result=build-fuzz/run/$name/result
+  if [ ! -f "$result" ]; then
+    [ -x "build-fuzz/fuzz_$name" ] && { echo "fuzz $name: no result (see build-fuzz/run/$name/log)" >&2; failed=1; }
+    continue
+  fi
+  head -1 "$result"
+  if [ "$(wc -l <"$result")" -gt 1 ] || ! grep -q ', 0 findings$' "$result"; then
+    failed=1
+    tail -n +2 "$result" >&2
   fi
 done
 exit "$failed"

@@ -21,7 +21,7 @@ for layer in unit bpf e2e redis; do
   echo "== ${layer}: ${n} tests"
 done
 
-# The parser fuzzers, 60 s each; any finding fails the run.
+# The parser fuzzers, 60 s each, one per CPU at a time; any finding fails the run.
 echo "== fuzz: parsers, 60 s each"
 ./scripts/fuzz.sh 60
 
