@@ -156,12 +156,13 @@ static __always_inline int memo_bucket_held(const struct sluice_pending_drops *p
 	const struct sluice_drop_memo *m = &p->memo;
 	__u64 off;
 
-	if (!st || !t || SLUICE_READ_ONCE(st->word) != m->word)
+	if (!st || !t || sluice_load_acquire(&st->word) != m->word)
 		return 0;
-	off = SLUICE_READ_ONCE(st->algo.gcra.off);
-	if (SLUICE_READ_ONCE(t->key[SLUICE_WAY(p->way)]) != m->want)
+	off = sluice_load_relaxed(&st->algo.gcra.off);
+	if (sluice_load_acquire(&t->key[SLUICE_WAY(p->way)]) != m->want)
 		return 0;
-	return off == m->off && SLUICE_READ_ONCE(st->word) == m->word;
+	sluice_fence_acquire();
+	return off == m->off && sluice_load_acquire(&st->word) == m->word;
 }
 
 /* The drop the memo holds for `pkt` (a packet decide_fast may decide),

@@ -114,9 +114,10 @@ struct charge_req {
 static __always_inline int owner_gone(const __u64 *key, const struct sluice_addr6 *addr,
 				      const struct charge_req *req)
 {
-	if (SLUICE_READ_ONCE(*key) != req->want)
+	if (sluice_load_acquire(key) != req->want)
 		return 1;
-	return addr && (SLUICE_READ_ONCE(addr->hi) != req->addr.hi || SLUICE_READ_ONCE(addr->lo) != req->addr.lo);
+	return addr && (sluice_load_relaxed(&addr->hi) != req->addr.hi ||
+			sluice_load_relaxed(&addr->lo) != req->addr.lo);
 }
 
 /* A GCRA-form drop decided on the bucket's word `w`, offset `off` and

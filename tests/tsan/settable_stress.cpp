@@ -244,7 +244,7 @@ template <class Set> struct DataPlane {
 	void count(Set &s, uint32_t set, int w, uint64_t key, uint16_t g)
 	{
 		int way = int(set) * SLUICE_SET_WAYS + w;
-		if (!sluice_cnt_add(&s.way[w].cnt.passed_packets, sluice_gen_tag(g), 1, 1 << 20))
+		if (!sluice_cnt_add(&s.way[w].cnt.passed_packets, sluice_gen_tag(g), 1, 1 << 20, 0))
 			return; // evicted: its counts went with it
 		// Landed on generation g's bucket if the way still holds it.
 		// Else on g's (gone: its counts went with it), or on a later
