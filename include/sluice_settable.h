@@ -25,7 +25,7 @@
  * the generation instead, as they are added to, not replaced.
  *
  * Memory ordering. Every access to a shared word goes through the accessors
- * below, each named for the ordering it needs:
+ * of sluice_atomic.h, each named for the ordering it needs:
  *
  *   word            written by                      read by
  *   key[w]          claim, release: CAS (full);     lookups: acquire (gates the
@@ -46,10 +46,11 @@
  *   counters        chargers: CAS/fetch-add (full); readers: relaxed (the tag
  *                   the claimer: relaxed; reset:    says which bucket's)
  *                   CAS (full) while the tag is its
- *   gcra.off        the claimer: relaxed; the       chargers: relaxed, checked
- *                   cluster sync's shift_arrival:   by the word's re-read (a
- *                   CAS (full) from the value read  second writer until its
- *                   while the way held the bucket   grants go to a map)
+ *   gcra.off        the claimer: relaxed; a         chargers: relaxed, checked
+ *                   charger taking a cluster grant  by the word's re-read
+ *                   (bpf/lib/grants.h): CAS (full)
+ *   gcra.granted    the claimer; a grant's taker:   the taker, the cluster sync:
+ *                   CAS (full)                      relaxed
  *
  * The writer's rule of a sequence lock holds for both the claim and a lock
  * holder: a compare-and-swap (full) takes the way or the lock, then a release

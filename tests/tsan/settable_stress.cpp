@@ -3,7 +3,7 @@
 // threads play the XDP program (look up, charge, choose a victim, claim,
 // freeze, install, publish) on in-memory IPv4 and IPv6 source tables while
 // others play the controller through SetTable (scan, find, reset, refill,
-// shift, purge, insert, place). Any TSan report ends the run (halt_on_error);
+// read a grant's place, purge, insert, place). Any TSan report ends the run (halt_on_error);
 // at every step and at the end the protocol's promises are checked:
 //  - no torn key: a key read is empty, busy, or one of the keys made, in one
 //    of its two sets; an IPv6 way's address line hashes to its key;
@@ -16,7 +16,10 @@
 //    counter words carry one generation's tag; a way's word only grows;
 //  - counts conserved: every count a charger added (and saw land on its
 //    bucket) is in its bucket's counters, exactly, unless a reset zeroed it
-//    (checked at checkpoints, every 100 ms, with every thread stopped).
+//    (checked at checkpoints, every 100 ms, with every thread stopped);
+//  - one writer of the GCRA offset: a published bucket's offset never
+//    changes (only its claimer writes it, before publishing; the cluster
+//    sync's grants are the program's to apply), checked at checkpoints.
 // Usage: settable_stress [SECONDS] (default 60). Prints ops/s per role.
 #include <algorithm>
 #include <atomic>
@@ -111,6 +114,7 @@ struct WayBook {
 	std::atomic<uint64_t> tally{0};
 	std::atomic<uint64_t> taint{0};
 	std::atomic<uint64_t> zeroed{0};
+	uint64_t off_gen = 0, off = 0; ///< a GCRA bucket's offset at a checkpoint (checker only)
 };
 WayBook g_book[2][kSets * SLUICE_SET_WAYS];
 
@@ -477,7 +481,8 @@ void controller_reader(unsigned seed, Counts &n)
 	}
 }
 
-// The controller's writers: reset, refill (release), shift, purge (remove), insert and place.
+// The controller's writers: reset, refill (release), purge (remove), insert and
+// place; and the cluster sync's read of a grant's place (it writes no bucket word).
 template <class Set> void write_table(Table<Set> &tb, std::mt19937_64 &rng, Counts &n)
 {
 	uint32_t rule = 1 + uint32_t(rng() % kRules), a = 1 + uint32_t(rng() % kAddrs), first, second;
@@ -498,13 +503,21 @@ template <class Set> void write_table(Table<Set> &tb, std::mt19937_64 &rng, Coun
 		break;
 	case 4: case 5: case 6: case 7:
 		try {
-			tb.table.refill(rule, addr, kSeed, r, sluice_ns_to_ticks(now));
+			if (tb.table.refill(rule, addr, kSeed, r, sluice_ns_to_ticks(now)) && is_gcra(rule)) {
+				// Made again with its counts carried (a new
+				// generation, not one pass): not checked exactly.
+				if (auto g = tb.table.grant_place(rule, addr, kSeed))
+					taint(Table<Set>::index,
+					      int(uint32_t(g->name) * SLUICE_SET_WAYS + ((g->name >> 32) & 0xff)),
+					      uint16_t(g->name >> 48));
+			}
 		} catch (const std::exception &) {
 		}
 		break;
 	case 8: case 9: case 10:
-		if constexpr (std::is_same_v<typename SetTable<Set>::Bucket, struct sluice_source_state>)
-			tb.table.shift_arrival(rule, addr, kSeed, int64_t(rng() % 4000) - 2000, sluice_ns_to_ticks(now));
+		if (auto g = tb.table.grant_place(rule, addr, kSeed))
+			CHECK(g->key.want == key && (g->name >> 48) % 2 == 0,
+			      "IPv%d: a grant's place names another bucket", Table<Set>::family);
 		break;
 	case 11:
 		tb.table.purge(rule);
@@ -565,6 +578,12 @@ template <class Set> void check_quiet(Table<Set> &tb, uint64_t &verified, uint64
 			CHECK((b.cnt.passed_packets & ~SLUICE_CNT_VALUE_MASK) == sluice_gen_tag(gen),
 			      "IPv%d set %u way %d: counters tagged for another generation", Table<Set>::family, s, w);
 			WayBook &book = g_book[Table<Set>::index][s * SLUICE_SET_WAYS + w];
+			if (!(gen & 1)) {
+				CHECK(book.off_gen != (uint64_t(gen) | 1ULL << 32) || b.algo.gcra.off == book.off,
+				      "IPv%d set %u way %d: a published bucket's offset was written", Table<Set>::family, s, w);
+				book.off_gen = uint64_t(gen) | 1ULL << 32;
+				book.off = b.algo.gcra.off;
+			}
 			uint64_t tally = book.tally.load(), tainted = book.taint.load(), zeroed = book.zeroed.load();
 			uint64_t expect = tally && uint16_t(tally >> 48) == gen ? tally & ((1ULL << 48) - 1) : 1;
 			uint64_t have = sluice_cnt_value(b.cnt.passed_packets);
