@@ -43,7 +43,9 @@
  * of the bucket's word (a pass on any CPU, an eviction, a new bucket in the
  * way); the pending slot naming another bucket (a drop of another source
  * that hashes to it), or its note growing stale; another drop remembered in
- * the slot. The walk-only build (SLUICE_WALK_ONLY) has no memo.
+ * the slot. The walk-only build (SLUICE_WALK_ONLY) has no memo. A cluster
+ * rule's drop is never remembered (the fast path leaves those rules to the
+ * walk): a grant waiting for its bucket (grants.h) moves no word it checks.
  */
 
 /* A packet's port, family and protocol as one word (struct packet_info keeps
