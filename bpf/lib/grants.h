@@ -54,7 +54,7 @@ static __always_inline int grant_move(struct sluice_source_state *st, const stru
  */
 __noinline int sluice_take_grant(struct charge_req *req)
 {
-	struct sluice_grant_key k = {};
+	struct sluice_grant_key *k;
 	const struct sluice_grant *g;
 	struct sluice_source_state *st;
 	const struct sluice_addr6 *addr = NULL;
@@ -67,22 +67,21 @@ __noinline int sluice_take_grant(struct charge_req *req)
 
 	if (!req)
 		return 0; /* the verifier: arguments of a global function may be NULL */
-	k.want = req->want;
-	k.table = req->table;
-	if (req->table == SLUICE_TABLE_V6)
-		k.addr = req->addr;
-	g = bpf_map_lookup_elem(&SLUICE_MAP_GRANTS, &k);
+	k = &req->grant_key;
+	k->want = req->want;
+	k->table = req->table;
+	k->pad = 0;
+	k->addr.hi = req->table == SLUICE_TABLE_V6 ? req->addr.hi : 0;
+	k->addr.lo = req->table == SLUICE_TABLE_V6 ? req->addr.lo : 0;
+	g = bpf_map_lookup_elem(&SLUICE_MAP_GRANTS, k);
 	if (!g)
 		return 0;
-	/* The sync replaces an entry whole (a map update): one value's fields. */
-	name = sluice_load_relaxed(&g->name);
-	base = sluice_load_relaxed(&g->base);
-	seq = sluice_load_relaxed(&g->seq);
-	ticks = sluice_load_relaxed(&g->ticks);
-	set = req->set_idx;
+	/* Keys in the request, and the entry read after the last lookup: few
+	 * values live across calls, so the frame stays small (a fourth call
+	 * deep under the IPv6 charge). */
 	w = SLUICE_WAY(req->way);
 	if (req->table == SLUICE_TABLE_V6) {
-		struct sluice_set_v6 *s6 = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V6, &set);
+		struct sluice_set_v6 *s6 = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V6, &req->set_idx);
 
 		if (!s6)
 			return 0;
@@ -91,7 +90,7 @@ __noinline int sluice_take_grant(struct charge_req *req)
 		st = &s6->way[w];
 		addr = &s6->addr[w];
 	} else {
-		struct sluice_set_v4 *s4 = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V4, &set);
+		struct sluice_set_v4 *s4 = bpf_map_lookup_elem(&SLUICE_MAP_SOURCES_V4, &req->set_idx);
 
 		if (!s4)
 			return 0;
@@ -99,6 +98,12 @@ __noinline int sluice_take_grant(struct charge_req *req)
 		t = &s4->tag;
 		st = &s4->way[w];
 	}
+	/* The sync replaces an entry whole (a map update): one value's fields. */
+	name = sluice_load_relaxed(&g->name);
+	base = sluice_load_relaxed(&g->base);
+	seq = sluice_load_relaxed(&g->seq);
+	ticks = sluice_load_relaxed(&g->ticks);
+	set = req->set_idx;
 	gen = sluice_load_acquire(&t->gen[w]);
 	if ((gen & 1) || name != sluice_way_name(set, w, req->table, gen) || owner_gone(&t->key[w], addr, req))
 		return 0; /* a locked algorithm, or not the bucket the grant is for */

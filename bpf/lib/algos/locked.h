@@ -75,17 +75,30 @@ static long locked_attempt(__u32 index, void *data)
 	if (!st || !t || !c->rule || !c->req)
 		return 1; /* the verifier: pointers read back from the context may be NULL */
 	w = SLUICE_WAY(c->req->way);
-	s = sluice_load_acquire(&st->word);
+	s = sluice_load_relaxed(&st->word); /* the sequence lock's begin: see its re-read */
 	if (s & 1)
 		return 0; /* held: read again */
-	c->gen_seen = sluice_load_acquire(&t->gen[w]);
+	/* Relaxed: the word's re-read after the fence below vouches for it. */
+	c->gen_seen = sluice_load_relaxed(&t->gen[w]);
 	if (owner_gone(&t->key[w], c->addr, c->req)) {
 		c->res = -1;
 		return 1;
 	}
-	sluice_words_load((__u64 *)&copy, (const __u64 *)&st->algo, sizeof(copy) / sizeof(__u64));
-	sluice_fence_acquire();
-	if (sluice_load_acquire(&st->word) != s)
+	/* The state's three words, one relaxed load each (as sluice_words_load;
+	 * spelt out, the callback's frame stays as small as the chain of calls
+	 * above it allows). */
+	copy.sliding.window = sluice_load_relaxed(&st->algo.sliding.window);
+	copy.sliding.cur = sluice_load_relaxed(&st->algo.sliding.cur);
+	copy.sliding.prev = sluice_load_relaxed(&st->algo.sliding.prev);
+	/* The sequence lock's re-read. Here the begin and the re-read are
+	 * relaxed, with no fence, where the protocol has acquires and an
+	 * acquire fence: on BPF every load of this copy is volatile, which the
+	 * compiler keeps in program order, x86-64 keeps loads in order, and
+	 * nothing shared is read after the re-read before the lock's
+	 * compare-and-swap (a full barrier). Each compiler barrier those
+	 * accessors add grows this callback's frame past what the chain of
+	 * calls above it leaves of 512 bytes (walk_step, sluice_charge_locked). */
+	if (sluice_load_relaxed(&st->word) != s)
 		return 0;
 	if (!sluice_decide_locked(&copy, c->rule, c->req->now, c->req->cost)) {
 		c->res = BUCKET_DROP;
@@ -99,7 +112,9 @@ static long locked_attempt(__u32 index, void *data)
 		return 1;
 	}
 	/* Relaxed, a word at a time: optimistic readers copy it meanwhile. */
-	sluice_words_store((__u64 *)&st->algo, (const __u64 *)&copy, sizeof(copy) / sizeof(__u64));
+	sluice_store_relaxed(&st->algo.sliding.window, copy.sliding.window);
+	sluice_store_relaxed(&st->algo.sliding.cur, copy.sliding.cur);
+	sluice_store_relaxed(&st->algo.sliding.prev, copy.sliding.prev);
 	sluice_word_unlock(&st->word, s);
 	c->res = BUCKET_PASS;
 	return 1;
