@@ -43,6 +43,7 @@
 #define SLUICE_MAP_THROTTLED     sluice_thrott
 #define SLUICE_MAP_THEN          sluice_then
 #define SLUICE_MAP_OWED          sluice_owed
+#define SLUICE_MAP_GRANTS        sluice_grants
 #define SLUICE_PROG_NAME         sluice_xdp
 
 #define SLUICE_STR_(x) #x
@@ -103,6 +104,10 @@ enum sluice_algo {
 /* Layered (`--continue`, limit rules only): a packet the rule passes goes on
  * to the next candidate instead of being decided here. */
 #define SLUICE_RULE_CONTINUE     0x4
+/* A cluster rule (--scope cluster): its buckets take the cluster sync's
+ * grants (struct sluice_grant) when the walk charges them; the fast path
+ * leaves them to the walk, so that a local rule pays nothing for grants. */
+#define SLUICE_RULE_CLUSTER      0x10
 
 enum sluice_unit {
 	SLUICE_UNIT_PACKETS = 0,
@@ -573,7 +578,8 @@ SLUICE_ASSERT_SIZE(struct sluice_source_counters, 32);
  * for the buckets, window indices counted in windows since boot. */
 union sluice_algo_state {
 	struct {
-		__u64 off;    /* theoretical arrival time = the bucket's word - off */
+		__u64 off;     /* theoretical arrival time = the bucket's word - off */
+		__u64 granted; /* the last cluster grant taken: generation << 48 | its seq (struct sluice_grant) */
 	} gcra;
 	struct {
 		__u64 tokens; /* in ticks of credit, up to the capacity */
@@ -799,6 +805,65 @@ SLUICE_ASSERT_SIZE(struct sluice_pending_drops, 120);
  * every CPU's owed passes to the bucket the slot names, as they add pending
  * drops. Holds passes when packets is not 0.
  */
+/*
+ * The cluster sync's grants (SLUICE_MAP_GRANTS, an LRU hash of
+ * SLUICE_GRANTS_MAX entries): how far to move the arrival time of a GCRA-form
+ * bucket of a cluster rule, from its local share towards the share the store
+ * grants this host. The sync writes them; the program applies them to its own
+ * bucket, so that the bucket's words keep one writer (the program).
+ *
+ * An entry names its bucket by key: the set table's key (`want`, which holds
+ * the bucket id; for IPv4 the address too), the table, and the IPv6 address
+ * (zero for IPv4). Its value names the way the bucket was in when the sync
+ * read it (`name`, sluice_way_name: set, way, table, generation) and carries
+ * grants `base` + 1 to `seq` (numbers of the sync's steps for that bucket),
+ * together `ticks` (positive: earlier, credit; negative: later, refill
+ * withheld).
+ *
+ * Taken once. The bucket records the last grant it took in its state
+ * (algo.gcra.granted: generation << 48 | seq; a record of another generation
+ * reads as 0). When the walk charges a cluster rule's bucket, it takes the
+ * entry if `name` is its way's and `base` its record: a compare-and-swap of
+ * the record from base to seq (so one CPU takes it), then the offset is moved
+ * (credit stops at a full bucket). An entry whose base is not the record (the
+ * bucket took a later one since the sync read it) waits for the sync's next
+ * write, which is based on the record it reads then; the sync keeps every
+ * step's grant until a record shows it taken. A bucket evicted and made again
+ * has a new generation: grants named for the old one are never taken (they
+ * went with it), and the sync starts the new bucket's from 0. An entry the
+ * LRU evicts is written again at the sync's next step, with nothing lost.
+ */
+#define SLUICE_GRANTS_MAX   65536
+#define SLUICE_GRANT_SEQ_MASK ((1ULL << 48) - 1)
+
+struct sluice_grant_key {
+	__u64 want;              /* the bucket's key in its set table */
+	struct sluice_addr6 addr; /* IPv6: the bucket's (masked) address; IPv4: 0 */
+	__u32 table;             /* enum sluice_table */
+	__u32 pad;
+};
+SLUICE_ASSERT_SIZE(struct sluice_grant_key, 32);
+
+struct sluice_grant {
+	__u64 name;  /* sluice_way_name of the bucket's way when the sync read it */
+	__u64 base;  /* the record the grant follows (its seq; 0: none taken) */
+	__u64 seq;   /* the last grant it carries */
+	__s64 ticks; /* grants base + 1 .. seq, summed */
+};
+SLUICE_ASSERT_SIZE(struct sluice_grant, 32);
+
+/* A way as an owed slot and a grant name it: set, way, table, generation. */
+static inline __u64 sluice_way_name(__u32 set, __u32 way, __u32 table, __u16 gen)
+{
+	return (__u64)set | ((__u64)(way & 0xff) << 32) | ((__u64)(table & 0xff) << 40) | ((__u64)gen << 48);
+}
+
+/* The seq of the last grant a bucket of generation `gen` took, from its record. */
+static inline __u64 sluice_grant_taken(__u64 record, __u16 gen)
+{
+	return (__u16)(record >> 48) == gen ? record & SLUICE_GRANT_SEQ_MASK : 0;
+}
+
 #define SLUICE_OWED_MAX 32
 /* A CPU that finds another's write keeps owing for this long after. */
 #define SLUICE_OWED_SHARED_NS 1000000ULL

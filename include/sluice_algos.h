@@ -25,6 +25,7 @@
 
 #include <linux/types.h>
 #include "sluice_abi.h"
+#include "sluice_atomic.h"
 
 #define SLUICE_TICK_SHIFT 6 /* ticks per nanosecond = 2^6 */
 
@@ -218,6 +219,9 @@ static inline int sluice_sliding_admit(__u64 *window, __u64 *cur, __u64 *prev, _
  * than `limit` passes in any window of window_ns. Only passes are logged, so a
  * client that backs off recovers one window after its last pass. A clock
  * behind the newest entry is logged as the newest time (no credit gained).
+ * The program runs it under the log's sequence lock while other CPUs copy
+ * the ring optimistically: each word is read and written once, relaxed
+ * (sluice_atomic.h), never torn.
  */
 #ifdef __bpf__
 /* Six arguments: more than a BPF call can pass, so never a call there. */
@@ -226,21 +230,23 @@ __attribute__((always_inline))
 static inline int sluice_log_admit(__u64 *ring, __u32 *head, __u64 now_ns, __u64 window_ns,
 				   __u32 limit, __u64 cost)
 {
-	__u32 h = *head < limit ? *head : 0;
-	__u32 newest = (h ? h : limit) - 1;
-	__u32 last = h + (__u32)cost - 1, i;
-	__u64 stamp = now_ns, oldest;
+	__u32 h = sluice_load_relaxed(head), newest, last, i;
+	__u64 stamp = now_ns, oldest, newest_t;
 
+	h = h < limit ? h : 0;
+	newest = (h ? h : limit) - 1;
+	last = h + (__u32)cost - 1;
 	if (cost == 0 || cost > limit)
 		return 0;
 	if (last >= limit)
 		last -= limit;
-	oldest = ring[last & (SLUICE_MAX_LOG - 1)];
+	oldest = sluice_load_relaxed(&ring[last & (SLUICE_MAX_LOG - 1)]);
 	if (oldest && (__s64)(now_ns - oldest) < (__s64)window_ns)
 		return 0;
-	if ((__s64)(ring[newest & (SLUICE_MAX_LOG - 1)] - now_ns) > 0)
-		stamp = ring[newest & (SLUICE_MAX_LOG - 1)];
-	ring[h & (SLUICE_MAX_LOG - 1)] = stamp;
+	newest_t = sluice_load_relaxed(&ring[newest & (SLUICE_MAX_LOG - 1)]);
+	if ((__s64)(newest_t - now_ns) > 0)
+		stamp = newest_t;
+	sluice_store_relaxed(&ring[h & (SLUICE_MAX_LOG - 1)], stamp);
 	if (cost > 1) {
 		/* A loop with one exit and no branch in it: a verifier walks
 		 * each pass once. h < limit and i < cost <= limit: the modulo
@@ -249,12 +255,12 @@ static inline int sluice_log_admit(__u64 *ring, __u32 *head, __u64 now_ns, __u64
 #pragma clang loop unroll(disable)
 #endif
 		for (i = 1; i < SLUICE_MAX_LOG && i < cost; i++)
-			ring[((h + i) % limit) & (SLUICE_MAX_LOG - 1)] = stamp;
+			sluice_store_relaxed(&ring[((h + i) % limit) & (SLUICE_MAX_LOG - 1)], stamp);
 	}
 	h += (__u32)cost;
 	if (h >= limit)
 		h -= limit;
-	*head = h;
+	sluice_store_relaxed(head, h);
 	return 1;
 }
 

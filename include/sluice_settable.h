@@ -25,7 +25,7 @@
  * the generation instead, as they are added to, not replaced.
  *
  * Memory ordering. Every access to a shared word goes through the accessors
- * below, each named for the ordering it needs:
+ * of sluice_atomic.h, each named for the ordering it needs:
  *
  *   word            written by                      read by
  *   key[w]          claim, release: CAS (full);     lookups: acquire (gates the
@@ -46,10 +46,11 @@
  *   counters        chargers: CAS/fetch-add (full); readers: relaxed (the tag
  *                   the claimer: relaxed; reset:    says which bucket's)
  *                   CAS (full) while the tag is its
- *   gcra.off        the claimer: relaxed; the       chargers: relaxed, checked
- *                   cluster sync's shift_arrival:   by the word's re-read (a
- *                   CAS (full) from the value read  second writer until its
- *                   while the way held the bucket   grants go to a map)
+ *   gcra.off        the claimer: relaxed; a         chargers: relaxed, checked
+ *                   charger taking a cluster grant  by the word's re-read
+ *                   (bpf/lib/grants.h): CAS (full)
+ *   gcra.granted    the claimer; a grant's taker:   the taker, the cluster sync:
+ *                   CAS (full)                      relaxed
  *
  * The writer's rule of a sequence lock holds for both the claim and a lock
  * holder: a compare-and-swap (full) takes the way or the lock, then a release
@@ -81,88 +82,8 @@
 #include <linux/types.h>
 #include "sluice_abi.h"
 #include "sluice_algos.h"
+#include "sluice_atomic.h"
 
-#if defined(__bpf__)
-
-#define sluice_compiler_barrier() __asm__ __volatile__("" ::: "memory")
-#define sluice_load_relaxed(p) (*(volatile __typeof__(*(p)) *)(p))
-#define sluice_load_acquire(p)                                                  \
-	({                                                                      \
-		__typeof__(*(p)) sluice_v_ = *(volatile __typeof__(*(p)) *)(p); \
-		sluice_compiler_barrier();                                      \
-		sluice_v_;                                                      \
-	})
-#define sluice_store_relaxed(p, v) (*(volatile __typeof__(*(p)) *)(p) = (v))
-#define sluice_store_release(p, v)                             \
-	do {                                                   \
-		sluice_compiler_barrier();                     \
-		*(volatile __typeof__(*(p)) *)(p) = (v);       \
-	} while (0)
-#define sluice_fence_acquire() sluice_compiler_barrier()
-#define sluice_fence_release() sluice_compiler_barrier()
-/* Read-modify-writes, each a full barrier: the old value. */
-#define sluice_cas(p, old, new) __sync_val_compare_and_swap((p), (old), (new))
-#define sluice_xchg(p, v) __sync_lock_test_and_set((p), (v))
-#define sluice_fetch_add(p, v) __sync_fetch_and_add((p), (v))
-
-#else /* user space */
-
-#if !defined(__x86_64__)
-#error "sluice_settable.h: the set tables' memory ordering is checked on x86-64 only (the XDP program's side relies on the x86-64 JIT and TSO; see the comment at the top of this header)"
-#endif
-
-#ifdef __cplusplus
-template <class T> static inline T sluice_load_relaxed(const T *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
-template <class T> static inline T sluice_load_acquire(const T *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
-template <class T, class V> static inline void sluice_store_relaxed(T *p, V v)
-{
-	__atomic_store_n(p, static_cast<T>(v), __ATOMIC_RELAXED);
-}
-template <class T, class V> static inline void sluice_store_release(T *p, V v)
-{
-	__atomic_store_n(p, static_cast<T>(v), __ATOMIC_RELEASE);
-}
-template <class T, class V, class W> static inline T sluice_cas(T *p, V old, W want)
-{
-	T expected = static_cast<T>(old);
-
-	__atomic_compare_exchange_n(p, &expected, static_cast<T>(want), false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-	return expected;
-}
-template <class T, class V> static inline T sluice_xchg(T *p, V v)
-{
-	return __atomic_exchange_n(p, static_cast<T>(v), __ATOMIC_SEQ_CST);
-}
-template <class T, class V> static inline T sluice_fetch_add(T *p, V v)
-{
-	return __atomic_fetch_add(p, static_cast<T>(v), __ATOMIC_SEQ_CST);
-}
-#else
-#define sluice_load_relaxed(p) __atomic_load_n((p), __ATOMIC_RELAXED)
-#define sluice_load_acquire(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
-#define sluice_store_relaxed(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
-#define sluice_store_release(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
-#define sluice_cas(p, old, new)                                                                   \
-	({                                                                                        \
-		__typeof__(*(p)) sluice_o_ = (old);                                               \
-		__atomic_compare_exchange_n((p), &sluice_o_, (new), 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); \
-		sluice_o_;                                                                        \
-	})
-#define sluice_xchg(p, v) __atomic_exchange_n((p), (v), __ATOMIC_SEQ_CST)
-#define sluice_fetch_add(p, v) __atomic_fetch_add((p), (v), __ATOMIC_SEQ_CST)
-#endif
-#define sluice_fence_acquire() __atomic_thread_fence(__ATOMIC_ACQUIRE)
-#define sluice_fence_release() __atomic_thread_fence(__ATOMIC_RELEASE)
-
-#endif
-
-/*
- * The program's direct reads and writes of shared words, from before the
- * accessors: relaxed (volatile) accesses. New code names its ordering with
- * the accessors above instead.
- */
-#define SLUICE_READ_ONCE(x) (*(volatile __typeof__(x) *)&(x))
-#define SLUICE_WRITE_ONCE(x, v) (*(volatile __typeof__(x) *)&(x) = (v))
 
 /* Copies n 64-bit words of a bucket that other CPUs may read or write at the
  * same time, one relaxed access each (never a memcpy, which may tear a word). */
@@ -418,8 +339,11 @@ static inline void sluice_word_unlock(__u64 *word, __u64 s)
 
 /* Adds `delta` to a counter word if it still carries `tag` (its bucket's
  * generation): 1 if it landed, 0 if the bucket was evicted (its counts went
- * with it) or `tries` compare-and-swaps all lost a race. */
-static inline int sluice_cnt_add(__u64 *c, __u64 tag, __u64 delta, const int tries)
+ * with it) or `tries` compare-and-swaps all lost a race. With `fallback`
+ * (a constant), a race lost that often ends in a fetch-and-add instead,
+ * taken back if the word turns out to carry another tag (it landed on a
+ * successor): 0 then. */
+static inline int sluice_cnt_add(__u64 *c, __u64 tag, __u64 delta, const int tries, const int fallback)
 {
 	__u64 v = sluice_load_relaxed(c), old;
 	int i;
@@ -432,6 +356,12 @@ static inline int sluice_cnt_add(__u64 *c, __u64 tag, __u64 delta, const int tri
 			return 1;
 		v = old;
 	}
+	if (!fallback)
+		return 0;
+	old = sluice_fetch_add(c, delta);
+	if ((old & ~SLUICE_CNT_VALUE_MASK) == tag)
+		return 1;
+	sluice_fetch_add(c, -delta);
 	return 0;
 }
 

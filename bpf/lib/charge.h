@@ -8,6 +8,7 @@
 #define SLUICE_LIB_CHARGE_H
 
 #include "lib/algos/gcra.h"
+#include "lib/grants.h"
 #include "lib/sources.h"
 
 /* A multi-word algorithm's IPv4 bucket: charged, then its way ranked. */
@@ -102,8 +103,12 @@ static __always_inline int charge_v4_attempt(struct charge_req *req, struct slui
 			res = sluice_insert_v4(rule, req);
 		return res;
 	}
-	if (tries < SLUICE_CAS_RETRIES || sluice_gcra_form(rule))
+	if (tries < SLUICE_CAS_RETRIES || sluice_gcra_form(rule)) {
+		/* The walk (a constant: the fast path leaves cluster rules to it). */
+		if (tries >= SLUICE_CAS_RETRIES && (rule->flags & SLUICE_RULE_CLUSTER))
+			sluice_take_grant(req);
 		return charge_gcra(&set->way[w], &set->tag, w, NULL, rule, req, tries, 1);
+	}
 	return charge_found_locked(&set->way[w], &set->tag, w, rule, req);
 }
 
@@ -174,6 +179,8 @@ __noinline int sluice_charge_v6(const struct sluice_rule *rule, struct charge_re
 		return w;
 	if (!sluice_gcra_form(rule))
 		return LOOKUP_LOCKED;
+	if (rule->flags & SLUICE_RULE_CLUSTER)
+		sluice_take_grant(req); /* the walk: the fast path leaves cluster rules to it */
 	set = found;
 	res = charge_gcra(&set->way[w], &set->tag, w, &set->addr[w], rule, req, SLUICE_CAS_RETRIES, 0);
 	return res < 0 ? LOOKUP_RETRY : res; /* -1: evicted under us */

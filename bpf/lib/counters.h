@@ -8,6 +8,7 @@
 #define SLUICE_LIB_COUNTERS_H
 
 #include "lib/maps.h"
+#include "sluice_settable.h"
 
 static __always_inline void count_global(__u32 idx, __u64 bytes)
 {
@@ -26,24 +27,10 @@ static __always_inline struct sluice_rule_counters *rule_counters(__u32 slot)
 
 /* Adds to a counter word if it still carries `tag`: the bucket it was read
  * for. `tries` (a constant) compare-and-swaps, then an add taken back if it
- * landed on a successor. */
+ * landed on a successor (sluice_cnt_add). */
 static __always_inline void count_add(__u64 *c, __u64 tag, __u64 delta, const int tries)
 {
-	__u64 v = SLUICE_READ_ONCE(*c), old;
-	int i;
-
-	for (i = 0; i < tries; i++) {
-		if ((v & ~SLUICE_CNT_VALUE_MASK) != tag)
-			return; /* the bucket was evicted: its counts went with it */
-		old = __sync_val_compare_and_swap(c, v, v + delta);
-		if (old == v)
-			return;
-		v = old;
-	}
-	/* Still contended: add, and take it back if it landed on a successor. */
-	old = __sync_fetch_and_add(c, delta);
-	if ((old & ~SLUICE_CNT_VALUE_MASK) != tag)
-		__sync_fetch_and_add(c, -delta);
+	sluice_cnt_add(c, tag, delta, tries, 1);
 }
 
 #endif /* SLUICE_LIB_COUNTERS_H */

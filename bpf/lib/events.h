@@ -39,7 +39,7 @@ static __always_inline void emit_event(const struct sluice_throttle_key *key, __
 static int throttle_timer(void *map, struct sluice_throttle_key *key, struct sluice_throttle *t)
 {
 	__u64 now = bpf_ktime_get_ns(), next = SLUICE_EVENT_INTERVAL_NS;
-	__u64 quiet = now - SLUICE_READ_ONCE(t->last_drop_ns), since_event = now - t->last_event_ns;
+	__u64 quiet = now - sluice_load_relaxed(&t->last_drop_ns), since_event = now - t->last_event_ns;
 
 	if (t->reported) {
 		if ((__s64)quiet >= (__s64)SLUICE_EVENT_INTERVAL_NS) {
@@ -99,7 +99,7 @@ __noinline int sluice_note_drop(struct charge_req *req)
 	now = bpf_ktime_get_ns();
 	t = bpf_map_lookup_elem(&SLUICE_MAP_THROTTLED, key);
 	if (t) {
-		SLUICE_WRITE_ONCE(t->last_drop_ns, now);
+		sluice_store_relaxed(&t->last_drop_ns, now);
 		return 0;
 	}
 	__builtin_memset(req->tzero, 0, sizeof(req->tzero));

@@ -12,7 +12,8 @@
  * The common case, decided without the walk: a packet that is not a
  * fragment, not encapsulated and shows its protocol and port, whose source's
  * first match list begins with a terminal rule that matches it: an allow, a
- * deny, or a GCRA-form limit, its bucket charged or made at one attempt,
+ * deny, or a GCRA-form limit of local scope (a cluster rule's grants are
+ * taken by the walk: grants.h), its bucket charged or made at one attempt,
  * made from the same live sets in registers: no walk state, one rule lookup,
  * one attempt at the bucket, and, for an IPv4 bucket that exists, no call of
  * a function of the program's own (each costs about 12 ns on the test VM,
@@ -70,7 +71,8 @@ static __always_inline __u32 decide_fast_family(struct xdp_md *ctx, struct packe
 	slot = list->slots[0];
 	index = sluice_rule_index(slot, set);
 	rule = bpf_map_lookup_elem(&SLUICE_MAP_RULES, &index);
-	if (!rule || !rule->id || (rule->flags & SLUICE_RULE_CONTINUE) || rule_matches(rule, pkt) != MATCH_YES ||
+	if (!rule || !rule->id || (rule->flags & (SLUICE_RULE_CONTINUE | SLUICE_RULE_CLUSTER)) ||
+	    rule_matches(rule, pkt) != MATCH_YES ||
 	    (rule->action == SLUICE_ACTION_LIMIT && !sluice_gcra_form(rule)))
 		return VERDICT_WALK;
 	verdict = apply_rule(ctx, pkt, rule, slot, 1);

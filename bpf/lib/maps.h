@@ -138,6 +138,15 @@ struct {
 	__type(value, struct sluice_owed);
 } SLUICE_MAP_OWED SEC(".maps");
 
+/* The cluster sync's grants to cluster rules' buckets (struct sluice_grant),
+ * applied by the program when the walk charges the bucket (grants.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, SLUICE_GRANTS_MAX);
+	__type(key, struct sluice_grant_key);
+	__type(value, struct sluice_grant);
+} SLUICE_MAP_GRANTS SEC(".maps");
+
 /* A new source bucket is built here before it is installed (see sluice_insert_v4). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

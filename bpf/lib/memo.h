@@ -43,7 +43,9 @@
  * of the bucket's word (a pass on any CPU, an eviction, a new bucket in the
  * way); the pending slot naming another bucket (a drop of another source
  * that hashes to it), or its note growing stale; another drop remembered in
- * the slot. The walk-only build (SLUICE_WALK_ONLY) has no memo.
+ * the slot. The walk-only build (SLUICE_WALK_ONLY) has no memo. A cluster
+ * rule's drop is never remembered (the fast path leaves those rules to the
+ * walk): a grant waiting for its bucket (grants.h) moves no word it checks.
  */
 
 /* A packet's port, family and protocol as one word (struct packet_info keeps
@@ -156,12 +158,13 @@ static __always_inline int memo_bucket_held(const struct sluice_pending_drops *p
 	const struct sluice_drop_memo *m = &p->memo;
 	__u64 off;
 
-	if (!st || !t || SLUICE_READ_ONCE(st->word) != m->word)
+	if (!st || !t || sluice_load_acquire(&st->word) != m->word)
 		return 0;
-	off = SLUICE_READ_ONCE(st->algo.gcra.off);
-	if (SLUICE_READ_ONCE(t->key[SLUICE_WAY(p->way)]) != m->want)
+	off = sluice_load_relaxed(&st->algo.gcra.off);
+	if (sluice_load_acquire(&t->key[SLUICE_WAY(p->way)]) != m->want)
 		return 0;
-	return off == m->off && SLUICE_READ_ONCE(st->word) == m->word;
+	sluice_fence_acquire();
+	return off == m->off && sluice_load_acquire(&st->word) == m->word;
 }
 
 /* The drop the memo holds for `pkt` (a packet decide_fast may decide),

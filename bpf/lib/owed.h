@@ -69,12 +69,13 @@ __noinline int sluice_flush_owed(struct sluice_owed *o, __u64 now_t)
 	}
 	if (!t || !st)
 		goto gone;
-	w = SLUICE_READ_ONCE(st->word);
+	w = sluice_load_acquire(&st->word);
 	for (i = 0; i < SLUICE_CAS_RETRIES; i++) {
-		off = SLUICE_READ_ONCE(st->algo.gcra.off);
-		if (SLUICE_READ_ONCE(t->gen[way]) != gen || SLUICE_READ_ONCE(t->key[way]) != o->want)
+		off = sluice_load_relaxed(&st->algo.gcra.off);
+		if (sluice_load_acquire(&t->gen[way]) != gen || sluice_load_acquire(&t->key[way]) != o->want)
 			goto gone; /* evicted: its charges and counts went with it */
-		old = SLUICE_READ_ONCE(st->word);
+		sluice_fence_acquire();
+		old = sluice_load_acquire(&st->word);
 		if (old != w) {
 			w = old;
 			continue;
@@ -82,7 +83,7 @@ __noinline int sluice_flush_owed(struct sluice_owed *o, __u64 now_t)
 		if (o->packets) {
 			want = sluice_owed_settled_word(o, w, off, now_t, &doubt);
 			if (want != w) {
-				old = __sync_val_compare_and_swap(&st->word, w, want);
+				old = sluice_cas(&st->word, w, want);
 				if (old != w) {
 					w = old;
 					continue;
@@ -174,7 +175,7 @@ static __always_inline void owe_pass(struct sluice_owed *o, __u64 w, __u64 tat, 
 static __always_inline __u64 owed_pay_word(struct sluice_owed *o, struct sluice_source_state *st, __u16 gen,
 					   __u64 w, __u64 paid)
 {
-	__u64 old = __sync_val_compare_and_swap(&st->word, w, paid);
+	__u64 old = sluice_cas(&st->word, w, paid);
 
 	if (old == w) {
 		old = paid;
@@ -191,7 +192,7 @@ static __always_inline __u64 owed_pay_word(struct sluice_owed *o, struct sluice_
 static __always_inline __u64 owed_write_pass(struct sluice_owed *o, struct sluice_source_state *st, __u16 gen,
 					     __u64 w, __u64 written, __u64 tat, __u64 now_t)
 {
-	__u64 old = __sync_val_compare_and_swap(&st->word, w, written), doubt;
+	__u64 old = sluice_cas(&st->word, w, written), doubt;
 
 	if (old == w) {
 		doubt = o->packets ? 0 : o->ticks;
@@ -230,13 +231,14 @@ __noinline int sluice_charge_owed(struct sluice_source_state *st, struct sluice_
 	if (!o)
 		return -1;
 	now_t = sluice_ns_to_ticks(req->now);
-	w = SLUICE_READ_ONCE(st->word);
+	w = sluice_load_acquire(&st->word);
 	for (i = 0; i < SLUICE_CAS_RETRIES; i++) {
-		off = SLUICE_READ_ONCE(st->algo.gcra.off);
-		if (SLUICE_READ_ONCE(t->gen[SLUICE_WAY(req->way)]) != (__u16)req->count_gen ||
-		    SLUICE_READ_ONCE(t->key[SLUICE_WAY(req->way)]) != req->want)
+		off = sluice_load_relaxed(&st->algo.gcra.off);
+		if (sluice_load_acquire(&t->gen[SLUICE_WAY(req->way)]) != (__u16)req->count_gen ||
+		    sluice_load_acquire(&t->key[SLUICE_WAY(req->way)]) != req->want)
 			return -1;
-		old = SLUICE_READ_ONCE(st->word);
+		sluice_fence_acquire();
+		old = sluice_load_acquire(&st->word);
 		if (old != w) {
 			w = old;
 			continue;
@@ -246,7 +248,7 @@ __noinline int sluice_charge_owed(struct sluice_source_state *st, struct sluice_
 			/* Another write landed on the account: settle what is certain. */
 			eff = sluice_owed_settled_word(o, w, off, now_t, &doubt);
 			if (eff != w) {
-				old = __sync_val_compare_and_swap(&st->word, w, eff);
+				old = sluice_cas(&st->word, w, eff);
 				if (old != w) {
 					w = old;
 					continue;

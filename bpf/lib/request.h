@@ -95,10 +95,12 @@ struct charge_req {
 		__u64 written;
 	};
 	/* Scratch: the way a lookup that missed chose for a new bucket
-	 * (`victim`); sluice_note_drop's key and a new entry's bytes; and
-	 * sluice_count_drop's arguments, kept here across its calls. */
+	 * (`victim`); sluice_note_drop's key and a new entry's bytes;
+	 * sluice_count_drop's arguments, kept here across its calls; and
+	 * sluice_take_grant's key (off its frame: it is a fourth call deep). */
 	struct {
 		struct victim victim;
+		struct sluice_grant_key grant_key;
 		struct sluice_throttle_key tkey;
 		__u8 tzero[sizeof(struct sluice_throttle)];
 		__u32 count_gen;
@@ -109,14 +111,17 @@ struct charge_req {
 /*
  * Whether the way a charger found its bucket in (its key and, for IPv6, its
  * address) holds another bucket now: re-checked before every write, so a
- * charge lands only on the bucket of the key looked up.
+ * charge lands only on the bucket of the key looked up. Relaxed loads: each
+ * check is followed by the word's re-read (which vouches for what was read
+ * with it) or made under a lock or after a compare-and-swap (full barriers).
  */
 static __always_inline int owner_gone(const __u64 *key, const struct sluice_addr6 *addr,
 				      const struct charge_req *req)
 {
-	if (SLUICE_READ_ONCE(*key) != req->want)
+	if (sluice_load_relaxed(key) != req->want)
 		return 1;
-	return addr && (SLUICE_READ_ONCE(addr->hi) != req->addr.hi || SLUICE_READ_ONCE(addr->lo) != req->addr.lo);
+	return addr && (sluice_load_relaxed(&addr->hi) != req->addr.hi ||
+			sluice_load_relaxed(&addr->lo) != req->addr.lo);
 }
 
 /* A GCRA-form drop decided on the bucket's word `w`, offset `off` and

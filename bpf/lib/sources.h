@@ -45,7 +45,7 @@ __noinline int sluice_race_reads(const __u64 *key)
 	for (i = 0; i < 1024; i++) { /* the verifier walks each iteration: keep it short */
 		if (i >= *reads)
 			break;
-		SLUICE_READ_ONCE(*key);
+		sluice_load_relaxed(key);
 	}
 	return 0;
 }
@@ -90,13 +90,19 @@ static __always_inline int scan_set(const struct sluice_set_tags *t, const struc
 
 #pragma unroll
 	for (w = 0; w < SLUICE_SET_WAYS; w++) {
-		__u64 k = SLUICE_READ_ONCE(t->key[w]);
+		__u64 k = sluice_load_relaxed(&t->key[w]);
 
-		if (k == req->want && (!addrs || (SLUICE_READ_ONCE(addrs[w].hi) == req->addr.hi &&
-						  SLUICE_READ_ONCE(addrs[w].lo) == req->addr.lo)))
+		if (k != req->want) {
+			if (k == SLUICE_KEY_BUSY)
+				*busy = w + 1;
+			continue;
+		}
+		/* The key's acquire, paid at the match only: the address
+		 * line and the bucket are read after it. */
+		sluice_fence_acquire();
+		if (!addrs || (sluice_load_relaxed(&addrs[w].hi) == req->addr.hi &&
+			       sluice_load_relaxed(&addrs[w].lo) == req->addr.lo))
 			return w;
-		if (k == SLUICE_KEY_BUSY)
-			*busy = w + 1;
 	}
 	return -1;
 }
@@ -112,7 +118,7 @@ __noinline int sluice_wait_published(const struct sluice_set_tags *t, int w)
 		return 0; /* the verifier: arguments of a global function may be NULL */
 	w = SLUICE_WAY(w);
 	for (i = 0; i < SLUICE_LOCK_RETRIES; i++) {
-		if (SLUICE_READ_ONCE(t->key[w]) != SLUICE_KEY_BUSY)
+		if (sluice_load_relaxed(&t->key[w]) != SLUICE_KEY_BUSY) /* the caller looks again */
 			return 1;
 	}
 	return 0;
@@ -126,7 +132,7 @@ static __always_inline void consider_set(const struct sluice_set_tags *t, int ba
 
 #pragma unroll
 	for (w = 0; w < SLUICE_SET_WAYS; w++) {
-		__u64 k = SLUICE_READ_ONCE(t->key[w]);
+		__u64 k = sluice_load_relaxed(&t->key[w]); /* the claim's compare-and-swap checks it */
 		__s32 rank;
 
 		if (k == SLUICE_KEY_BUSY || (v->found && v->key == SLUICE_KEY_EMPTY))
@@ -136,7 +142,7 @@ static __always_inline void consider_set(const struct sluice_set_tags *t, int ba
 			v->found = 1;
 			v->key = k;
 			v->rank = rank;
-			v->keep = SLUICE_READ_ONCE(t->keep[w]);
+			v->keep = sluice_load_relaxed(&t->keep[w]);
 			v->way = base + w;
 		}
 	}
@@ -359,7 +365,7 @@ static __always_inline int insert_bucket(const struct sluice_rule *rule, struct 
 		return LOOKUP_RETRY;
 	addrs = set_addrs(set, kind);
 	if (addrs)
-		addrs[w] = req->addr;
+		sluice_way_set_addr(addrs, w, &req->addr);
 	if (TABLE_IS_LOG(kind))
 		res = install_log(t, log_way(set, kind, w), w, frozen, rule, req);
 	else

@@ -37,6 +37,7 @@
 #include <sstream>
 #include <thread>
 
+#include "grants.h"
 #include "bench_timing.h"
 #include "child.h"
 #include "datapath.h"
@@ -680,7 +681,7 @@ void part_dataplane(const Options &o)
 		  << "set by an edit that keeps its bucket, so that local and cluster runs share the program, its "
 		  << "maps and the bucket: only the scope differs. \"local again\" is a second local run in the "
 		  << "same round, the difference two identical runs show; \"cluster, shifted\" has the bucket's "
-		  << "arrival time moved every 5 ms from another CPU meanwhile, as the agent moves it (by a "
+		  << "arrival time granted every 5 ms from another CPU meanwhile, as the agent grants it (by a "
 		  << "grant three times the local share). " << o.rounds << " rounds, the four runs in a rotating "
 		  << "order. Per packet, in ns (the kernel reports whole ns per run): the median of the runs "
 		  << "(min-max), its differences the median of each round's difference; and the minimum, the "
@@ -702,6 +703,7 @@ void part_dataplane(const Options &o)
 	std::atomic<Verdict *> shifting{nullptr};
 	std::atomic<uint64_t> shifts{0};
 	std::vector<std::unique_ptr<SourceTable4>> tables;
+	GrantLedger ledgers[2];
 	for (auto &v : verdicts)
 		tables.push_back(std::make_unique<SourceTable4>(v->maps.src4.get()));
 	std::thread shifter([&] {
@@ -717,10 +719,15 @@ void part_dataplane(const Options &o)
 		while (!stop) {
 			Verdict *v = shifting;
 			if (v) {
-				uint64_t now = sluice_ns_to_ticks(monotonic_ns(CLOCK_MONOTONIC_COARSE));
-				SourceTable4 &t = *tables[v == verdicts[0].get() ? 0 : 1];
-				if (t.shift_arrival(v->bucket_id, reinterpret_cast<uint8_t *>(&a), v->seed, ticks, now))
+				size_t which = v == verdicts[0].get() ? 0 : 1;
+				SourceTable4 &t = *tables[which];
+				// A grant in the grants map, as the agent writes it; the
+				// program applies it at the bucket's next charge.
+				if (auto p = t.grant_place(v->bucket_id, reinterpret_cast<uint8_t *>(&a), v->seed)) {
+					write_grants(v->maps.grants.get(), {p->key},
+						     {ledgers[which].grant(p->name, p->taken, ticks)});
 					shifts++;
+				}
 			}
 			std::this_thread::sleep_for(milliseconds(5));
 		}

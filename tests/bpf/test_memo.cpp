@@ -171,9 +171,10 @@ TEST_F(DropMemo, TwoEditsInPlaceAtOneReadingDecideAtOnce)
 	EXPECT_TRUE(send("10.0.0.1")) << "a burst of 10 admits the second packet";
 }
 
-// Credit the cluster sync gives a bucket (its offset moves) reaches the
-// bucket's next packet, at the same reading.
-TEST_F(DropMemo, CreditToTheBucketReachesItsNextPacket)
+// A released bucket (made again, full, by the controller as the claimer of
+// its way: `sluice release`) reaches its next packet, at the same reading:
+// its word moved.
+TEST_F(DropMemo, AReleasedBucketReachesItsNextPacket)
 {
 	InstalledRule r = add("limit", "1/min", 1);
 	EXPECT_TRUE(send("10.0.0.1"));
@@ -184,10 +185,11 @@ TEST_F(DropMemo, CreditToTheBucketReachesItsNextPacket)
 	ASSERT_EQ(bpf_map_lookup_elem(kernel_->maps().config.get(), &zero, &cfg), 0);
 	uint8_t addr[16] = {};
 	ASSERT_EQ(inet_pton(AF_INET, "10.0.0.1", addr), 1);
+	struct sluice_rule dp = {};
+	dp.algo = SLUICE_ALGO_GCRA;
 	ASSERT_TRUE(SourceTable4(kernel_->maps().src4.get())
-			    .shift_arrival(r.bucket_id ? r.bucket_id : r.id, addr, cfg.hash_seed, 60 * int64_t(SEC_TICKS),
-					   sluice_ns_to_ticks(T)));
-	EXPECT_TRUE(send("10.0.0.1")) << "a packet's worth of credit";
+			    .refill(r.bucket_id ? r.bucket_id : r.id, addr, cfg.hash_seed, dp, sluice_ns_to_ticks(T)));
+	EXPECT_TRUE(send("10.0.0.1")) << "full again";
 	EXPECT_FALSE(send("10.0.0.1"));
 }
 

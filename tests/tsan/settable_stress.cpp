@@ -3,7 +3,7 @@
 // threads play the XDP program (look up, charge, choose a victim, claim,
 // freeze, install, publish) on in-memory IPv4 and IPv6 source tables while
 // others play the controller through SetTable (scan, find, reset, refill,
-// shift, purge, insert, place). Any TSan report ends the run (halt_on_error);
+// read a grant's place, purge, insert, place). Any TSan report ends the run (halt_on_error);
 // at every step and at the end the protocol's promises are checked:
 //  - no torn key: a key read is empty, busy, or one of the keys made, in one
 //    of its two sets; an IPv6 way's address line hashes to its key;
@@ -16,7 +16,10 @@
 //    counter words carry one generation's tag; a way's word only grows;
 //  - counts conserved: every count a charger added (and saw land on its
 //    bucket) is in its bucket's counters, exactly, unless a reset zeroed it
-//    (checked at checkpoints, every 100 ms, with every thread stopped).
+//    (checked at checkpoints, every 100 ms, with every thread stopped);
+//  - one writer of the GCRA offset: a published bucket's offset never
+//    changes (only its claimer writes it, before publishing; the cluster
+//    sync's grants are the program's to apply), checked at checkpoints.
 // Usage: settable_stress [SECONDS] (default 60). Prints ops/s per role.
 #include <algorithm>
 #include <atomic>
@@ -111,6 +114,10 @@ struct WayBook {
 	std::atomic<uint64_t> tally{0};
 	std::atomic<uint64_t> taint{0};
 	std::atomic<uint64_t> zeroed{0};
+	/// The generation and offset of the GCRA bucket a program thread made
+	/// last: written by the way's claimer before it publishes (the claim
+	/// makes it the only writer), read at checkpoints.
+	uint64_t made_gen = 0, made_off = 0;
 };
 WayBook g_book[2][kSets * SLUICE_SET_WAYS];
 
@@ -244,7 +251,7 @@ template <class Set> struct DataPlane {
 	void count(Set &s, uint32_t set, int w, uint64_t key, uint16_t g)
 	{
 		int way = int(set) * SLUICE_SET_WAYS + w;
-		if (!sluice_cnt_add(&s.way[w].cnt.passed_packets, sluice_gen_tag(g), 1, 1 << 20))
+		if (!sluice_cnt_add(&s.way[w].cnt.passed_packets, sluice_gen_tag(g), 1, 1 << 20, 0))
 			return; // evicted: its counts went with it
 		// Landed on generation g's bucket if the way still holds it.
 		// Else on g's (gone: its counts went with it), or on a later
@@ -359,6 +366,13 @@ template <class Set> struct DataPlane {
 			init.algo.sliding = {window_of(key), 0, 0};
 		init.cnt.passed_packets = 1;
 		init.cnt.dropped_bytes = idx;
+		if (gcra) {
+			// What sluice_way_install writes: the generation after the
+			// way's, and the offset that puts the arrival time at now.
+			WayBook &book = g_book[Table<Set>::index][uint32_t(best_set) * SLUICE_SET_WAYS + uint32_t(w)];
+			book.made_gen = uint64_t(uint16_t(((sluice_load_relaxed(&s.tag.gen[w]) >> 1) + 1) << 1)) | 1ULL << 32;
+			book.made_off = frozen + 1 - sluice_ns_to_ticks(now);
+		}
 		sluice_way_install(&s.tag, &s.way[w], w, frozen, &init, gcra, now, key);
 		n.inserts++;
 	}
@@ -477,7 +491,8 @@ void controller_reader(unsigned seed, Counts &n)
 	}
 }
 
-// The controller's writers: reset, refill (release), shift, purge (remove), insert and place.
+// The controller's writers: reset, refill (release), purge (remove), insert and
+// place; and the cluster sync's read of a grant's place (it writes no bucket word).
 template <class Set> void write_table(Table<Set> &tb, std::mt19937_64 &rng, Counts &n)
 {
 	uint32_t rule = 1 + uint32_t(rng() % kRules), a = 1 + uint32_t(rng() % kAddrs), first, second;
@@ -498,13 +513,21 @@ template <class Set> void write_table(Table<Set> &tb, std::mt19937_64 &rng, Coun
 		break;
 	case 4: case 5: case 6: case 7:
 		try {
-			tb.table.refill(rule, addr, kSeed, r, sluice_ns_to_ticks(now));
+			if (tb.table.refill(rule, addr, kSeed, r, sluice_ns_to_ticks(now)) && is_gcra(rule)) {
+				// Made again with its counts carried (a new
+				// generation, not one pass): not checked exactly.
+				if (auto g = tb.table.grant_place(rule, addr, kSeed))
+					taint(Table<Set>::index,
+					      int(uint32_t(g->name) * SLUICE_SET_WAYS + ((g->name >> 32) & 0xff)),
+					      uint16_t(g->name >> 48));
+			}
 		} catch (const std::exception &) {
 		}
 		break;
 	case 8: case 9: case 10:
-		if constexpr (std::is_same_v<typename SetTable<Set>::Bucket, struct sluice_source_state>)
-			tb.table.shift_arrival(rule, addr, kSeed, int64_t(rng() % 4000) - 2000, sluice_ns_to_ticks(now));
+		if (auto g = tb.table.grant_place(rule, addr, kSeed))
+			CHECK(g->key.want == key && (g->name >> 48) % 2 == 0,
+			      "IPv%d: a grant's place names another bucket", Table<Set>::family);
 		break;
 	case 11:
 		tb.table.purge(rule);
@@ -544,6 +567,8 @@ void controller_writer(unsigned seed, Counts &n)
 }
 
 // When every thread has stopped: nothing busy, every lock free, every count in its place.
+uint64_t offsets = 0; ///< GCRA offsets checked at checkpoints
+
 template <class Set> void check_quiet(Table<Set> &tb, uint64_t &verified, uint64_t &unverifiable)
 {
 	for (uint32_t s = 0; s < kSets; s++) {
@@ -565,6 +590,11 @@ template <class Set> void check_quiet(Table<Set> &tb, uint64_t &verified, uint64
 			CHECK((b.cnt.passed_packets & ~SLUICE_CNT_VALUE_MASK) == sluice_gen_tag(gen),
 			      "IPv%d set %u way %d: counters tagged for another generation", Table<Set>::family, s, w);
 			WayBook &book = g_book[Table<Set>::index][s * SLUICE_SET_WAYS + w];
+			if (!(gen & 1) && book.made_gen == (uint64_t(gen) | 1ULL << 32)) {
+				offsets++;
+				CHECK(b.algo.gcra.off == book.made_off,
+				      "IPv%d set %u way %d: a published bucket's offset was written", Table<Set>::family, s, w);
+			}
 			uint64_t tally = book.tally.load(), tainted = book.taint.load(), zeroed = book.zeroed.load();
 			uint64_t expect = tally && uint16_t(tally >> 48) == gen ? tally & ((1ULL << 48) - 1) : 1;
 			uint64_t have = sluice_cnt_value(b.cnt.passed_packets);
@@ -639,9 +669,9 @@ int main(int argc, char **argv)
 	std::printf("settable_stress: %.1f s; program: %.0f charges/s, %.0f new buckets/s (%d threads); "
 		    "controller: %.0f reads/s, %.0f writes/s; certificates %" PRIu64 "; %" PRIu64
 		    " checkpoints and the end: %" PRIu64 " buckets' counts checked exactly, %" PRIu64
-		    " not (an add of uncertain destination)\n",
+		    " not (an add of uncertain destination); %" PRIu64 " GCRA offsets as their maker wrote them\n",
 		    took, total.charges / took, total.inserts / took, kPlanes, total.reads / took, total.writes / took,
-		    std::min<uint64_t>(g_next_cert.load() - 1, kCerts - 1), checkpoints, verified, unverifiable);
+		    std::min<uint64_t>(g_next_cert.load() - 1, kCerts - 1), checkpoints, verified, unverifiable, offsets);
 	if (g_failures.load()) {
 		std::fprintf(stderr, "settable_stress: %" PRIu64 " failed checks\n", g_failures.load());
 		return 1;

@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "datapath.h"
+#include "grants.h"
 #include "maps.h"
 #include "net.h"
 #include "rule_table.h"
@@ -95,6 +96,7 @@ struct Tracked {
 	Clock::time_point lease_until{};
 	Clock::time_point last_apply{};
 	double carry = 0; ///< ticks of shift not yet applied (fractions)
+	GrantLedger ledger; ///< the grants written for its bucket (apply thread)
 };
 
 std::string tracked_id(uint32_t bucket_id, int family, const uint8_t *addr)
@@ -729,10 +731,8 @@ void ClusterSync::apply_loop()
 			continue;
 		Tables &t = *st.tables;
 		Clock::time_point now = Clock::now();
-		// Never later than either clock a rule may read (the coarse one
-		// reads no later than the precise one), so that credit up to it
-		// fills a bucket on both.
-		uint64_t now_ticks = sluice_ns_to_ticks(program_coarse_floor_ns());
+		std::vector<struct sluice_grant_key> keys;
+		std::vector<struct sluice_grant> grants;
 		for (auto &[id, b] : st.buckets) {
 			if (b.lease_until <= now || b.local <= 0) {
 				b.last_apply = now; // the lease ran out: the local share holds
@@ -747,11 +747,20 @@ void ClusterSync::apply_loop()
 			b.carry = shift.carry;
 			if (shift.ticks == 0)
 				continue;
-			int64_t ticks = shift.ticks;
-			if (b.family == 4)
-				t.v4.shift_arrival(b.bucket_id, b.addr.data(), t.seed, ticks, now_ticks);
-			else
-				t.v6.shift_arrival(b.bucket_id, b.addr.data(), t.seed, ticks, now_ticks);
+			// A grant in the map, which the program applies to its
+			// bucket at its next charge: the bucket's words have one
+			// writer. No bucket: nothing to move, as before it exists.
+			auto place = b.family == 4 ? t.v4.grant_place(b.bucket_id, b.addr.data(), t.seed)
+						   : t.v6.grant_place(b.bucket_id, b.addr.data(), t.seed);
+			if (!place)
+				continue;
+			keys.push_back(place->key);
+			grants.push_back(b.ledger.grant(place->name, place->taken, shift.ticks));
+		}
+		try {
+			write_grants(t.maps.grants.get(), keys, grants);
+		} catch (const std::exception &e) {
+			agent::log_line(std::string("cluster: ") + e.what());
 		}
 	}
 }

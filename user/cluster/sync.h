@@ -9,8 +9,10 @@
 // local share) and those already synced; each one's demand (passed and
 // dropped) and use (passed) per second go to the share script, one call per
 // rule, and its grant comes back with a lease. Between rounds, every few
-// milliseconds, each synced bucket's arrival time is moved by what the grant
-// adds to or takes from its local rate (SetTable::shift_arrival). A grant
+// milliseconds, what the grant adds to or takes from each synced bucket's
+// local rate goes into the grants map (struct sluice_grant, GrantLedger), and
+// the data plane moves the bucket's arrival time by it when it next charges
+// the bucket: the bucket's words keep one writer, the program. A grant
 // whose lease ran out is no longer applied: the bucket is back at the local
 // share, the fallback. The store's reach and health are reported as
 // "degraded" by the metrics and by `sluice status`.

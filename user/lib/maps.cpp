@@ -57,6 +57,8 @@ const MapRef MAP_REFS[] = {
 	 sizeof(struct sluice_throttle)},
 	{SLUICE_STR(SLUICE_MAP_THEN), &MapSet::then, BPF_MAP_TYPE_PROG_ARRAY, 4, 4},
 	{SLUICE_STR(SLUICE_MAP_OWED), &MapSet::owed, BPF_MAP_TYPE_PERCPU_ARRAY, 4, sizeof(struct sluice_owed)},
+	{SLUICE_STR(SLUICE_MAP_GRANTS), &MapSet::grants, BPF_MAP_TYPE_LRU_HASH, sizeof(struct sluice_grant_key),
+	 sizeof(struct sluice_grant)},
 };
 
 

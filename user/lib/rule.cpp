@@ -364,6 +364,8 @@ struct sluice_rule to_datapath(const InstalledRule &r)
 	dp.dport_lo = s.dport.lo;
 	dp.dport_hi = s.dport.hi;
 	dp.flags = (s.shadow ? SLUICE_RULE_SHADOW : 0) | (s.layered ? SLUICE_RULE_CONTINUE : 0);
+	if (s.scope == Scope::cluster && s.action == Action::limit)
+		dp.flags |= SLUICE_RULE_CLUSTER; // its buckets take the cluster sync's grants
 	dp.strictness = strictness(s);
 	if (s.action != Action::limit)
 		return dp;

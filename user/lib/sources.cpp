@@ -204,6 +204,16 @@ bool SetTable<Set>::holds(const Set &set, int w, uint64_t key, const uint8_t *ad
 	return true;
 }
 
+template <class Set> bool SetTable<Set>::holds_address(const Set &set, int w, const uint8_t *addr) const
+{
+	if constexpr (family == 6) {
+		uint8_t line[16];
+		way_address(set, w, SLUICE_KEY_BUSY, line);
+		return std::memcmp(line, addr, 16) == 0;
+	}
+	return true;
+}
+
 template <class Set>
 std::optional<std::pair<uint32_t, int>> SetTable<Set>::locate(uint32_t rule_id, const uint8_t *addr,
 								uint64_t seed, uint64_t &key) const
@@ -254,46 +264,31 @@ SetTable<Set>::find(uint32_t rule_id, const uint8_t *addr, uint64_t seed,
 }
 
 template <class Set>
-bool SetTable<Set>::shift_arrival(uint32_t rule_id, const uint8_t *addr, uint64_t seed, int64_t ticks,
-				  uint64_t now_ticks)
+std::optional<GrantPlace> SetTable<Set>::grant_place(uint32_t rule_id, const uint8_t *addr,
+									    uint64_t seed) const
 	requires std::is_same_v<typename SetTraits<Set>::Bucket, struct sluice_source_state>
 {
 	uint64_t key;
 	auto place = locate(rule_id, addr, seed, key);
 	if (!place)
-		return false;
+		return std::nullopt;
 	auto [idx, w] = *place;
-	Set &set = sets_ptr_[idx];
-	for (int attempt = 0; attempt < SLUICE_LOCK_RETRIES; attempt++) {
-		uint16_t gen = sluice_load_acquire(&set.tag.gen[w]);
-		if (gen & 1)
-			return false; // a locked algorithm's bucket: no arrival time to move
-		uint64_t word = sluice_load_acquire(&set.way[w].word);
-		uint64_t off = sluice_load_relaxed(&set.way[w].algo.gcra.off);
-		sluice_fence_acquire();
-		if (!holds(set, w, key, addr) || sluice_load_acquire(&set.tag.gen[w]) != gen)
-			return false; // evicted meanwhile
-		// Credit only where the bucket is short of full: a full one's arrival
-		// time may lie anywhere in the past, and credit there is worth nothing.
-		int64_t moved = ticks;
-		int64_t ahead = static_cast<int64_t>(word - off - now_ticks);
-		if (moved > 0)
-			moved = std::min<int64_t>(moved, std::max<int64_t>(ahead, 0));
-		if (moved == 0)
-			return true;
-		// The arrival time is word - off. The program moves the word by
-		// compare-and-swap from a value it read with the offset, and writes
-		// back its result plus the offset it read: whatever the
-		// interleaving, the arrival time ends up `moved` earlier. The word
-		// itself must only grow (it guards against charging an evicted
-		// bucket's successor), so the offset is what moves: by
-		// compare-and-swap from the value read while the way held the
-		// bucket, so that an offset written since (the way given to
-		// another bucket, whose state shares the word) is never moved.
-		if (sluice_cas(&set.way[w].algo.gcra.off, off, off + static_cast<uint64_t>(moved)) == off)
-			return true;
-	}
-	return false;
+	const Set &set = sets_ptr_[idx];
+	uint16_t gen = sluice_load_acquire(&set.tag.gen[w]);
+	if (gen & 1)
+		return std::nullopt; // a locked algorithm's bucket: no arrival time to move
+	uint64_t record = sluice_load_relaxed(&set.way[w].algo.gcra.granted);
+	sluice_fence_acquire();
+	if (!holds(set, w, key, addr) || sluice_load_acquire(&set.tag.gen[w]) != gen)
+		return std::nullopt; // evicted meanwhile
+	GrantPlace g;
+	g.key.want = key;
+	g.key.table = static_cast<__u32>(SetTraits<Set>::table);
+	if (SetTraits<Set>::table == SLUICE_TABLE_V6)
+		std::memcpy(&g.key.addr, addr, sizeof(g.key.addr));
+	g.name = sluice_way_name(idx, static_cast<uint32_t>(w), g.key.table, gen);
+	g.taken = sluice_grant_taken(record, gen);
+	return g;
 }
 
 template <class Set>
@@ -334,8 +329,59 @@ uint64_t SetTable<Set>::zero_counters(const std::function<bool(uint32_t, const u
 }
 
 template <class Set>
+bool SetTable<Set>::remake_full(uint32_t idx, int w, uint64_t key, const uint8_t *addr, uint64_t now_ticks,
+				const PendingDrops &pending)
+	requires std::is_same_v<typename SetTraits<Set>::Bucket, struct sluice_source_state>
+{
+	Set &set = sets_ptr_[idx];
+	// The claim: chargers of the bucket now look again (and wait for the
+	// publish); the freeze: no compare-and-swap begun on it lands. Only the
+	// claimer writes a bucket's state, so the offset keeps one writer at a
+	// time: the program, or the controller while the way is busy.
+	if (!sluice_way_claim(&set.tag, w, key))
+		return false;
+	__u64 frozen = 0;
+	uint16_t old_gen = sluice_load_relaxed(&set.tag.gen[w]);
+	if ((old_gen & 1) || !holds_address(set, w, addr) ||
+	    !sluice_way_freeze(&set.tag, w, &set.way[w].word, &frozen)) {
+		sluice_way_unclaim(&set.tag, w, key);
+		return false;
+	}
+	uint64_t now_ns = now_ticks >> SLUICE_TICK_SHIFT;
+	uint64_t tag = sluice_way_begin(&set.tag, w, 0, now_ns), old_tag = sluice_gen_tag(old_gen);
+	// Full: its arrival time now, as a new bucket's (sluice_way_install).
+	union sluice_algo_state algo = {};
+	algo.gcra.off = frozen + 1 - sluice_ns_to_ticks(now_ns);
+	sluice_words_store(reinterpret_cast<__u64 *>(&set.way[w].algo), reinterpret_cast<const __u64 *>(&algo),
+			   sizeof(algo) / sizeof(__u64));
+	// The counters carried, with what CPUs hold for the old generation
+	// (which its slots then no longer name), retagged by compare-and-swap: a
+	// count the program adds meanwhile lands before (and is carried) or
+	// finds the new tag and is dropped with the old bucket, as at eviction.
+	struct sluice_source_counters extra = {};
+	pending.add_to(extra, SetTraits<Set>::table, idx, w, old_gen, key);
+	auto &cnt = set.way[w].cnt;
+	std::pair<__u64 *, uint64_t> words[] = {{&cnt.passed_packets, extra.passed_packets},
+						{&cnt.passed_bytes, extra.passed_bytes},
+						{&cnt.dropped_packets, extra.dropped_packets},
+						{&cnt.dropped_bytes, extra.dropped_bytes}};
+	for (auto [word, more] : words) {
+		uint64_t v = sluice_load_relaxed(word);
+		for (;;) {
+			uint64_t count = ((v & ~SLUICE_CNT_VALUE_MASK) == old_tag ? sluice_cnt_value(v) : 0) + more;
+			uint64_t old = sluice_cas(word, v, (count & SLUICE_CNT_VALUE_MASK) | tag);
+			if (old == v)
+				break;
+			v = old;
+		}
+	}
+	sluice_way_publish(&set.tag, w, &set.way[w].word, frozen + 1, key);
+	return true;
+}
+
+template <class Set>
 bool SetTable<Set>::refill(uint32_t rule_id, const uint8_t *addr, uint64_t seed, const struct sluice_rule &rule,
-			   uint64_t now_ticks)
+			   uint64_t now_ticks, const PendingDrops &pending)
 {
 	uint64_t key;
 	auto place = locate(rule_id, addr, seed, key);
@@ -345,8 +391,8 @@ bool SetTable<Set>::refill(uint32_t rule_id, const uint8_t *addr, uint64_t seed,
 	Set &set = sets_ptr_[idx];
 	uint16_t gen = sluice_load_acquire(&set.tag.gen[w]);
 	if constexpr (std::is_same_v<Bucket, struct sluice_source_state>) {
-		if (!(gen & 1)) // the GCRA form: credit up to a full bucket
-			return shift_arrival(rule_id, addr, seed, INT64_MAX, now_ticks);
+		if (!(gen & 1)) // the GCRA form: made again, full
+			return remake_full(idx, w, key, addr, now_ticks, pending);
 	}
 	// The sequence lock, taken as the program takes it: from an even
 	// value to the next odd one by compare-and-swap, released two above.

@@ -88,6 +88,14 @@ private:
 	std::unordered_multimap<uint64_t, size_t> debit_by_way_;
 };
 
+/// Where a bucket takes the cluster sync's grants (SetTable::grant_place):
+/// the grants map's key, its way's name (sluice_way_name) and the seq of the
+/// last grant it took.
+struct GrantPlace {
+	struct sluice_grant_key key = {};
+	uint64_t name = 0, taken = 0;
+};
+
 /// One source table, mapped: `Set` is one of the four set types of sluice_abi.h.
 template <class Set> class SetTable {
 public:
@@ -121,15 +129,13 @@ public:
 	std::optional<Bucket> find(uint32_t rule_id, const uint8_t *addr, uint64_t seed,
 				   const PendingDrops &pending = {}) const;
 
-	/// Source tables only, buckets of GCRA-form rules: moves the arrival
-	/// time of `rule_id`'s bucket for `addr` `ticks` earlier (credit: the
-	/// bucket refills faster) or, negative, later (withheld refill). Credit
-	/// stops at a full bucket. The cluster sync moves a bucket from its
-	/// rule's local rate to the share the store grants this way. now_ticks:
-	/// program_coarse_floor_ns's, never later than either clock the program
-	/// reads, so that credit can make a bucket full on both. False if the
-	/// table holds no such bucket.
-	bool shift_arrival(uint32_t rule_id, const uint8_t *addr, uint64_t seed, int64_t ticks, uint64_t now_ticks)
+	/// Where a GCRA-form bucket takes the cluster sync's grants from (struct
+	/// sluice_grant): the grant map's key of `rule_id`'s bucket for `addr`,
+	/// its way's name (sluice_way_name) and the seq of the last grant it took
+	/// (its record, which the program alone writes); none if the table holds
+	/// no such bucket, or a locked algorithm's. Read only: the bucket's words
+	/// have one writer, the program, which applies the grants itself.
+	std::optional<GrantPlace> grant_place(uint32_t rule_id, const uint8_t *addr, uint64_t seed) const
 		requires std::is_same_v<typename SetTraits<Set>::Bucket, struct sluice_source_state>;
 
 	/// Empties every way holding a bucket of `rule_id`; returns how many.
@@ -147,15 +153,17 @@ public:
 
 	/// Refills the bucket of `rule_id` (a rule's bucket id) for `addr`, as
 	/// find looks it up, so that its source passes its burst again: a
-	/// GCRA-form bucket's arrival time moves to now_ticks (see
-	/// shift_arrival), a token bucket with warm-up gets its capacity of
+	/// GCRA-form bucket is made again in its way, full (its arrival time
+	/// now_ticks), with its counters (and the drops pending for it in
+	/// `pending`), by the protocol's claim, freeze and publish, the
+	/// controller writing it as the claimer; a token bucket with warm-up gets its capacity of
 	/// tokens and full coldness (as a new bucket), a window forgets its
 	/// counts, a sliding log its passes: the source passes as a new one would. The
 	/// locked algorithms are written under their sequence lock, as the
 	/// program writes them. `rule` is the rule's data-plane entry. False if
 	/// the table holds no such bucket (a source with none passes already).
 	bool refill(uint32_t rule_id, const uint8_t *addr, uint64_t seed, const struct sluice_rule &rule,
-		    uint64_t now_ticks);
+		    uint64_t now_ticks, const PendingDrops &pending = {});
 
 	/// Buckets the table has room for: its sets times their ways.
 	uint64_t capacity() const { return uint64_t(sets_) * SLUICE_SET_WAYS; }
@@ -184,6 +192,14 @@ private:
 			  uint32_t &second) const;
 	/// Whether way w of `set` holds `key` (and, IPv6, `addr` in its address line).
 	bool holds(const Set &set, int w, uint64_t key, const uint8_t *addr) const;
+	/// IPv6: whether way w's address line holds `addr`; IPv4: true.
+	bool holds_address(const Set &set, int w, const uint8_t *addr) const;
+	/// refill of a GCRA-form bucket (its key `key`, way w of set idx): made
+	/// again in its way, full, its counters carried; false if it could not
+	/// be claimed, or its old charger's lock stayed held.
+	bool remake_full(uint32_t idx, int w, uint64_t key, const uint8_t *addr, uint64_t now_ticks,
+			 const PendingDrops &pending)
+		requires std::is_same_v<typename SetTraits<Set>::Bucket, struct sluice_source_state>;
 	/// The set and way holding the bucket of `rule_id` for `addr`, if any,
 	/// and its key in `key`: what the way is checked to still hold (a way
 	/// may hold another source's bucket a moment after it was found).

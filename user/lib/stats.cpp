@@ -563,6 +563,9 @@ std::vector<ReleasedBucket> release_source(const MapSet &maps, const Cidr &sourc
 	uint64_t seed = hash_seed(maps);
 	uint64_t now_ticks = sluice_ns_to_ticks(program_coarse_floor_ns());
 	std::vector<ReleasedBucket> released;
+	// A GCRA-form bucket is made again (SetTable::refill): it carries what
+	// CPUs hold for it.
+	const PendingDrops pending(read_pending(maps.pending.get()), read_owed(maps.owed.get()));
 	auto release_in = [&](auto &&tbl, int family) {
 		// Found first, refilled after: the walk copies, the refill writes.
 		std::vector<std::pair<uint32_t, std::array<uint8_t, 16>>> found;
@@ -579,7 +582,7 @@ std::vector<ReleasedBucket> release_source(const MapSet &maps, const Cidr &sourc
 		});
 		for (const auto &[id, addr] : found) {
 			const Target &t = by_bucket_id.at(id);
-			if (tbl.refill(id, addr.data(), seed, t.dp, now_ticks))
+			if (tbl.refill(id, addr.data(), seed, t.dp, now_ticks, pending))
 				released.push_back({t.rule->spec.name,
 						    format_cidr(bucket_cidr(family, addr.data(), t.dp.per_prefix)),
 						    t.rule->spec.algo});

@@ -284,6 +284,10 @@ void read_current(const std::string &dir, CarriedState &s)
 //    decision (the memo keys on the live-set word, which the new program's
 //    rules restart) and of when a drop was last noted for events. Dropped:
 //    the new program decides the next packet by the walk and notes it anew.
+//  - the cluster sync's grants (SLUICE_MAP_GRANTS, which 0.2.7's layout
+//    lacks): not carried; the new program's map starts empty, and the
+//    agent's sync writes each bucket's grants again at its next step, based
+//    on the record the bucket holds (a bucket placed afresh has taken none).
 // A counters reset's record (stats: the counts still on CPUs' accounts when
 // it zeroed a bucket) names buckets by place and key: where the buckets stay
 // in place with the same seed it stays true of the flushed bucket; where

@@ -37,7 +37,7 @@ static __always_inline int charge_gcra(struct sluice_source_state *st, struct sl
 				       struct charge_req *req, const int tries, const int owes)
 {
 	__u64 inc = sluice_rule_cost_ticks(rule, req->cost), now_t = sluice_ns_to_ticks(req->now);
-	__u64 w = SLUICE_READ_ONCE(st->word), off, next, old, tat = now_t;
+	__u64 w = sluice_load_acquire(&st->word), off, next, old, tat = now_t;
 	const __u64 *key = &t->key[SLUICE_WAY(way)];
 	const __u16 *gen = &t->gen[SLUICE_WAY(way)];
 	enum bucket_result res = BUCKET_FORCED;
@@ -45,22 +45,23 @@ static __always_inline int charge_gcra(struct sluice_source_state *st, struct sl
 	int i;
 
 	if (owes) {
-		req->count_gen = SLUICE_READ_ONCE(*gen);
+		req->count_gen = sluice_load_acquire(gen);
 		if (tries < SLUICE_CAS_RETRIES) {
 			if (owed_due(req, w))
 				return sluice_charge_owed(st, t, rule, req);
 		} else if (sluice_owed_pay(req)) {
 			/* The walk: this CPU's account was paid first, so that
 			 * the decision includes it. */
-			w = SLUICE_READ_ONCE(st->word);
+			w = sluice_load_acquire(&st->word);
 		}
 	}
 	for (i = 0; i < tries; i++) {
-		off = SLUICE_READ_ONCE(st->algo.gcra.off);
-		g = SLUICE_READ_ONCE(*gen);
+		off = sluice_load_relaxed(&st->algo.gcra.off);
+		g = sluice_load_acquire(gen);
 		if (owner_gone(key, addr, req))
 			return -1;
-		old = SLUICE_READ_ONCE(st->word);
+		sluice_fence_acquire();
+		old = sluice_load_acquire(&st->word);
 		if (old != w) {
 			w = old;
 			continue;
@@ -71,7 +72,7 @@ static __always_inline int charge_gcra(struct sluice_source_state *st, struct sl
 			req_dropped_on(req, w, off, g);
 			break;
 		}
-		old = __sync_val_compare_and_swap(&st->word, w, next + off);
+		old = sluice_cas(&st->word, w, next + off);
 		if (old == w) {
 			res = BUCKET_PASS;
 			tat = next;

@@ -21,7 +21,8 @@ static __always_inline __u32 window_full(const struct sluice_rule *rule, __u64 n
 	return sluice_stamp(debt < end ? debt : end);
 }
 
-/* When a multi-word algorithm's state `s` will equal a fresh bucket's. */
+/* When a multi-word algorithm's state `s` will equal a fresh bucket's; read
+ * unlocked, a word at a time (relaxed): another CPU may be writing it. */
 static __always_inline __u32 locked_full(const union sluice_algo_state *s, const struct sluice_rule *rule,
 					 __u64 now)
 {
@@ -29,11 +30,15 @@ static __always_inline __u32 locked_full(const union sluice_algo_state *s, const
 
 	switch (rule->algo) {
 	case SLUICE_ALGO_FIXED_WINDOW:
-		return window_full(rule, now, s->fixed.count, (s->fixed.window + 1) * w);
+		return window_full(rule, now, sluice_load_relaxed(&s->fixed.count),
+				   (sluice_load_relaxed(&s->fixed.window) + 1) * w);
 	case SLUICE_ALGO_SLIDING_WINDOW:
-		return window_full(rule, now, s->sliding.cur + s->sliding.prev, (s->sliding.window + 2) * w);
+		return window_full(rule, now,
+				   sluice_load_relaxed(&s->sliding.cur) + sluice_load_relaxed(&s->sliding.prev),
+				   (sluice_load_relaxed(&s->sliding.window) + 2) * w);
 	default: /* a warm-up token bucket: full once its tokens are back */
-		return sluice_tick_stamp(s->tb.last + (rule->bucket.capacity - s->tb.tokens));
+		return sluice_tick_stamp(sluice_load_relaxed(&s->tb.last) +
+					 (rule->bucket.capacity - sluice_load_relaxed(&s->tb.tokens)));
 	}
 }
 
@@ -70,34 +75,47 @@ static long locked_attempt(__u32 index, void *data)
 	if (!st || !t || !c->rule || !c->req)
 		return 1; /* the verifier: pointers read back from the context may be NULL */
 	w = SLUICE_WAY(c->req->way);
-	s = SLUICE_READ_ONCE(st->word);
+	s = sluice_load_relaxed(&st->word); /* the sequence lock's begin: see its re-read */
 	if (s & 1)
 		return 0; /* held: read again */
-	c->gen_seen = SLUICE_READ_ONCE(t->gen[w]);
+	/* Relaxed: the word's re-read after the fence below vouches for it. */
+	c->gen_seen = sluice_load_relaxed(&t->gen[w]);
 	if (owner_gone(&t->key[w], c->addr, c->req)) {
 		c->res = -1;
 		return 1;
 	}
-	copy.sliding.window = SLUICE_READ_ONCE(st->algo.sliding.window);
-	copy.sliding.cur = SLUICE_READ_ONCE(st->algo.sliding.cur);
-	copy.sliding.prev = SLUICE_READ_ONCE(st->algo.sliding.prev);
-	if (SLUICE_READ_ONCE(st->word) != s)
+	/* The state's three words, one relaxed load each (as sluice_words_load;
+	 * spelt out, the callback's frame stays as small as the chain of calls
+	 * above it allows). */
+	copy.sliding.window = sluice_load_relaxed(&st->algo.sliding.window);
+	copy.sliding.cur = sluice_load_relaxed(&st->algo.sliding.cur);
+	copy.sliding.prev = sluice_load_relaxed(&st->algo.sliding.prev);
+	/* The sequence lock's re-read. Here the begin and the re-read are
+	 * relaxed, with no fence, where the protocol has acquires and an
+	 * acquire fence: on BPF every load of this copy is volatile, which the
+	 * compiler keeps in program order, x86-64 keeps loads in order, and
+	 * nothing shared is read after the re-read before the lock's
+	 * compare-and-swap (a full barrier). Each compiler barrier those
+	 * accessors add grows this callback's frame past what the chain of
+	 * calls above it leaves of 512 bytes (walk_step, sluice_charge_locked). */
+	if (sluice_load_relaxed(&st->word) != s)
 		return 0;
 	if (!sluice_decide_locked(&copy, c->rule, c->req->now, c->req->cost)) {
 		c->res = BUCKET_DROP;
 		return 1;
 	}
-	if (__sync_val_compare_and_swap(&st->word, s, s + 1) != s)
+	if (!sluice_word_lock(&st->word, s))
 		return 0;
 	if (owner_gone(&t->key[w], c->addr, c->req)) {
-		__sync_lock_test_and_set(&st->word, s + 2);
+		sluice_word_unlock(&st->word, s);
 		c->res = -1;
 		return 1;
 	}
-	__builtin_memcpy(&st->algo, &copy, sizeof(copy));
-	/* An exchange, not a store: a full barrier, so the state is visible
-	 * before the lock is seen free. */
-	__sync_lock_test_and_set(&st->word, s + 2);
+	/* Relaxed, a word at a time: optimistic readers copy it meanwhile. */
+	sluice_store_relaxed(&st->algo.sliding.window, copy.sliding.window);
+	sluice_store_relaxed(&st->algo.sliding.cur, copy.sliding.cur);
+	sluice_store_relaxed(&st->algo.sliding.prev, copy.sliding.prev);
+	sluice_word_unlock(&st->word, s);
 	c->res = BUCKET_PASS;
 	return 1;
 }
@@ -115,7 +133,7 @@ static __always_inline int charge_locked(struct sluice_source_state *st, const s
 	int w = SLUICE_WAY(req->way);
 
 	/* The generation a forced pass counts with, if the lock is never seen free. */
-	c.gen_seen = SLUICE_READ_ONCE(t->gen[w]);
+	c.gen_seen = sluice_load_acquire(&t->gen[w]);
 	if (owner_gone(&t->key[w], addr, req))
 		return -1;
 	bpf_loop(SLUICE_LOCK_RETRIES, locked_attempt, &c, 0);

@@ -16,7 +16,7 @@ static __always_inline int log_would_admit(struct sluice_log_state *st, __u32 he
 {
 	__u32 limit = (__u32)rule->window.limit;
 	__u32 h = head < limit ? head : 0;
-	__u64 oldest = SLUICE_READ_ONCE(st->ring[h & (SLUICE_MAX_LOG - 1)]);
+	__u64 oldest = sluice_load_relaxed(&st->ring[h & (SLUICE_MAX_LOG - 1)]);
 
 	return !oldest || (__s64)(now - oldest) >= (__s64)rule->window.window_ns;
 }
@@ -49,7 +49,7 @@ __noinline __u32 sluice_log_full(const struct sluice_log_state *st, const struct
 
 		if (i >= limit)
 			break;
-		t = SLUICE_READ_ONCE(st->ring[i]);
+		t = sluice_load_relaxed(&st->ring[i]);
 		if (t && (__s64)(now - t) < (__s64)w)
 			n++;
 		if (t > newest)
@@ -104,31 +104,32 @@ static long log_attempt(__u32 index, void *data)
 	if (!st || !t || !rule || !req)
 		return 1; /* the verifier: pointers read back from the context may be NULL */
 	w = SLUICE_WAY(req->way);
-	s = SLUICE_READ_ONCE(st->word);
+	s = sluice_load_acquire(&st->word);
 	if (s & 1)
 		return 0; /* held: read again */
-	c->gen_seen = SLUICE_READ_ONCE(t->gen[w]);
+	c->gen_seen = sluice_load_acquire(&t->gen[w]);
 	if (owner_gone(&t->key[w], c->addr, req)) {
 		c->res = -1;
 		return 1;
 	}
-	head = SLUICE_READ_ONCE(st->head);
+	head = sluice_load_relaxed(&st->head);
 	/* A super-packet's several passes are decided under the lock. */
 	admit = req->packets != 1 || log_would_admit(st, head, req->now, rule);
-	if (SLUICE_READ_ONCE(st->word) != s)
+	sluice_fence_acquire();
+	if (sluice_load_acquire(&st->word) != s)
 		return 0;
 	if (!admit) {
 		/* Every pass it holds is inside the window: full again a window
 		 * after its newest. */
-		req->full = sluice_stamp(SLUICE_READ_ONCE(st->ring[log_newest(head, rule)]) +
+		req->full = sluice_stamp(sluice_load_relaxed(&st->ring[log_newest(head, rule)]) +
 					 rule->window.window_ns);
 		c->res = BUCKET_DROP;
 		return 1;
 	}
-	if (__sync_val_compare_and_swap(&st->word, s, s + 1) != s)
+	if (!sluice_word_lock(&st->word, s))
 		return 0;
 	if (owner_gone(&t->key[w], c->addr, req)) {
-		__sync_lock_test_and_set(&st->word, s + 2);
+		sluice_word_unlock(&st->word, s);
 		c->res = -1;
 		return 1;
 	}
@@ -137,7 +138,7 @@ static long log_attempt(__u32 index, void *data)
 					 (__u32)rule->window.limit, 1);
 	else
 		admit = sluice_log_admit_many(st, rule, req->now, req->packets);
-	__sync_lock_test_and_set(&st->word, s + 2); /* a full barrier, as above */
+	sluice_word_unlock(&st->word, s); /* an exchange: a full barrier */
 	c->res = admit ? BUCKET_PASS : LOG_DROP_LOCKED;
 	return 1;
 }
@@ -155,7 +156,7 @@ __noinline int sluice_charge_log(struct sluice_log_state *st, const struct sluic
 	if (!st || !t || !rule || !req)
 		return BUCKET_FAIL_TABLE; /* the verifier: arguments of a global function may be NULL */
 	w = SLUICE_WAY(req->way);
-	c.gen_seen = SLUICE_READ_ONCE(t->gen[w]);
+	c.gen_seen = sluice_load_acquire(&t->gen[w]);
 	if (owner_gone(&t->key[w], addr, req))
 		return -1;
 	bpf_loop(SLUICE_LOCK_RETRIES, log_attempt, &c, 0);
@@ -180,20 +181,23 @@ static __always_inline int install_log(struct sluice_set_tags *t, struct sluice_
 	__u64 tag = sluice_way_begin(t, w, 1, req->now), n = req->packets;
 	int admit = n >= 1 && n <= rule->window.limit, i;
 
-	__builtin_memset(st->ring, 0, sizeof(st->ring));
-	st->head = 0;
+	/* Relaxed stores, before the publish: the claim's release fence orders
+	 * them for optimistic readers, the publish for lookups. */
+	for (i = 0; i < SLUICE_MAX_LOG; i++)
+		sluice_store_relaxed(&st->ring[i], 0);
+	sluice_store_relaxed(&st->head, 0);
 	if (admit) {
 		for (i = 0; i < SLUICE_MAX_LOG; i++) {
 			if (i >= n)
 				break;
-			st->ring[i] = req->now;
+			sluice_store_relaxed(&st->ring[i], req->now);
 		}
-		st->head = n >= rule->window.limit ? 0 : (__u32)n;
+		sluice_store_relaxed(&st->head, n >= rule->window.limit ? 0 : (__u32)n);
 	}
-	st->cnt.passed_packets = (admit ? n : 0) | tag;
-	st->cnt.passed_bytes = (admit ? req->bytes : 0) | tag;
-	st->cnt.dropped_packets = (admit ? 0 : n) | tag;
-	st->cnt.dropped_bytes = (admit ? 0 : req->bytes) | tag;
+	sluice_store_relaxed(&st->cnt.passed_packets, (admit ? n : 0) | tag);
+	sluice_store_relaxed(&st->cnt.passed_bytes, (admit ? req->bytes : 0) | tag);
+	sluice_store_relaxed(&st->cnt.dropped_packets, (admit ? 0 : n) | tag);
+	sluice_store_relaxed(&st->cnt.dropped_bytes, (admit ? 0 : req->bytes) | tag);
 	sluice_way_publish(t, w, &st->word, frozen + 1, req->want);
 	return admit ? BUCKET_PASS : BUCKET_DROP;
 }
