@@ -679,7 +679,9 @@ void setup_attach(CLI::App &cmd, Args &a)
 	auto *attach_array = cmd.add_option("--prog-array", a.prog_array_path,
 					    "Install sluice in this pinned program array instead of an interface")
 				     ->excludes(attach_if);
-	cmd.add_option("--index", a.prog_array_index, "The program array's slot (with --prog-array)")->needs(attach_array);
+	auto *attach_index = cmd.add_option("--index", a.prog_array_index, "The program array's slot (with --prog-array)")
+				     ->needs(attach_array);
+	attach_array->needs(attach_index); // no slot taken by default: another loader owns the array
 	auto *multi = cmd.add_flag("--multiprog", a.multiprog,
 				   "Share the hook through libxdp's dispatcher (needs BPF trampolines)")
 			      ->excludes(then_opt)
@@ -722,7 +724,8 @@ void setup_detach(CLI::App &cmd, Args &a)
 	auto *detach_if = cmd.add_option("IFACE", a.ifname, "Interface, or a link's or slot's name from status");
 	auto *detach_array = cmd.add_option("--prog-array", a.prog_array_path, "Take sluice out of this program array")
 				     ->excludes(detach_if);
-	cmd.add_option("--index", a.prog_array_index, "The program array's slot")->needs(detach_array);
+	auto *detach_index = cmd.add_option("--index", a.prog_array_index, "The program array's slot")->needs(detach_array);
+	detach_array->needs(detach_index);
 	cmd.add_flag("--all", a.detach_all, "Detach from every interface and remove all state")
 		->excludes(detach_if)
 		->excludes(detach_array);
@@ -1108,6 +1111,15 @@ int main(int argc, char **argv)
 		return app.exit(e);
 	} catch (const CLI::CallForVersion &e) {
 		return app.exit(e);
+	} catch (const CLI::RequiredError &e) {
+		// CLI11 checks requirements before it reports what it could not
+		// place: an unknown option beside a missing argument is named first.
+		if (auto extras = app.remaining(true); !extras.empty()) {
+			std::cerr << "sluice: " << CLI::ExtrasError(extras).what() << "\n";
+			return 2;
+		}
+		std::cerr << "sluice: " << e.what() << "\n";
+		return 2;
 	} catch (const CLI::ParseError &e) {
 		std::cerr << "sluice: " << e.what() << "\n";
 		return 2;
