@@ -159,44 +159,92 @@ std::string unload_everything(Instance &inst)
 	       "state under " + inst.pin_dir() + " removed";
 }
 
+/// `status --json`: where the program is attached and its tables.
+nlohmann::ordered_json status_json(const Instance &inst, const Status &s)
+{
+	nlohmann::ordered_json links = nlohmann::ordered_json::array();
+	for (const auto &l : s.links)
+		links.push_back({{"interface", l.ifname},
+				 {"ifindex", l.ifindex},
+				 {"netns", l.netns},
+				 {"mode", mode_name(l.mode)},
+				 {"link_id", l.link_id},
+				 {"prog_id", l.prog_id},
+				 {"gone", l.ifindex == 0},
+				 {"pin", l.pin},
+				 {"then_prog_id", l.then_prog_id}});
+	nlohmann::ordered_json arrays = nlohmann::ordered_json::array();
+	for (const auto &a : s.arrays)
+		arrays.push_back({{"map_id", a.map_id},
+				  {"map_name", a.map_name},
+				  {"index", a.index},
+				  {"prog_id", a.prog_id},
+				  {"pin", a.pin}});
+	nlohmann::ordered_json j = {{"loaded", s.loaded}, {"pin_dir", inst.pin_dir()}, {"run_dir", inst.run_dir()}, {"links", links},
+				    {"prog_arrays", arrays}};
+	if (s.loaded) {
+		j["loaded_at"] = s.loaded_ns / 1000000000ULL; // Unix time
+		j["prog_id"] = s.prog_id;
+		j["max_sources"] = s.max_sources;
+		j["max_log_sources"] = s.max_log_sources;
+		j["max_rules"] = s.max_rules;
+		j["map_memory_bytes"] = s.map_memory_bytes;
+		j["rules"] = RuleTable(inst.maps()).list().size();
+		j["attached"] = !s.links.empty() || !s.arrays.empty();
+	}
+	std::string cluster_line = cluster::read_status_line(cluster::default_status_path());
+	j["cluster"] = cluster_line.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(cluster_line);
+	return j;
+}
+
+/// `status`'s line of one interface link, then its hook's other programs.
+void print_status_link(const AttachedLink &l, uint32_t loaded_prog)
+{
+	std::cout << "  ";
+	if (!l.ifindex)
+		std::cout << "(interface or its namespace gone; `sluice detach " << l.pin << "` removes it)";
+	else if (!l.this_netns)
+		std::cout << "ifindex " << l.ifindex << " in network namespace " << l.netns;
+	else
+		std::cout << l.ifname << " (ifindex " << l.ifindex << ")";
+	std::cout << "  " << mode_name(l.mode) << " mode, link id " << l.link_id;
+	if (l.dispatcher)
+		std::cout << ", in libxdp's dispatcher as program id " << l.prog_id;
+	else if (l.ifindex && l.prog_id != loaded_prog)
+		std::cout << " (runs program id " << l.prog_id << ", not the loaded one: `sluice upgrade` moves it)";
+	if (l.then_prog_id)
+		std::cout << ", then " << describe_prog(l.then_prog_id);
+	std::cout << "\n";
+	if (l.ifindex && l.this_netns)
+		print_hook_neighbours(l.ifindex, loaded_prog);
+}
+
+/// `status`'s lines of where the loaded program runs: interfaces, program arrays.
+void print_status_places(const Status &s, size_t rules)
+{
+	if (s.links.empty() && s.arrays.empty())
+		std::cout << "attached nowhere: " << rules
+			  << " rules kept loaded, enforced on no interface (`sluice attach IFACE` enforces them; "
+			     "`sluice detach --all` removes them)\n";
+	std::cout << "interfaces:" << (s.links.empty() ? " none" : "") << "\n";
+	for (const auto &l : s.links)
+		print_status_link(l, s.prog_id);
+	for (const auto &a : s.arrays) {
+		std::cout << "  program array " << (a.map_name.empty() ? "" : a.map_name + " ") << "(map id " << a.map_id
+			  << "), index " << a.index;
+		if (a.prog_id != s.prog_id)
+			std::cout << (a.prog_id ? " (now holds " + describe_prog(a.prog_id) + ", not sluice)"
+						: " (emptied by its owner)");
+		std::cout << "  [" << a.pin << "]\n";
+	}
+}
+
 void cmd_status(const Instance &inst, bool json)
 {
 	auto lock = inst.lock(false);
 	Status s = inst.status();
 	if (json) {
-		nlohmann::ordered_json links = nlohmann::ordered_json::array();
-		for (const auto &l : s.links)
-			links.push_back({{"interface", l.ifname},
-					 {"ifindex", l.ifindex},
-					 {"netns", l.netns},
-					 {"mode", mode_name(l.mode)},
-					 {"link_id", l.link_id},
-					 {"prog_id", l.prog_id},
-					 {"gone", l.ifindex == 0},
-					 {"pin", l.pin},
-					 {"then_prog_id", l.then_prog_id}});
-		nlohmann::ordered_json arrays = nlohmann::ordered_json::array();
-		for (const auto &a : s.arrays)
-			arrays.push_back({{"map_id", a.map_id},
-					  {"map_name", a.map_name},
-					  {"index", a.index},
-					  {"prog_id", a.prog_id},
-					  {"pin", a.pin}});
-		nlohmann::ordered_json j = {{"loaded", s.loaded}, {"pin_dir", inst.pin_dir()}, {"run_dir", inst.run_dir()}, {"links", links},
-					    {"prog_arrays", arrays}};
-		if (s.loaded) {
-			j["loaded_at"] = s.loaded_ns / 1000000000ULL; // Unix time
-			j["prog_id"] = s.prog_id;
-			j["max_sources"] = s.max_sources;
-			j["max_log_sources"] = s.max_log_sources;
-			j["max_rules"] = s.max_rules;
-			j["map_memory_bytes"] = s.map_memory_bytes;
-			j["rules"] = RuleTable(inst.maps()).list().size();
-			j["attached"] = !s.links.empty() || !s.arrays.empty();
-		}
-		std::string cluster_line = cluster::read_status_line(cluster::default_status_path());
-		j["cluster"] = cluster_line.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(cluster_line);
-		std::cout << j.dump(2) << "\n";
+		std::cout << status_json(inst, s).dump(2) << "\n";
 		return;
 	}
 	if (!s.loaded) {
@@ -209,40 +257,8 @@ void cmd_status(const Instance &inst, bool json)
 	std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S %Z", std::localtime(&loaded));
 	std::cout << "sluice: XDP program id " << s.prog_id << ", loaded " << when << ", state pinned in "
 		  << inst.pin_dir() << "\n";
-	if (s.links.empty() && s.arrays.empty())
-		std::cout << "attached nowhere: " << RuleTable(maps).list().size()
-			  << " rules kept loaded, enforced on no interface (`sluice attach IFACE` enforces them; "
-			     "`sluice detach --all` removes them)\n";
-	std::cout << "interfaces:" << (s.links.empty() ? " none" : "") << "\n";
-	for (const auto &l : s.links) {
-		std::cout << "  ";
-		if (!l.ifindex)
-			std::cout << "(interface or its namespace gone; `sluice detach " << l.pin << "` removes it)";
-		else if (!l.this_netns)
-			std::cout << "ifindex " << l.ifindex << " in network namespace " << l.netns;
-		else
-			std::cout << l.ifname << " (ifindex " << l.ifindex << ")";
-		std::cout << "  " << mode_name(l.mode) << " mode, link id " << l.link_id;
-		if (l.dispatcher)
-			std::cout << ", in libxdp's dispatcher as program id " << l.prog_id;
-		else if (l.ifindex && l.prog_id != s.prog_id)
-			std::cout << " (runs program id " << l.prog_id
-				  << ", not the loaded one: `sluice upgrade` moves it)";
-		if (l.then_prog_id)
-			std::cout << ", then " << describe_prog(l.then_prog_id);
-		std::cout << "\n";
-		if (l.ifindex && l.this_netns)
-			print_hook_neighbours(l.ifindex, s.prog_id);
-	}
-	for (const auto &a : s.arrays) {
-		std::cout << "  program array " << (a.map_name.empty() ? "" : a.map_name + " ") << "(map id " << a.map_id
-			  << "), index " << a.index;
-		if (a.prog_id != s.prog_id)
-			std::cout << (a.prog_id ? " (now holds " + describe_prog(a.prog_id) + ", not sluice)"
-						: " (emptied by its owner)");
-		std::cout << "  [" << a.pin << "]\n";
-	}
 	Stats st = collect_stats(maps, {});
+	print_status_places(s, st.rules.size());
 	VerdictTotals t = verdict_totals(st);
 	std::cout << "rules: " << st.rules.size() << " of " << s.max_rules << "\n";
 	std::cout << "sources: " << st.tracked_sources << " tracked, tables of " << s.max_sources
