@@ -773,15 +773,33 @@ int run_status(Instance &inst, const CLI::App &, Args &a)
 	return 0;
 }
 
+/// The exclusive lock of a command that loads the program if it is not
+/// loaded. `check` throws if what the command writes does not go into an
+/// empty table (the program as it would load): run before the lock when
+/// nothing is loaded, so that a refused command loads nothing and makes no
+/// pin or lock directory, and again under the lock if the program went
+/// meanwhile (`detach --all`).
+template <class Check> Instance::Lock lock_to_load(const Instance &inst, const Check &check)
+{
+	bool checked = false;
+	if (!inst.loaded()) {
+		check();
+		checked = true;
+	}
+	auto lock = inst.lock(true, true);
+	if (!checked && !inst.loaded())
+		check();
+	return lock;
+}
+
 void setup_rule_add(CLI::App &cmd, Args &a) { add_rule_options(&cmd, a.rule); }
 
 int run_rule_add(Instance &inst, const CLI::App &cmd, Args &a)
 {
 	RuleSpec spec = to_spec(a.rule, cmd.count("--per") > 0);
-	auto lock = inst.lock(true, true);
-	// A rule refused must not leave a program loaded: checked first.
-	if (!inst.loaded())
-		Transaction::check_fits({spec}, SLUICE_DEFAULT_MAX_RULES);
+	auto lock = lock_to_load(inst, [&] {
+		Transaction::check_adds_on_empty({spec}, {}, false, SLUICE_DEFAULT_MAX_RULES);
+	});
 	inst.load({}); // rules may come before the first attach
 	MapSet maps = inst.maps();
 	InstalledRule r = Transaction(maps).add(spec).commit().added.front();
@@ -798,16 +816,9 @@ int run_rule_import(Instance &inst, const CLI::App &, Args &a)
 {
 	std::vector<std::string> where;
 	std::vector<RuleSpec> specs = read_rule_file(a.import_path, where);
-	auto lock = inst.lock(true, true);
-	// A file refused must not leave a program loaded: each rule checked first.
-	if (!inst.loaded())
-		for (size_t i = 0; i < specs.size(); i++)
-			try {
-				RuleSpec check = specs[i];
-				validate_rule(check);
-			} catch (const Error &e) {
-				throw Error((i < where.size() ? where[i] + ": " : "") + e.what());
-			}
+	auto lock = lock_to_load(inst, [&] {
+		Transaction::check_adds_on_empty(specs, where, true, SLUICE_DEFAULT_MAX_RULES);
+	});
 	inst.load({});
 	MapSet maps = inst.maps();
 	size_t asked = specs.size();
