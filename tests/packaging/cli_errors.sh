@@ -45,6 +45,10 @@ for cmd in attach detach; do
 	out=$("$bin" "$cmd" --prog-array /sys/fs/bpf/no-such-array 2>&1 >/dev/null) || status=$?
 	[ "$status" -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q -- "--index" <<<"$out" ||
 		fail "'sluice $cmd --prog-array MAP' without --index exits $status and says: $out"
+	status=0
+	out=$("$bin" "$cmd" --prog-array /sys/fs/bpf/no-such-array --no-such-option 2>&1 >/dev/null) || status=$?
+	[ "$status" -eq 2 ] && [ "$out" = "sluice: The following argument was not expected: --no-such-option" ] ||
+		fail "'sluice $cmd --prog-array MAP --no-such-option' exits $status and says: $out"
 done
 echo "packaging.cli_errors: $checked commands ($required with a required argument) name an unknown option" \
 	"in one line and exit 2; --prog-array needs --index"

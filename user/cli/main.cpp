@@ -1138,17 +1138,13 @@ int main(int argc, char **argv)
 		return app.exit(e);
 	} catch (const CLI::CallForVersion &e) {
 		return app.exit(e);
-	} catch (const CLI::RequiredError &e) {
-		// CLI11 checks requirements before it reports what it could not
-		// place: an unknown option beside a missing argument is named first.
-		if (auto extras = app.remaining(true); !extras.empty()) {
-			std::cerr << "sluice: " << CLI::ExtrasError(extras).what() << "\n";
-			return 2;
-		}
-		std::cerr << "sluice: " << e.what() << "\n";
-		return 2;
 	} catch (const CLI::ParseError &e) {
-		std::cerr << "sluice: " << e.what() << "\n";
+		// CLI11 checks requirements (an argument, an option another needs)
+		// before it reports what it could not place: an unknown option
+		// beside a missing argument is named first.
+		auto extras = app.remaining(true);
+		bool missing = dynamic_cast<const CLI::RequiredError *>(&e) || dynamic_cast<const CLI::RequiresError *>(&e);
+		std::cerr << "sluice: " << (missing && !extras.empty() ? CLI::ExtrasError(extras).what() : e.what()) << "\n";
 		return 2;
 	}
 	auto [command, cmd] = chosen(app, COMMANDS);
