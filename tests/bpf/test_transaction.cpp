@@ -6,6 +6,10 @@
 // decides packets by exactly those rules; a commit that fails (a step that
 // does not apply, a full table, or a failure injected after the idle set is
 // written) leaves the table as it was.
+//
+// And the check of `rule add` / `rule import` before anything is loaded
+// (check_adds_on_empty) against a commit into a loaded, empty table, on
+// forms generated from the CLI's option declarations.
 #include "fixture.h"
 
 #include <CLI/CLI.hpp>
