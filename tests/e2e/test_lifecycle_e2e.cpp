@@ -1500,7 +1500,23 @@ TEST_F(Lifecycle, ARuleRefusedWithNothingLoadedLoadsNothing)
 			EXPECT_EQ(r.exit_code, 1) << r.out;
 			EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
 			EXPECT_FALSE(cli_json({"status", "--json"})["loaded"].get<bool>()) << "a program was left loaded";
-			EXPECT_EQ(run_command({"ls", "-A", pin_dir()}).out, "") << "pins left behind";
+			EXPECT_NE(access(pin_dir().c_str(), F_OK), 0) << "the pin directory was made";
+			EXPECT_NE(access((pin_dir() + "-lock").c_str(), F_OK), 0) << "the lock directory was made";
 		}
 	}
+	// A file whose rules are each valid but not together (a name twice) is
+	// refused whole, before anything is loaded or made.
+	std::string twice = write_file("twice.txt", "10.1.0.0/16 --deny --name x\n10.2.0.0/16 --deny --name x\n");
+	CommandResult r = cli({"rule", "import", twice});
+	EXPECT_EQ(r.exit_code, 1) << r.out;
+	EXPECT_EQ(r.err, "sluice: " + twice + " line 2: a rule named 'x' exists already\n");
+	EXPECT_FALSE(cli_json({"status", "--json"})["loaded"].get<bool>()) << "a program was left loaded";
+	EXPECT_NE(access(pin_dir().c_str(), F_OK), 0) << "the pin directory was made";
+
+	// An unnamed rule is taken before anything is loaded, as after: named rule<ID>.
+	r = cli({"rule", "add", "10.0.0.0/8", "--rate", "10mbit", "--per", "24"});
+	ASSERT_EQ(r.exit_code, 0) << r.err;
+	auto rules = cli_json({"rule", "list", "--json"});
+	ASSERT_EQ(rules.size(), 1u) << rules.dump();
+	EXPECT_EQ(rules[0]["name"], "rule1");
 }

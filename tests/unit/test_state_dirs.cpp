@@ -9,6 +9,7 @@
 #include <random>
 #include <string>
 
+#include "fnv.h"
 #include "state_dirs.h"
 
 using namespace sluice;
@@ -98,3 +99,25 @@ TEST(RunDir, NoTwoPinDirectoriesShareARunDirectory)
 			ASSERT_NE(run, "/run/sluice") << pin;
 	}
 }
+
+namespace sluice {
+namespace {
+
+// The one FNV-1a (fnv.h) gives the published test vectors, so the values kept
+// with it (the stored layout hash: Upgrade.*; run directory names; the rule-set
+// digest hosts compare) stay what they were.
+TEST(Fnv1a, GivesThePublishedVectorsAndKeepsRunDirectoryNames)
+{
+	EXPECT_EQ(Fnv1a64().value(), 0xcbf29ce484222325ULL);
+	EXPECT_EQ(Fnv1a64().add("a").value(), 0xaf63dc4c8601ec8cULL);
+	EXPECT_EQ(Fnv1a64().add("foobar").value(), 0x85944171f73967e8ULL);
+	EXPECT_EQ(Fnv1a64().add("foo").add("bar").value(), 0x85944171f73967e8ULL) << "fed in pieces";
+	EXPECT_EQ(Fnv1a32().value(), 0x811c9dc5u);
+	EXPECT_EQ(Fnv1a32().add("a").value(), 0xe40c292cu);
+	EXPECT_EQ(Fnv1a32().add("foobar").value(), 0xbf9cf968u);
+	unsetenv("SLUICE_RUN_DIR");
+	EXPECT_EQ(run_dir_for("/srv/bpf/edge"), "/run/sluice-edge.9ebac20c");
+}
+
+} // namespace
+} // namespace sluice

@@ -159,44 +159,92 @@ std::string unload_everything(Instance &inst)
 	       "state under " + inst.pin_dir() + " removed";
 }
 
+/// `status --json`: where the program is attached and its tables.
+nlohmann::ordered_json status_json(const Instance &inst, const Status &s)
+{
+	nlohmann::ordered_json links = nlohmann::ordered_json::array();
+	for (const auto &l : s.links)
+		links.push_back({{"interface", l.ifname},
+				 {"ifindex", l.ifindex},
+				 {"netns", l.netns},
+				 {"mode", mode_name(l.mode)},
+				 {"link_id", l.link_id},
+				 {"prog_id", l.prog_id},
+				 {"gone", l.ifindex == 0},
+				 {"pin", l.pin},
+				 {"then_prog_id", l.then_prog_id}});
+	nlohmann::ordered_json arrays = nlohmann::ordered_json::array();
+	for (const auto &a : s.arrays)
+		arrays.push_back({{"map_id", a.map_id},
+				  {"map_name", a.map_name},
+				  {"index", a.index},
+				  {"prog_id", a.prog_id},
+				  {"pin", a.pin}});
+	nlohmann::ordered_json j = {{"loaded", s.loaded}, {"pin_dir", inst.pin_dir()}, {"run_dir", inst.run_dir()}, {"links", links},
+				    {"prog_arrays", arrays}};
+	if (s.loaded) {
+		j["loaded_at"] = s.loaded_ns / 1000000000ULL; // Unix time
+		j["prog_id"] = s.prog_id;
+		j["max_sources"] = s.max_sources;
+		j["max_log_sources"] = s.max_log_sources;
+		j["max_rules"] = s.max_rules;
+		j["map_memory_bytes"] = s.map_memory_bytes;
+		j["rules"] = RuleTable(inst.maps()).list().size();
+		j["attached"] = !s.links.empty() || !s.arrays.empty();
+	}
+	std::string cluster_line = cluster::read_status_line(cluster::default_status_path());
+	j["cluster"] = cluster_line.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(cluster_line);
+	return j;
+}
+
+/// `status`'s line of one interface link, then its hook's other programs.
+void print_status_link(const AttachedLink &l, uint32_t loaded_prog)
+{
+	std::cout << "  ";
+	if (!l.ifindex)
+		std::cout << "(interface or its namespace gone; `sluice detach " << l.pin << "` removes it)";
+	else if (!l.this_netns)
+		std::cout << "ifindex " << l.ifindex << " in network namespace " << l.netns;
+	else
+		std::cout << l.ifname << " (ifindex " << l.ifindex << ")";
+	std::cout << "  " << mode_name(l.mode) << " mode, link id " << l.link_id;
+	if (l.dispatcher)
+		std::cout << ", in libxdp's dispatcher as program id " << l.prog_id;
+	else if (l.ifindex && l.prog_id != loaded_prog)
+		std::cout << " (runs program id " << l.prog_id << ", not the loaded one: `sluice upgrade` moves it)";
+	if (l.then_prog_id)
+		std::cout << ", then " << describe_prog(l.then_prog_id);
+	std::cout << "\n";
+	if (l.ifindex && l.this_netns)
+		print_hook_neighbours(l.ifindex, loaded_prog);
+}
+
+/// `status`'s lines of where the loaded program runs: interfaces, program arrays.
+void print_status_places(const Status &s, size_t rules)
+{
+	if (s.links.empty() && s.arrays.empty())
+		std::cout << "attached nowhere: " << rules
+			  << " rules kept loaded, enforced on no interface (`sluice attach IFACE` enforces them; "
+			     "`sluice detach --all` removes them)\n";
+	std::cout << "interfaces:" << (s.links.empty() ? " none" : "") << "\n";
+	for (const auto &l : s.links)
+		print_status_link(l, s.prog_id);
+	for (const auto &a : s.arrays) {
+		std::cout << "  program array " << (a.map_name.empty() ? "" : a.map_name + " ") << "(map id " << a.map_id
+			  << "), index " << a.index;
+		if (a.prog_id != s.prog_id)
+			std::cout << (a.prog_id ? " (now holds " + describe_prog(a.prog_id) + ", not sluice)"
+						: " (emptied by its owner)");
+		std::cout << "  [" << a.pin << "]\n";
+	}
+}
+
 void cmd_status(const Instance &inst, bool json)
 {
 	auto lock = inst.lock(false);
 	Status s = inst.status();
 	if (json) {
-		nlohmann::ordered_json links = nlohmann::ordered_json::array();
-		for (const auto &l : s.links)
-			links.push_back({{"interface", l.ifname},
-					 {"ifindex", l.ifindex},
-					 {"netns", l.netns},
-					 {"mode", mode_name(l.mode)},
-					 {"link_id", l.link_id},
-					 {"prog_id", l.prog_id},
-					 {"gone", l.ifindex == 0},
-					 {"pin", l.pin},
-					 {"then_prog_id", l.then_prog_id}});
-		nlohmann::ordered_json arrays = nlohmann::ordered_json::array();
-		for (const auto &a : s.arrays)
-			arrays.push_back({{"map_id", a.map_id},
-					  {"map_name", a.map_name},
-					  {"index", a.index},
-					  {"prog_id", a.prog_id},
-					  {"pin", a.pin}});
-		nlohmann::ordered_json j = {{"loaded", s.loaded}, {"pin_dir", inst.pin_dir()}, {"run_dir", inst.run_dir()}, {"links", links},
-					    {"prog_arrays", arrays}};
-		if (s.loaded) {
-			j["loaded_at"] = s.loaded_ns / 1000000000ULL; // Unix time
-			j["prog_id"] = s.prog_id;
-			j["max_sources"] = s.max_sources;
-			j["max_log_sources"] = s.max_log_sources;
-			j["max_rules"] = s.max_rules;
-			j["map_memory_bytes"] = s.map_memory_bytes;
-			j["rules"] = RuleTable(inst.maps()).list().size();
-			j["attached"] = !s.links.empty() || !s.arrays.empty();
-		}
-		std::string cluster_line = cluster::read_status_line(cluster::default_status_path());
-		j["cluster"] = cluster_line.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(cluster_line);
-		std::cout << j.dump(2) << "\n";
+		std::cout << status_json(inst, s).dump(2) << "\n";
 		return;
 	}
 	if (!s.loaded) {
@@ -209,40 +257,8 @@ void cmd_status(const Instance &inst, bool json)
 	std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S %Z", std::localtime(&loaded));
 	std::cout << "sluice: XDP program id " << s.prog_id << ", loaded " << when << ", state pinned in "
 		  << inst.pin_dir() << "\n";
-	if (s.links.empty() && s.arrays.empty())
-		std::cout << "attached nowhere: " << RuleTable(maps).list().size()
-			  << " rules kept loaded, enforced on no interface (`sluice attach IFACE` enforces them; "
-			     "`sluice detach --all` removes them)\n";
-	std::cout << "interfaces:" << (s.links.empty() ? " none" : "") << "\n";
-	for (const auto &l : s.links) {
-		std::cout << "  ";
-		if (!l.ifindex)
-			std::cout << "(interface or its namespace gone; `sluice detach " << l.pin << "` removes it)";
-		else if (!l.this_netns)
-			std::cout << "ifindex " << l.ifindex << " in network namespace " << l.netns;
-		else
-			std::cout << l.ifname << " (ifindex " << l.ifindex << ")";
-		std::cout << "  " << mode_name(l.mode) << " mode, link id " << l.link_id;
-		if (l.dispatcher)
-			std::cout << ", in libxdp's dispatcher as program id " << l.prog_id;
-		else if (l.ifindex && l.prog_id != s.prog_id)
-			std::cout << " (runs program id " << l.prog_id
-				  << ", not the loaded one: `sluice upgrade` moves it)";
-		if (l.then_prog_id)
-			std::cout << ", then " << describe_prog(l.then_prog_id);
-		std::cout << "\n";
-		if (l.ifindex && l.this_netns)
-			print_hook_neighbours(l.ifindex, s.prog_id);
-	}
-	for (const auto &a : s.arrays) {
-		std::cout << "  program array " << (a.map_name.empty() ? "" : a.map_name + " ") << "(map id " << a.map_id
-			  << "), index " << a.index;
-		if (a.prog_id != s.prog_id)
-			std::cout << (a.prog_id ? " (now holds " + describe_prog(a.prog_id) + ", not sluice)"
-						: " (emptied by its owner)");
-		std::cout << "  [" << a.pin << "]\n";
-	}
 	Stats st = collect_stats(maps, {});
+	print_status_places(s, st.rules.size());
 	VerdictTotals t = verdict_totals(st);
 	std::cout << "rules: " << st.rules.size() << " of " << s.max_rules << "\n";
 	std::cout << "sources: " << st.tracked_sources << " tracked, tables of " << s.max_sources
@@ -679,7 +695,9 @@ void setup_attach(CLI::App &cmd, Args &a)
 	auto *attach_array = cmd.add_option("--prog-array", a.prog_array_path,
 					    "Install sluice in this pinned program array instead of an interface")
 				     ->excludes(attach_if);
-	cmd.add_option("--index", a.prog_array_index, "The program array's slot (with --prog-array)")->needs(attach_array);
+	auto *attach_index = cmd.add_option("--index", a.prog_array_index, "The program array's slot (with --prog-array)")
+				     ->needs(attach_array);
+	attach_array->needs(attach_index); // no slot taken by default: another loader owns the array
 	auto *multi = cmd.add_flag("--multiprog", a.multiprog,
 				   "Share the hook through libxdp's dispatcher (needs BPF trampolines)")
 			      ->excludes(then_opt)
@@ -722,7 +740,8 @@ void setup_detach(CLI::App &cmd, Args &a)
 	auto *detach_if = cmd.add_option("IFACE", a.ifname, "Interface, or a link's or slot's name from status");
 	auto *detach_array = cmd.add_option("--prog-array", a.prog_array_path, "Take sluice out of this program array")
 				     ->excludes(detach_if);
-	cmd.add_option("--index", a.prog_array_index, "The program array's slot")->needs(detach_array);
+	auto *detach_index = cmd.add_option("--index", a.prog_array_index, "The program array's slot")->needs(detach_array);
+	detach_array->needs(detach_index);
 	cmd.add_flag("--all", a.detach_all, "Detach from every interface and remove all state")
 		->excludes(detach_if)
 		->excludes(detach_array);
@@ -754,15 +773,33 @@ int run_status(Instance &inst, const CLI::App &, Args &a)
 	return 0;
 }
 
+/// The exclusive lock of a command that loads the program if it is not
+/// loaded. `check` throws if what the command writes does not go into an
+/// empty table (the program as it would load): run before the lock when
+/// nothing is loaded, so that a refused command loads nothing and makes no
+/// pin or lock directory, and again under the lock if the program went
+/// meanwhile (`detach --all`).
+template <class Check> Instance::Lock lock_to_load(const Instance &inst, const Check &check)
+{
+	bool checked = false;
+	if (!inst.loaded()) {
+		check();
+		checked = true;
+	}
+	auto lock = inst.lock(true, true);
+	if (!checked && !inst.loaded())
+		check();
+	return lock;
+}
+
 void setup_rule_add(CLI::App &cmd, Args &a) { add_rule_options(&cmd, a.rule); }
 
 int run_rule_add(Instance &inst, const CLI::App &cmd, Args &a)
 {
 	RuleSpec spec = to_spec(a.rule, cmd.count("--per") > 0);
-	auto lock = inst.lock(true, true);
-	// A rule refused must not leave a program loaded: checked first.
-	if (!inst.loaded())
-		Transaction::check_fits({spec}, SLUICE_DEFAULT_MAX_RULES);
+	auto lock = lock_to_load(inst, [&] {
+		Transaction::check_adds_on_empty({spec}, {}, false, SLUICE_DEFAULT_MAX_RULES);
+	});
 	inst.load({}); // rules may come before the first attach
 	MapSet maps = inst.maps();
 	InstalledRule r = Transaction(maps).add(spec).commit().added.front();
@@ -779,16 +816,9 @@ int run_rule_import(Instance &inst, const CLI::App &, Args &a)
 {
 	std::vector<std::string> where;
 	std::vector<RuleSpec> specs = read_rule_file(a.import_path, where);
-	auto lock = inst.lock(true, true);
-	// A file refused must not leave a program loaded: each rule checked first.
-	if (!inst.loaded())
-		for (size_t i = 0; i < specs.size(); i++)
-			try {
-				RuleSpec check = specs[i];
-				validate_rule(check);
-			} catch (const Error &e) {
-				throw Error((i < where.size() ? where[i] + ": " : "") + e.what());
-			}
+	auto lock = lock_to_load(inst, [&] {
+		Transaction::check_adds_on_empty(specs, where, true, SLUICE_DEFAULT_MAX_RULES);
+	});
 	inst.load({});
 	MapSet maps = inst.maps();
 	size_t asked = specs.size();
@@ -1109,7 +1139,12 @@ int main(int argc, char **argv)
 	} catch (const CLI::CallForVersion &e) {
 		return app.exit(e);
 	} catch (const CLI::ParseError &e) {
-		std::cerr << "sluice: " << e.what() << "\n";
+		// CLI11 checks requirements (an argument, an option another needs)
+		// before it reports what it could not place: an unknown option
+		// beside a missing argument is named first.
+		auto extras = app.remaining(true);
+		bool missing = dynamic_cast<const CLI::RequiredError *>(&e) || dynamic_cast<const CLI::RequiresError *>(&e);
+		std::cerr << "sluice: " << (missing && !extras.empty() ? CLI::ExtrasError(extras).what() : e.what()) << "\n";
 		return 2;
 	}
 	auto [command, cmd] = chosen(app, COMMANDS);

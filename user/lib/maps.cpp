@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
 #include "maps.h"
+#include "fnv.h"
 #include "upgrade.h"
 
 #include <cerrno>
@@ -100,20 +101,15 @@ int open_pinned_object(const std::string &path)
 
 uint64_t layout_hash(std::span<const MapLayout> maps)
 {
-	// FNV-1a over every map's name, type, key and value size, in ABI order.
-	uint64_t h = 0xcbf29ce484222325ULL;
-	auto mix = [&h](const void *p, size_t n) {
-		for (size_t i = 0; i < n; i++) {
-			h ^= static_cast<const uint8_t *>(p)[i];
-			h *= 0x100000001b3ULL;
-		}
-	};
+	// Over every map's name (with its NUL), type, key and value size and
+	// flags (host byte order), in ABI order.
+	Fnv1a64 h;
 	for (const auto &m : maps) {
-		mix(m.name, std::strlen(m.name) + 1);
+		h.add(m.name, std::strlen(m.name) + 1);
 		uint32_t fields[] = {m.type, m.key_size, m.value_size, m.flags};
-		mix(fields, sizeof(fields));
+		h.add(fields, sizeof(fields));
 	}
-	return h;
+	return h.value();
 }
 
 uint64_t layout_hash()

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "fnv.h"
+
 namespace sluice {
 
 class NameIndex {
@@ -60,9 +62,7 @@ private:
 	};
 	static uint32_t hash(std::string_view s)
 	{
-		uint64_t h = 0xcbf29ce484222325ULL; // FNV-1a, then mixed: names are short
-		for (unsigned char c : s)
-			h = (h ^ c) * 0x100000001b3ULL;
+		uint64_t h = Fnv1a64().add(s).value(); // then mixed: names are short
 		h ^= h >> 32;
 		h *= 0x9e3779b97f4a7c15ULL;
 		return static_cast<uint32_t>(h >> 32);

@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "error.h"
+#include "fnv.h"
 #include "sluice_abi.h"
 
 namespace sluice {
@@ -105,11 +106,8 @@ std::string run_dir_for(const std::string &pin_dir)
 		return "/run/sluice-" + name;
 	// Elsewhere, two pin directories may share a name: the path's hash tells
 	// them apart, after a dot, which no name under /sys/fs/bpf has.
-	uint32_t h = 0x811c9dc5u; // FNV-1a
-	for (unsigned char c : dir)
-		h = (h ^ c) * 0x01000193u;
 	char hash[9];
-	std::snprintf(hash, sizeof(hash), "%08x", h);
+	std::snprintf(hash, sizeof(hash), "%08x", Fnv1a32().add(dir).value());
 	return "/run/sluice-" + name + "." + hash;
 }
 

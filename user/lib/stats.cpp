@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "error.h"
+#include "fnv.h"
 #include "rule_table.h"
 #include "sluice_algos.h"
 #include "tick_clock.h"
@@ -177,17 +178,14 @@ uint64_t rule_set_digest(const std::vector<RuleStats> &rules)
 	// FNV-1a over each rule's JSON form, which names every field of its spec
 	// but `continue`, added here. A cluster rule's host count and the local
 	// share it gives are state the agent keeps, not policy: left out.
-	uint64_t h = 0xcbf29ce484222325ULL;
+	Fnv1a64 h;
 	for (const auto &rs : rules) {
 		nlohmann::ordered_json j = rule_json(rs.rule);
 		j.erase("hosts");
 		j.erase("local_rate");
-		for (char c : j.dump() + (rs.rule.spec.layered ? " continue\n" : "\n")) {
-			h ^= static_cast<uint8_t>(c);
-			h *= 0x100000001b3ULL;
-		}
+		h.add(j.dump() + (rs.rule.spec.layered ? " continue\n" : "\n"));
 	}
-	return h;
+	return h.value();
 }
 
 nlohmann::ordered_json rule_json(const InstalledRule &r)

@@ -955,6 +955,22 @@ void Transaction::check_fits(const std::vector<RuleSpec> &rules, uint32_t max_ru
 	prepare_empty(rules, max_rules);
 }
 
+ChangeSummary Transaction::check_adds_on_empty(const std::vector<RuleSpec> &rules,
+					       const std::vector<std::string> &where, bool import, uint32_t max_rules)
+{
+	// run() on a snapshot of an empty table of that size, as load() makes it.
+	StagedRules s;
+	s.before.idle_used.assign(max_rules, false);
+	for (size_t i = 0; i < rules.size(); i++) {
+		TransactionStep step{import ? TransactionStep::Kind::import : TransactionStep::Kind::add};
+		step.spec = rules[i];
+		step.where = i < where.size() && !where[i].empty() ? where[i] + ": " : "";
+		stage(s, step);
+	}
+	prepare(s.before, s.after, s.next_id, s.where, max_rules);
+	return summarize(s.before, s.after, s.edited);
+}
+
 std::vector<InstalledRule> Transaction::prepared_rules(const PreparedRules &prepared)
 {
 	// What the writer puts in the maps and read() takes back out of them.
