@@ -112,11 +112,19 @@ std::string rule_counts_text(const struct sluice_rule_counters &r)
 std::string global_difference(const std::array<struct sluice_counter, SLUICE_CNT_MAX> &full,
 			      const std::array<struct sluice_counter, SLUICE_CNT_MAX> &walk)
 {
-	for (int i = 0; i < SLUICE_CNT_MAX; i++)
+	for (int i = 0; i < SLUICE_CNT_MAX; i++) {
+		// Not a decision: an event is lost when the ring is full, and the
+		// throttle timers that write RELEASED events run on the kernel's real
+		// clock, not the test clock, so the two builds' rings fill at
+		// different instants (the events themselves are compared through the
+		// decisions and counts that cause them).
+		if (i == SLUICE_CNT_INFO_EVENTS_LOST)
+			continue;
 		if (full[i].packets != walk[i].packets || full[i].bytes != walk[i].bytes)
 			return "global counter " + std::string(counter_name(i)) + ": full " + std::to_string(full[i].packets) +
 			       "/" + std::to_string(full[i].bytes) + "B, walk-only " + std::to_string(walk[i].packets) + "/" +
 			       std::to_string(walk[i].bytes) + "B";
+	}
 	return "";
 }
 
