@@ -12,8 +12,8 @@
 //   2. The data plane: per-packet cost of a cluster rule against the same
 //      rule local (BPF_PROG_TEST_RUN; one program whose rule's scope is
 //      edited between runs, which keeps its bucket), a second local run as
-//      the noise floor, and cluster runs whose bucket is shifted every 5 ms
-//      as the agent shifts it. Medians and minima of interleaved runs.
+//      the noise floor, and cluster runs whose bucket is granted every 5 ms
+//      as the agent grants it. Medians and minima of interleaved runs.
 #include <CLI/CLI.hpp>
 
 #include <arpa/inet.h>
@@ -788,11 +788,12 @@ void part_dataplane(const Options &o)
 		double dropped = double(st.global[SLUICE_CNT_DROP_RATE].packets);
 		std::cout << " " << v->name << ": " << fixed(100 * passed / (passed + dropped), 3) << " % passed;";
 	}
-	std::cout << " the shifter moved the buckets " << shifts.load() << " times in " << fixed(elapsed, 1)
+	std::cout << " the granter wrote " << shifts.load() << " grants in " << fixed(elapsed, 1)
 		  << " s of runs.\n";
-	std::cout << "\nThe data plane runs the same code for both scopes: a cluster rule is compiled with its "
-		     "local share, and the agent's share lives in the bucket's arrival time. Target: a cluster "
-		     "rule within 5 ns of a local one; read the differences against \"local again\".\n";
+	std::cout << "\nA cluster rule is compiled with its local share and decided by the walk, which "
+		     "takes the agent's grants for its bucket from the grants map before charging it; a local "
+		     "rule takes the fast path. Target: a cluster rule within 5 ns of a local one; read the "
+		     "differences against \"local again\".\n";
 }
 
 } // namespace

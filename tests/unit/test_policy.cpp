@@ -649,6 +649,8 @@ TEST(PolicyExample, TheShippedExampleParsesAndRoundTrips)
 	for (const auto &r : p.rules)
 		names.push_back(r.name);
 	EXPECT_EQ(names, (std::vector<std::string>{"office", "scanner", "ssh", "ssh-v6", "web", "dns-v6", "partner"}));
+	// A packet limit on port 22 would cut an SSH session off: the example only watches it.
+	EXPECT_TRUE(p.rules[2].shadow && p.rules[3].shadow) << "the example's SSH rules must not drop";
 	EXPECT_EQ(p.rules[4].warmup_ns, 30000000000ULL);
 	EXPECT_TRUE(p.rules[5].layered);
 

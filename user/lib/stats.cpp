@@ -562,8 +562,10 @@ std::vector<ReleasedBucket> release_source(const MapSet &maps, const Cidr &sourc
 	uint64_t now_ticks = sluice_ns_to_ticks(program_coarse_floor_ns());
 	std::vector<ReleasedBucket> released;
 	// A GCRA-form bucket is made again (SetTable::refill): it carries what
-	// CPUs hold for it.
-	const PendingDrops pending(read_pending(maps.pending.get()), read_owed(maps.owed.get()));
+	// CPUs hold for it, less what a counters reset left on account for it
+	// (the new bucket's generation is not the one the reset recorded).
+	PendingDrops pending(read_pending(maps.pending.get()), read_owed(maps.owed.get()));
+	pending.subtract(read_debits(seed));
 	auto release_in = [&](auto &&tbl, int family) {
 		// Found first, refilled after: the walk copies, the refill writes.
 		std::vector<std::pair<uint32_t, std::array<uint8_t, 16>>> found;
