@@ -303,7 +303,7 @@ struct sluice_rule_info {
 	char  name[SLUICE_NAME_LEN];
 	__u8  addr[16];     /* network order; IPv4 in the first 4 bytes */
 	__u8  family;       /* 4 or 6 */
-	__u8  prefix_len;
+	__u8  prefix_len;   /* SLUICE_INFO_SET: a rule on an address set, named in addr (NUL-padded) */
 	__u8  rate_unit;    /* how the rate was written: 0 packets, 1 bytes, 2 bits */
 	__u8  scope;        /* enum sluice_scope */
 	__u32 rule_id;      /* the id the operator sees, kept across edits */
@@ -317,6 +317,7 @@ struct sluice_rule_info {
 	__u8  pad[3];
 };
 SLUICE_ASSERT_SIZE(struct sluice_rule_info, 104);
+#define SLUICE_INFO_SET 0xff /* sluice_rule_info.prefix_len of a rule on a set */
 
 /*
  * IPv4 rule lookup: a 16-8-8 multibit table built by the controller (prefix

@@ -30,6 +30,7 @@
 #include "metrics.h"
 #include "rule_args.h"
 #include "rule_table.h"
+#include "set_cli.h"
 #include "transaction.h"
 #include "sluice_build.h"
 #include "stats.h"
@@ -80,7 +81,7 @@ std::vector<std::string> rule_cells(const InstalledRule &r)
 	bool limit = s.action == Action::limit;
 	return {std::to_string(r.id),
 		s.name,
-		format_cidr(s.cidr),
+		format_source(s),
 		std::string(proto_name(s.proto)),
 		format_ports(s.dport),
 		action_cell(s),
@@ -523,6 +524,8 @@ nlohmann::ordered_json explanation_json(const Explanation &e)
 	for (const auto &c : e.walk.candidates) {
 		nlohmann::ordered_json r = rule_json(c.rule);
 		cands.push_back({{"rule", r}, {"match", match_name(c.match)}, {"role", role_key(c.role)}});
+		if (c.set_prefix)
+			cands.back()["set_prefix"] = format_cidr(*c.set_prefix);
 	}
 	j["candidates"] = cands;
 	nlohmann::ordered_json applied = nlohmann::ordered_json::array();
@@ -580,6 +583,8 @@ void cmd_explain(const Instance &inst, const ExplainPacket &pkt, bool json)
 	std::vector<std::vector<std::string>> rows;
 	for (const auto &c : e.walk.candidates) {
 		auto cells = rule_cells(c.rule);
+		if (c.set_prefix)
+			cells[2] += " (" + format_cidr(*c.set_prefix) + ")";
 		rows.push_back({cells[0], cells[1], cells[2], cells[3], cells[4], cells[5], std::string(match_name(c.match)),
 				std::string(role_name(c.role))});
 	}
@@ -652,6 +657,8 @@ struct Args {
 	// rule
 	RuleArgs rule;
 	RuleEditArgs edit;
+	// set
+	SetArgs set;
 	std::string key, import_path;
 	// apply
 	std::string policy_path;
@@ -892,6 +899,25 @@ const std::vector<Command> RULE_COMMANDS = {
 	{"list", "List rules in match order", setup_json, run_rule_list},
 };
 
+// `set`: the handlers live in set_cli.cpp.
+const std::vector<Command> SET_COMMANDS = {
+	{"add", "Add prefixes to an address set (made if new); rules on it change at once",
+	 [](CLI::App &cmd, Args &a) { setup_set_add(cmd, a.set); },
+	 [](Instance &inst, const CLI::App &, Args &a) { return run_set_add(inst, a.set); }},
+	{"del", "Remove prefixes from a set, or delete a set no rule uses",
+	 [](CLI::App &cmd, Args &a) { setup_set_del(cmd, a.set); },
+	 [](Instance &inst, const CLI::App &, Args &a) { return run_set_del(inst, a.set); }},
+	{"list", "List sets: family, size and the rules using each",
+	 [](CLI::App &cmd, Args &a) { setup_set_list(cmd, a.set); },
+	 [](Instance &inst, const CLI::App &, Args &a) { return run_set_list(inst, a.set); }},
+	{"show", "Print a set's prefixes, one a line",
+	 [](CLI::App &cmd, Args &a) { setup_set_show(cmd, a.set); },
+	 [](Instance &inst, const CLI::App &, Args &a) { return run_set_show(inst, a.set); }},
+	{"load", "Replace a set with a file's prefixes, atomically (build, then switch)",
+	 [](CLI::App &cmd, Args &a) { setup_set_load(cmd, a.set); },
+	 [](Instance &inst, const CLI::App &, Args &a) { return run_set_load(inst, a.set); }},
+};
+
 void setup_apply(CLI::App &cmd, Args &a)
 {
 	cmd.add_option("FILE", a.policy_path, "YAML policy (see sluice(8)); - for stdin")->required();
@@ -1068,6 +1094,8 @@ const std::vector<Command> COMMANDS = {
 	 setup_detach, run_detach},
 	{"status", "Show where sluice is attached and its tables", setup_json, run_status},
 	{"rule", "Manage rules", setup_nothing, nullptr, &RULE_COMMANDS},
+	{"set", "Manage address sets (named prefix lists a rule takes as @NAME)", setup_nothing, nullptr,
+	 &SET_COMMANDS},
 	{"apply", "Make the running state equal to a policy file, in one transaction", setup_apply, run_apply},
 	{"export", "Print the running state as a policy file", setup_nothing, run_export},
 	{"upgrade", "Replace the loaded program with this binary's, keeping rules, buckets and counters", setup_nothing,
@@ -1149,14 +1177,16 @@ int main(int argc, char **argv)
 	}
 	auto [command, cmd] = chosen(app, COMMANDS);
 	if (!command) {
-		std::cerr << "sluice: a subcommand is required (attach, detach, status, rule, stats, release, top, events, "
+		std::cerr << "sluice: a subcommand is required (attach, detach, status, rule, set, stats, release, top, events, "
 			     "explain, apply, export, upgrade, agent); see --help\n";
 		return 2;
 	}
 	if (command->subcommands) {
+		std::string parent = command->name;
 		std::tie(command, cmd) = chosen(*cmd, *command->subcommands);
 		if (!command) {
-			std::cerr << "sluice: rule needs a subcommand (add, import, del, set, flush, list); see rule --help\n";
+			std::cerr << (parent == "set" ? "sluice: set needs a subcommand (add, del, list, show, load); see set --help\n"
+						      : "sluice: rule needs a subcommand (add, import, del, set, flush, list); see rule --help\n");
 			return 2;
 		}
 	}

@@ -32,7 +32,7 @@ Rate parse_fallback(const std::string &text)
 
 void add_rule_options(CLI::App *cmd, RuleArgs &a)
 {
-	cmd->add_option("CIDR", a.cidr, "Source prefix (IPv4 or IPv6)")->required();
+	cmd->add_option("CIDR", a.cidr, "Source prefix (IPv4 or IPv6), or @SET for every prefix of an address set")->required();
 	auto *rate = cmd->add_option("--rate", a.rate, "Limit: 100/s, 6000/min, 10kbit/s, 1MB/s, 100/10s");
 	cmd->add_option("--burst", a.burst, "Bucket size in packets (or bytes for byte rates)");
 	auto *allow = cmd->add_flag("--allow", a.allow, "Never limit this traffic");
@@ -107,7 +107,7 @@ RuleEdit to_edit(const RuleEditArgs &a, const CLI::App &cmd, bool rate_counts_by
 RuleSpec to_spec(const RuleArgs &a, bool per_given)
 {
 	RuleSpec spec;
-	spec.cidr = parse_cidr(a.cidr);
+	parse_source(a.cidr, spec);
 	spec.name = a.name;
 	if (a.allow)
 		spec.action = Action::allow;

@@ -218,15 +218,27 @@ std::string_view role_key(Role r)
 	return "not_reached";
 }
 
-RuleWalk walk_rules(const std::vector<InstalledRule> &rules, const ExplainPacket &pkt)
+RuleWalk walk_rules(const std::vector<InstalledRule> &rules, const ExplainPacket &pkt, const SetContents *sets)
 {
 	RuleWalk walk;
 	std::vector<InstalledRule> family;
 	for (const auto &r : rules)
 		if (r.spec.cidr.family == pkt.family)
 			family.push_back(r);
+	// A set stands for its outermost prefix over the source, the one its
+	// rule meets the packet at (none if the source is outside the set).
+	Cidr host{pkt.family, pkt.src, pkt.family == 4 ? 32 : 128};
+	SetContents near;
+	for (const auto &name : sets_used(family, [](const InstalledRule &r) -> const RuleSpec & { return r.spec; })) {
+		AddressSet s = sets && sets->count(name) ? sets->at(name) : SetStore::for_default_instance().read(name);
+		AddressSet one{s.family, {}};
+		for (const Cidr &c : s.prefixes)
+			if (cidr_contains(c, host) && (one.prefixes.empty() || c.prefix_len < one.prefixes[0].prefix_len))
+				one.prefixes = {c};
+		near.emplace(name, std::move(one));
+	}
 	// The lists the program walks, compiled as the controller compiles them.
-	MatchLists lists = compile_match_lists(family, 1, UINT32_MAX / 2);
+	MatchLists lists = compile_match_lists(family, 1, UINT32_MAX / 2, &near);
 	Cidr at{pkt.family, pkt.src, 0};
 	for (int len = at.max_len(); len >= 0 && !walk.prefix; len--) {
 		Cidr c = at;
@@ -239,7 +251,9 @@ RuleWalk walk_rules(const std::vector<InstalledRule> &rules, const ExplainPacket
 		return walk;
 	for (uint32_t slot : lists.walk(*walk.prefix)) {
 		auto it = std::find_if(family.begin(), family.end(), [&](const auto &r) { return r.slot == slot; });
-		walk.candidates.push_back({*it, rule_match(it->spec, pkt), Role::not_reached});
+		walk.candidates.push_back({*it, rule_match(it->spec, pkt), Role::not_reached, std::nullopt});
+		if (!it->spec.set.empty())
+			walk.candidates.back().set_prefix = near.at(it->spec.set).prefixes.at(0);
 	}
 
 	// The program's walk_list, candidate by candidate.

@@ -14,6 +14,7 @@
 
 #include "maps.h"
 #include "rule.h"
+#include "sets.h"
 
 namespace sluice {
 
@@ -69,6 +70,8 @@ struct Candidate {
 	InstalledRule rule;
 	Match match = Match::no;
 	Role role = Role::not_reached;
+	/// A rule on an address set: the set's prefix the source is under.
+	std::optional<Cidr> set_prefix;
 };
 
 /// The program's walk for one packet, as a pure function of the rules.
@@ -89,7 +92,9 @@ struct RuleWalk {
 /// selector unknown, an allow never matches, and each candidate up to the
 /// first sure match is charged as it is met (SLUICE_MAX_UNKNOWN_CHARGED of
 /// them; then the strictest of the rest and the sure match decides).
-RuleWalk walk_rules(const std::vector<InstalledRule> &rules, const ExplainPacket &pkt);
+/// `sets`: the address sets the rules use (by default read from the store).
+RuleWalk walk_rules(const std::vector<InstalledRule> &rules, const ExplainPacket &pkt,
+		    const SetContents *sets = nullptr);
 
 /// The clock readings a bucket's state is judged at: a rule reads the
 /// coarse clock if the controller set SLUICE_RULE_COARSE_CLOCK, else the

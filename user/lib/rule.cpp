@@ -7,6 +7,7 @@
 #include <cstring>
 #include <ctime>
 #include <set>
+#include <unordered_map>
 
 #include "error.h"
 #include "sluice_algos.h"
@@ -124,8 +125,41 @@ void check_rule_name(std::string_view name)
 		throw Error("rule name '" + std::string(name) + "' is all digits and would read as a rule id");
 }
 
+std::string format_source(const RuleSpec &spec)
+{
+	return spec.set.empty() ? format_cidr(spec.cidr) : "@" + spec.set;
+}
+
+void parse_source(std::string_view text, RuleSpec &spec)
+{
+	if (!text.empty() && text[0] == '@') {
+		check_set_name(text.substr(1));
+		spec.set = std::string(text.substr(1));
+		spec.cidr = Cidr{4, {}, 0};
+		return;
+	}
+	spec.set.clear();
+	spec.cidr = parse_cidr(text);
+}
+
+void resolve_set_family(RuleSpec &spec, int family)
+{
+	if (spec.set.empty())
+		return;
+	spec.cidr = Cidr{family, {}, 0};
+	if (spec.per_prefix > spec.cidr.max_len())
+		throw Error("--per " + std::to_string(spec.per_prefix) + " is longer than an IPv" +
+			    std::to_string(family) + " address (set '" + spec.set + "' holds IPv" +
+			    std::to_string(family) + " prefixes)");
+}
+
 void validate_rule(RuleSpec &spec)
 {
+	if (!spec.set.empty()) {
+		check_set_name(spec.set);
+		spec.cidr.addr = {};
+		spec.cidr.prefix_len = 0;
+	}
 	if (!spec.name.empty())
 		check_rule_name(spec.name);
 	if (!spec.dport.any() && spec.proto != Proto::tcp && spec.proto != Proto::udp)
@@ -207,7 +241,7 @@ void validate_rule(RuleSpec &spec)
 
 bool same_selector(const RuleSpec &a, const RuleSpec &b)
 {
-	return a.cidr == b.cidr && a.proto == b.proto && a.dport == b.dport;
+	return a.cidr == b.cidr && a.set == b.set && a.proto == b.proto && a.dport == b.dport;
 }
 
 size_t SelectorHash::operator()(const RuleSpec *s) const
@@ -221,6 +255,8 @@ size_t SelectorHash::operator()(const RuleSpec *s) const
 	mix(b);
 	mix(uint64_t(s->cidr.prefix_len) << 8 | uint64_t(s->cidr.family) << 16 | uint64_t(s->proto) << 24 |
 	    uint64_t(s->dport.lo) << 32 | uint64_t(s->dport.hi) << 48);
+	if (!s->set.empty())
+		mix(std::hash<std::string>{}(s->set));
 	return h ^ (h >> 29);
 }
 
@@ -422,9 +458,14 @@ struct sluice_rule_info to_info(const InstalledRule &r)
 	struct sluice_rule_info info = {};
 	info.rule_id = r.id;
 	std::memcpy(info.name, s.name.data(), std::min(s.name.size(), sizeof(info.name) - 1));
-	std::memcpy(info.addr, s.cidr.addr.data(), 16);
 	info.family = static_cast<__u8>(s.cidr.family);
-	info.prefix_len = static_cast<__u8>(s.cidr.prefix_len);
+	if (s.set.empty()) {
+		std::memcpy(info.addr, s.cidr.addr.data(), 16);
+		info.prefix_len = static_cast<__u8>(s.cidr.prefix_len);
+	} else {
+		std::memcpy(info.addr, s.set.data(), std::min(s.set.size(), SET_NAME_MAX));
+		info.prefix_len = SLUICE_INFO_SET;
+	}
 	info.rate_unit = static_cast<__u8>(s.rate.unit);
 	info.rate_amount = s.rate.amount;
 	info.rate_period_ns = s.rate.period_ns;
@@ -445,8 +486,13 @@ InstalledRule from_maps(const struct sluice_rule &dp, const struct sluice_rule_i
 	RuleSpec &s = r.spec;
 	s.name.assign(info.name, strnlen(info.name, sizeof(info.name)));
 	s.cidr.family = info.family;
-	std::memcpy(s.cidr.addr.data(), info.addr, 16);
-	s.cidr.prefix_len = info.prefix_len;
+	if (info.prefix_len == SLUICE_INFO_SET) {
+		s.set.assign(reinterpret_cast<const char *>(info.addr), strnlen(reinterpret_cast<const char *>(info.addr), SET_NAME_MAX));
+		s.cidr.prefix_len = 0;
+	} else {
+		std::memcpy(s.cidr.addr.data(), info.addr, 16);
+		s.cidr.prefix_len = info.prefix_len;
+	}
 	s.action = static_cast<Action>(dp.action);
 	s.proto = static_cast<Proto>(dp.proto);
 	s.dport = {dp.dport_lo, dp.dport_hi};
@@ -578,75 +624,141 @@ struct PrefixKey {
 
 } // namespace
 
-MatchLists compile_match_lists(const std::vector<InstalledRule> &rules, uint32_t base, uint32_t capacity)
+MatchLists compile_match_lists(const std::vector<InstalledRule> &rules, uint32_t base, uint32_t capacity,
+			       const SetContents *sets)
 {
 	// The rules by prefix, in Cidr order, each prefix's own in match order.
+	// A rule on a set stands at each outermost prefix of its set.
 	struct Item {
 		PrefixKey key;
+		const Cidr *cidr;
 		const InstalledRule *rule;
 	};
+	std::map<std::string, std::vector<Cidr>> set_prefixes;
+	size_t count = 0;
+	for (const auto &r : rules) {
+		if (r.spec.set.empty()) {
+			count++;
+			continue;
+		}
+		auto [it, added] = set_prefixes.try_emplace(r.spec.set);
+		if (added) {
+			auto s = sets ? sets->find(r.spec.set) : SetContents::const_iterator();
+			if (!sets || s == sets->end())
+				throw Error("rule '" + r.spec.name + "' uses set '" + r.spec.set +
+					    "', which does not exist; see `sluice set list`");
+			if (s->second.family != r.spec.cidr.family)
+				throw Error("rule '" + r.spec.name + "' is an IPv" + std::to_string(r.spec.cidr.family) +
+					    " rule, and set '" + r.spec.set + "' holds IPv" +
+					    std::to_string(s->second.family) + " prefixes");
+			it->second = outermost(s->second.prefixes);
+		}
+		count += it->second.size();
+	}
 	std::vector<Item> items;
-	items.reserve(rules.size());
-	for (const auto &r : rules)
-		items.push_back({PrefixKey(r.spec.cidr), &r});
-	std::sort(items.begin(), items.end(), [](const Item &a, const Item &b) {
+	items.reserve(count);
+	for (const auto &r : rules) {
+		if (r.spec.set.empty()) {
+			items.push_back({PrefixKey(r.spec.cidr), &r.spec.cidr, &r});
+			continue;
+		}
+		for (const Cidr &c : set_prefixes.at(r.spec.set))
+			items.push_back({PrefixKey(c), &c, &r});
+	}
+	// At one prefix, match order (match_order) less the prefix itself.
+	auto same_prefix_order = [](const InstalledRule &a, const InstalledRule &b) {
+		const RuleSpec &x = a.spec, &y = b.spec;
+		int wx = x.dport.hi - x.dport.lo, wy = y.dport.hi - y.dport.lo;
+		if (wx != wy)
+			return wx < wy;
+		if ((x.proto != Proto::any) != (y.proto != Proto::any))
+			return x.proto != Proto::any;
+		return a.id < b.id;
+	};
+	std::sort(items.begin(), items.end(), [&](const Item &a, const Item &b) {
 		if (!a.key.same_prefix(b.key))
 			return a.key.before(b.key);
-		return match_order(*a.rule, *b.rule);
+		return same_prefix_order(*a.rule, *b.rule);
 	});
 
-	// Each prefix's own lists, numbered in Cidr order.
+	// Each prefix's own rules.
 	struct Prefix {
 		PrefixKey key;
 		const Cidr *cidr;
-		uint32_t first, last; ///< its first and last list
-		uint32_t lists, layered; ///< its own
+		size_t from, to; ///< its items
+		uint32_t first = 0, lists = 0, layered = 0; ///< its first list; its own lists and layered rules
 		int32_t parent = -1; ///< the nearest covering prefix with rules
 	};
 	std::vector<Prefix> prefixes;
-	MatchLists m;
-	m.base = base;
 	for (size_t i = 0; i < items.size();) {
 		size_t j = i;
+		uint32_t layered = 0;
 		while (j < items.size() && items[j].key.same_prefix(items[i].key))
-			j++;
-		Prefix p{items[i].key, &items[i].rule->spec.cidr, 0, 0, 0, 0};
-		for (size_t k = i; k < j; k++) {
-			if ((k - i) % SLUICE_LIST_SLOTS == 0) {
-				if (m.lists.size() >= capacity)
-					throw Error("the rule set needs more than " + std::to_string(capacity) +
-						    " match lists; raise --max-rules");
-				uint32_t index = base + static_cast<uint32_t>(m.lists.size());
-				if (k == i)
-					p.first = index;
-				else
-					m.lists.back().next = index;
-				p.last = index;
-				p.lists++;
-				m.lists.push_back({});
-			}
-			auto &l = m.lists.back();
-			l.slots[l.count++] = items[k].rule->slot;
-			p.layered += items[k].rule->spec.layered;
-		}
-		m.first.emplace_hint(m.first.end(), *p.cidr, p.first);
+			layered += items[j++].rule->spec.layered;
+		Prefix p{items[i].key, items[i].cidr, i, j};
+		p.lists = static_cast<uint32_t>((j - i + SLUICE_LIST_SLOTS - 1) / SLUICE_LIST_SLOTS);
+		p.layered = layered;
 		prefixes.push_back(p);
 		i = j;
 	}
 
 	// Each prefix's nearest covering prefix: in this order a prefix comes
 	// after every prefix covering it and before those it covers, so the
-	// covering ones are on a stack. Its last list links to that one's first.
+	// covering ones are on a stack.
 	std::vector<uint32_t> stack;
 	for (uint32_t i = 0; i < prefixes.size(); i++) {
 		Prefix &p = prefixes[i];
 		while (!stack.empty() && !prefixes[stack.back()].key.covers(p.key))
 			stack.pop_back();
-		if (!stack.empty()) {
+		if (!stack.empty())
 			p.parent = static_cast<int32_t>(stack.back());
-			m.lists[p.last - base].next = prefixes[stack.back()].first;
-		}
 		stack.push_back(i);
+	}
+
+	// The lists, parents first: a prefix's last list links to its parent's
+	// first. A prefix whose rules fit one list shares an equal list (same
+	// rules, same parent list) if one was made: the prefixes of a set.
+	MatchLists m;
+	m.base = base;
+	std::unordered_map<std::string, uint32_t> made; // a one-list prefix's list, as bytes -> its index
+	auto new_list = [&]() {
+		if (m.lists.size() >= capacity)
+			throw Error("the rule set needs more than " + std::to_string(capacity) +
+				    " match lists; raise --max-rules");
+		m.lists.push_back({});
+		return base + static_cast<uint32_t>(m.lists.size() - 1);
+	};
+	for (auto &p : prefixes) {
+		uint32_t next = p.parent >= 0 ? prefixes[static_cast<size_t>(p.parent)].first : 0;
+		if (p.lists == 1) {
+			struct sluice_match_list l = {};
+			for (size_t k = p.from; k < p.to; k++)
+				l.slots[l.count++] = items[k].rule->slot;
+			l.next = next;
+			std::string bytes(reinterpret_cast<const char *>(&l), sizeof(l));
+			auto [it, added] = made.try_emplace(std::move(bytes), 0);
+			if (added) {
+				it->second = new_list();
+				m.lists.back() = l;
+			}
+			p.first = it->second;
+		} else {
+			uint32_t last = 0;
+			for (size_t k = p.from; k < p.to; k++) {
+				if ((k - p.from) % SLUICE_LIST_SLOTS == 0) {
+					uint32_t index = new_list();
+					if (k == p.from)
+						p.first = index;
+					else
+						m.lists[last - base].next = index;
+					last = index;
+				}
+				auto &l = m.lists[last - base];
+				l.slots[l.count++] = items[k].rule->slot;
+			}
+			m.lists[last - base].next = next;
+		}
+		m.first.emplace_hint(m.first.end(), *p.cidr, p.first);
 	}
 
 	// Lists walked, and layered rules met, from a prefix's first list to the

@@ -3,6 +3,7 @@
 // becomes the data plane's per-prefix candidate lists.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "net.h"
 #include "rate.h"
+#include "sets.h"
 #include "sluice_abi.h"
 
 namespace sluice {
@@ -39,6 +41,9 @@ struct PortRange {
 struct RuleSpec {
 	std::string name;
 	Cidr cidr;
+	/// A rule on an address set (`@NAME`, sets.h): the set's name, and
+	/// `cidr` is the set's family's /0. Empty for a rule on `cidr`.
+	std::string set;
 	Action action = Action::limit;
 	Proto proto = Proto::any;
 	PortRange dport;
@@ -132,6 +137,26 @@ std::string_view action_name(Action a);
 /// Rule names: 1-31 characters of letters, digits, '.', '_' and '-', not all digits.
 void check_rule_name(std::string_view name);
 
+/// How a rule's source is written: "@NAME" for a set, else its CIDR.
+std::string format_source(const RuleSpec &spec);
+/// Parses a rule's source: "@NAME" (a set, family IPv4 until the set is
+/// known: resolve_set_family) or a CIDR.
+void parse_source(std::string_view text, RuleSpec &spec);
+/// Gives a rule on a set its set's family (cidr: that family's /0); throws
+/// if the rule's --per does not fit it. Nothing for a rule on a CIDR.
+void resolve_set_family(RuleSpec &spec, int family);
+/// The names of the sets `rules` use, sorted, once each.
+template <class Rules> std::vector<std::string> sets_used(const Rules &rules, auto spec_of)
+{
+	std::vector<std::string> out;
+	for (const auto &r : rules)
+		if (!spec_of(r).set.empty())
+			out.push_back(spec_of(r).set);
+	std::sort(out.begin(), out.end());
+	out.erase(std::unique(out.begin(), out.end()), out.end());
+	return out;
+}
+
 /// Checks a rule on its own (selectors, burst, aggregation prefix) and fills
 /// in defaults. Throws Error with the first problem found.
 void validate_rule(RuleSpec &spec);
@@ -223,6 +248,10 @@ struct MatchLists {
 /// Compiles the lists, numbering them from `base` (which must be nonzero).
 /// Throws if more than `capacity` lists are needed, or if the lists covering
 /// one address would take more than SLUICE_MAX_LIST_WALK steps to walk.
-MatchLists compile_match_lists(const std::vector<InstalledRule> &rules, uint32_t base, uint32_t capacity);
+/// A rule on a set stands at each outermost prefix of the set (`sets` must
+/// hold it) as a rule on that prefix would; prefixes whose lists would be
+/// equal share them, so a set of a million prefixes takes a few lists.
+MatchLists compile_match_lists(const std::vector<InstalledRule> &rules, uint32_t base, uint32_t capacity,
+			       const SetContents *sets = nullptr);
 
 } // namespace sluice

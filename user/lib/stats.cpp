@@ -194,7 +194,7 @@ nlohmann::ordered_json rule_json(const InstalledRule &r)
 	nlohmann::ordered_json j = {
 		{"id", r.id},
 		{"name", s.name},
-		{"cidr", format_cidr(s.cidr)},
+		{"cidr", format_source(s)},
 		{"action", action_name(s.action)},
 		{"proto", proto_name(s.proto)},
 		{"dport", format_ports(s.dport)},

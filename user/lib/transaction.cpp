@@ -23,6 +23,7 @@
 #include <unordered_set>
 
 #include "dir4.h"
+#include "sets.h"
 #include "events.h"
 #include "name_index.h"
 #include "rule_maps.h"
@@ -43,6 +44,34 @@ void fail_point(const std::string &step)
 	if (want == step || want == step + ":" + std::to_string(n))
 		throw Error("injected failure at " + want);
 }
+
+/// The address sets a commit's rules use: those the transaction was given
+/// (with_sets: a set being replaced), else the store's, read once each.
+struct SetSource {
+	SetContents sets;
+	std::vector<std::string> given;
+
+	const AddressSet &get(const std::string &name)
+	{
+		auto it = sets.find(name);
+		if (it == sets.end())
+			it = sets.emplace(name, SetStore::for_default_instance().read(name)).first;
+		return it->second;
+	}
+	/// Gives a rule on a set its set's family.
+	void resolve(RuleSpec &spec)
+	{
+		if (!spec.set.empty())
+			resolve_set_family(spec, get(spec.set).family);
+	}
+	/// Loads every set `rules` use.
+	void load(const std::vector<InstalledRule> &rules)
+	{
+		for (const auto &r : rules)
+			if (!r.spec.set.empty())
+				get(r.spec.set);
+	}
+};
 
 /// A change ready to write into the idle set.
 struct CompiledRules {
@@ -86,7 +115,7 @@ struct StagedRules {
 	std::unordered_set<uint32_t> edited; ///< ids of running rules an edit step named
 	/// Running rules of `after` by selector, for import (built on demand;
 	/// cleared by any step that moves rules).
-	std::map<std::tuple<Cidr, Proto, uint16_t, uint16_t>, size_t> by_selector;
+	std::map<std::tuple<Cidr, std::string, Proto, uint16_t, uint16_t>, size_t> by_selector;
 	bool indexed = false;
 };
 
@@ -213,6 +242,8 @@ bool same_lookups(const std::vector<InstalledRule> &a, const std::vector<Install
 	for (const auto &r : a)
 		by_slot[r.slot] = &r;
 	for (const auto &r : b) {
+		if (!r.spec.set.empty())
+			return false; // the tables depend on the set's prefixes too, which may have changed
 		const InstalledRule *o = by_slot[r.slot];
 		if (!o || o->id != r.id || !same_selector(o->spec, r.spec))
 			return false;
@@ -387,21 +418,38 @@ void check_unique(const std::vector<InstalledRule> &after, const std::vector<std
 /// does not fit. Writes nothing: the IPv4 table is only checked to fit here,
 /// and the writer builds it in the idle set.
 CompiledRules prepare(const Snapshot &before, std::vector<InstalledRule> &after, uint32_t &next_id,
-		      const std::vector<std::string> &where, uint32_t n)
+		      const std::vector<std::string> &where, uint32_t n, SetSource &sets)
 {
 	place_new_rules(before, after, next_id, n);
 	check_unique(after, where);
+	sets.load(after);
 	CompiledRules c;
 	c.set = sluice_lookup_set(before.active.set) ^ 1;
 	c.rules_set = sluice_rules_set(before.active.set) ^ 1;
-	uint32_t list_capacity = n; // a list holds at least one rule
-	c.lists = compile_match_lists(after, c.set * (n + 1) + 1, list_capacity);
-	for (const auto &[prefix, first] : c.lists.first)
+	uint32_t list_capacity = n; // a list holds at least one rule (the prefixes of a set share theirs)
+	c.lists = compile_match_lists(after, c.set * (n + 1) + 1, list_capacity, &sets.sets);
+	size_t prefixes6 = 0;
+	for (const auto &[prefix, first] : c.lists.first) {
 		if (prefix.family == 4)
 			c.prefixes4.push_back({prefix, first});
-	c.blocks_per_set = 2 * n; // enough for any n rules: see sluice_abi.h
+		else
+			prefixes6++;
+	}
+	c.blocks_per_set = 2 * n; // enough for any n rules on CIDRs: see sluice_abi.h
 	c.block_base = c.set * c.blocks_per_set;
 	c.blocks = dir4_blocks_needed(c.prefixes4);
+	bool on_sets = std::any_of(after.begin(), after.end(), [](const auto &r) { return !r.spec.set.empty(); });
+	// The tables are sized by --max-rules: a set's prefixes fill them as
+	// that many rules on CIDRs would (see docs/packets.md, "Address sets").
+	if (on_sets && c.blocks > c.blocks_per_set)
+		throw Error("the rules and sets need " + std::to_string(c.blocks) + " IPv4 table blocks and --max-rules " +
+			    std::to_string(n) + " holds " + std::to_string(c.blocks_per_set) +
+			    " (a block for each /16, and each /24, that holds a longer prefix); raise it with "
+			    "`sluice apply` (tables: max_rules)");
+	if (on_sets && prefixes6 > n)
+		throw Error("the rules and sets need " + std::to_string(prefixes6) + " IPv6 prefixes and --max-rules " +
+			    std::to_string(n) + " holds " + std::to_string(n) +
+			    "; raise it with `sluice apply` (tables: max_rules)");
 	check_dir4(c.prefixes4, c.blocks_per_set);
 	return c;
 }
@@ -456,11 +504,11 @@ void stage_add(StagedRules &s, const TransactionStep &step)
 			for (size_t i = 0; i < s.after.size(); i++) {
 				const RuleSpec &r = s.after[i].spec;
 				if (s.after[i].id != 0)
-					s.by_selector[{r.cidr, r.proto, r.dport.lo, r.dport.hi}] = i;
+					s.by_selector[{r.cidr, r.set, r.proto, r.dport.lo, r.dport.hi}] = i;
 			}
 			s.indexed = true;
 		}
-		auto same = s.by_selector.find({spec.cidr, spec.proto, spec.dport.lo, spec.dport.hi});
+		auto same = s.by_selector.find({spec.cidr, spec.set, spec.proto, spec.dport.lo, spec.dport.hi});
 		if (same != s.by_selector.end()) {
 			const RuleSpec &running = s.after[same->second].spec;
 			RuleSpec named = spec;
@@ -628,6 +676,13 @@ Transaction &Transaction::restore(std::vector<InstalledRule> rules, uint32_t nex
 	return *this;
 }
 
+Transaction &Transaction::with_sets(SetContents sets)
+{
+	for (auto &[name, set] : sets)
+		sets_.insert_or_assign(name, std::move(set));
+	return *this;
+}
+
 Transaction &Transaction::install(std::shared_ptr<const PreparedRules> prepared)
 {
 	TransactionStep s{TransactionStep::Kind::install};
@@ -659,9 +714,15 @@ ChangeSummary Transaction::run(bool write_it)
 	s.next_id = std::max<uint32_t>(s.before.meta.next_rule_id, 1);
 	s.after = s.before.rules;
 	s.where.assign(s.after.size(), "");
-	for (const auto &step : steps_)
+	SetSource source;
+	source.sets = std::move(sets_);
+	for (auto &step : steps_) {
+		source.resolve(step.spec);
+		for (auto &spec : step.desired)
+			source.resolve(spec);
 		stage(s, step);
-	CompiledRules c = prepare(s.before, s.after, s.next_id, s.where, maps_.max_rules());
+	}
+	CompiledRules c = prepare(s.before, s.after, s.next_id, s.where, maps_.max_rules(), source);
 	if (write_it)
 		write(s, c, false);
 	return summarize(s.before, s.after, s.edited);
@@ -937,22 +998,27 @@ void Transaction::retire_buckets(const Snapshot &before, const std::vector<Insta
 	purge_buckets(maps_, [&gone](uint32_t id) { return gone.count(id) > 0; });
 }
 
-std::shared_ptr<const PreparedRules> Transaction::prepare_empty(std::vector<RuleSpec> desired, uint32_t max_rules)
+std::shared_ptr<const PreparedRules> Transaction::prepare_empty(std::vector<RuleSpec> desired, uint32_t max_rules,
+								 const SetContents *sets)
 {
 	auto p = std::make_shared<PreparedRules>();
 	p->before.idle_used.assign(max_rules, false);
 	p->after.reserve(desired.size());
+	SetSource source;
+	if (sets)
+		source.sets = *sets;
 	for (auto &spec : desired) {
+		source.resolve(spec);
 		check_policy_rule(spec, nullptr);
 		p->after.push_back({0, NO_SLOT, std::move(spec)});
 	}
-	p->compiled = prepare(p->before, p->after, p->next_id, {}, max_rules);
+	p->compiled = prepare(p->before, p->after, p->next_id, {}, max_rules, source);
 	return p;
 }
 
-void Transaction::check_fits(const std::vector<RuleSpec> &rules, uint32_t max_rules)
+void Transaction::check_fits(const std::vector<RuleSpec> &rules, uint32_t max_rules, const SetContents *sets)
 {
-	prepare_empty(rules, max_rules);
+	prepare_empty(rules, max_rules, sets);
 }
 
 ChangeSummary Transaction::check_adds_on_empty(const std::vector<RuleSpec> &rules,
@@ -961,13 +1027,15 @@ ChangeSummary Transaction::check_adds_on_empty(const std::vector<RuleSpec> &rule
 	// run() on a snapshot of an empty table of that size, as load() makes it.
 	StagedRules s;
 	s.before.idle_used.assign(max_rules, false);
+	SetSource source;
 	for (size_t i = 0; i < rules.size(); i++) {
 		TransactionStep step{import ? TransactionStep::Kind::import : TransactionStep::Kind::add};
 		step.spec = rules[i];
 		step.where = i < where.size() && !where[i].empty() ? where[i] + ": " : "";
+		source.resolve(step.spec);
 		stage(s, step);
 	}
-	prepare(s.before, s.after, s.next_id, s.where, max_rules);
+	prepare(s.before, s.after, s.next_id, s.where, max_rules, source);
 	return summarize(s.before, s.after, s.edited);
 }
 

@@ -13,6 +13,7 @@
 
 #include "rule_maps.h"
 #include "rule_table.h"
+#include "sets.h"
 
 namespace sluice {
 
@@ -94,6 +95,11 @@ public:
 	/// for). The only step of its transaction; the table must be empty and
 	/// of the prepared size.
 	Transaction &install(std::shared_ptr<const PreparedRules> prepared);
+	/// The contents of address sets to compile the rules with, in place of
+	/// the store's (sets.h): a set being replaced is compiled from here and
+	/// written to the store once the commit is live. Sets not given are read
+	/// from the store when a rule uses them.
+	Transaction &with_sets(SetContents sets);
 
 	/// Writes the staged changes and makes them live, all or none; throws,
 	/// having changed nothing the data plane or a reader sees, if any does
@@ -105,9 +111,11 @@ public:
 	/// Validates and compiles `desired` with no maps, for an empty table of
 	/// `max_rules`, as replace() would; throws as commit() does. `apply`
 	/// prepares its rules while the program loads, then installs them.
-	static std::shared_ptr<const PreparedRules> prepare_empty(std::vector<RuleSpec> desired, uint32_t max_rules);
+	static std::shared_ptr<const PreparedRules> prepare_empty(std::vector<RuleSpec> desired, uint32_t max_rules,
+								   const SetContents *sets = nullptr);
 	/// prepare_empty with its result dropped: checks that a rule set fits.
-	static void check_fits(const std::vector<RuleSpec> &rules, uint32_t max_rules);
+	static void check_fits(const std::vector<RuleSpec> &rules, uint32_t max_rules,
+			       const SetContents *sets = nullptr);
 	/// What a transaction of add() steps (import() steps with `import`),
 	/// `where[i]` naming rule i, would commit into an empty table of
 	/// `max_rules`, found with no maps: its summary, or the error commit()
@@ -143,6 +151,7 @@ private:
 	const RuleTable &table_;
 	const MapSet &maps_;
 	std::vector<TransactionStep> steps_;
+	SetContents sets_;
 	bool done_ = false;
 };
 
