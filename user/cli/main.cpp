@@ -148,6 +148,9 @@ std::string unload_everything(Instance &inst)
 	for (const auto &a : s.arrays)
 		places.push_back("program array slot " + a.pin);
 	inst.unload();
+	SetStore sets(inst.run_dir());
+	size_t set_count = sets.names().size();
+	sets.remove_all();
 	std::string where;
 	for (const auto &p : places)
 		where += (where.empty() ? " (" : ", ") + p;
@@ -157,6 +160,7 @@ std::string unload_everything(Instance &inst)
 			       : "sluice detached from " + std::to_string(places.size()) +
 					 (places.size() == 1 ? " place" : " places") + where + " and unloaded: ") +
 	       std::to_string(rules) + " rules removed with their counters and buckets, " +
+	       (set_count ? std::to_string(set_count) + (set_count == 1 ? " address set, " : " address sets, ") : "") +
 	       "state under " + inst.pin_dir() + " removed";
 }
 

@@ -201,7 +201,9 @@ void validate_rule(RuleSpec &spec)
 	}
 	if (spec.rate.amount == 0)
 		throw Error("a limit rule needs --rate");
-	if (spec.per_prefix > spec.cidr.max_len())
+	// A rule on a set is checked against its set's family when that is known
+	// (resolve_set_family).
+	if (spec.per_prefix > (spec.set.empty() ? spec.cidr.max_len() : 128))
 		throw Error("--per " + std::to_string(spec.per_prefix) + " is longer than an IPv" +
 			    std::to_string(spec.cidr.family) + " address (at most " +
 			    std::to_string(spec.cidr.max_len()) + ")");

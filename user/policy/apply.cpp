@@ -11,6 +11,7 @@
 
 #include "error.h"
 #include "rule_table.h"
+#include "sets.h"
 #include "transaction.h"
 
 namespace sluice {
@@ -54,12 +55,52 @@ std::vector<RuleSpec> specs_of(const std::vector<InstalledRule> &rules)
 	return specs;
 }
 
+/// The policy with each rule on a set the policy does not state given the
+/// family of the set kept (the store's, which a missing set makes an error
+/// at commit).
+Policy resolve_kept_sets(const Instance &inst, const Policy &p)
+{
+	Policy q = p;
+	SetContents stated = policy_sets(p);
+	SetStore store(inst.run_dir());
+	for (auto &r : q.rules)
+		if (!r.set.empty() && !stated.count(r.set) && store.exists(r.set))
+			resolve_set_family(r, store.read(r.set).family);
+	return q;
+}
+
+/// The changes the policy's sets make to the store's, one line each.
+std::vector<std::string> diff_sets(const Instance &inst, const Policy &p)
+{
+	std::vector<std::string> out;
+	SetStore store(inst.run_dir());
+	for (const auto &s : p.sets) {
+		size_t n = s.set.prefixes.size();
+		if (!store.exists(s.name)) {
+			out.push_back("+ set " + s.name + ": " + std::to_string(n) + " prefixes");
+			continue;
+		}
+		AddressSet have = store.read(s.name);
+		if (have == s.set)
+			continue;
+		std::vector<Cidr> added, removed;
+		std::set_difference(s.set.prefixes.begin(), s.set.prefixes.end(), have.prefixes.begin(),
+				    have.prefixes.end(), std::back_inserter(added));
+		std::set_difference(have.prefixes.begin(), have.prefixes.end(), s.set.prefixes.begin(),
+				    s.set.prefixes.end(), std::back_inserter(removed));
+		out.push_back("~ set " + s.name + ": " + std::to_string(have.prefixes.size()) + " -> " +
+			      std::to_string(n) + " prefixes (+" + std::to_string(added.size()) + " -" +
+			      std::to_string(removed.size()) + ")");
+	}
+	return out;
+}
+
 } // namespace
 
 bool ApplyPlan::empty() const
 {
 	return !load && !resize.max_sources && !resize.max_rules && !resize.max_log_sources && rules.empty() &&
-	       attach.empty() && move.empty() && detach.empty();
+	       attach.empty() && move.empty() && detach.empty() && sets.empty();
 }
 
 std::string ApplyPlan::format() const
@@ -76,6 +117,8 @@ std::string ApplyPlan::format() const
 		if (n)
 			out += "~ tables " + std::string(key) + " -> " + std::to_string(n) +
 			       " (rules and counters kept; buckets too, where they fit)\n";
+	for (const auto &line : sets)
+		out += line + "\n";
 	if (!rules.empty())
 		out += format_diff(rules);
 	for (const auto &i : attach)
@@ -92,8 +135,10 @@ namespace {
 
 /// plan_apply; with check_rules false it leaves checking the rules against
 /// the table size to the caller.
-ApplyPlan make_plan(const Instance &inst, const Policy &p, const ApplyOptions &options, bool check_rules)
+ApplyPlan make_plan(const Instance &inst, const Policy &stated, const ApplyOptions &options, bool check_rules)
 {
+	const Policy p = resolve_kept_sets(inst, stated);
+	const SetContents sets = policy_sets(p);
 	if (p.rules.empty() && p.interfaces.empty() && !options.allow_empty)
 		throw Error("the policy has no rules and no interfaces: applied, it would remove every rule and detach "
 			    "every interface; to do that, run `sluice apply --allow-empty FILE` (or `sluice detach "
@@ -126,7 +171,8 @@ ApplyPlan make_plan(const Instance &inst, const Policy &p, const ApplyOptions &o
 	// The rules must fit the tables they will have; ids and slots are the
 	// transaction's to give, so check the whole set against the size.
 	if (check_rules)
-		Transaction::check_fits(p.rules, want.max_rules);
+		Transaction::check_fits(p.rules, want.max_rules, &sets);
+	plan.sets = diff_sets(inst, p);
 
 	auto here = [](const AttachedLink &l) { return l.this_netns && l.ifindex; };
 	for (const auto &i : p.interfaces) {
@@ -223,8 +269,16 @@ std::optional<MapSet> ProgramPreload::tables(const TableSizes &sizes)
 
 std::unique_ptr<LoadedProgram> ProgramPreload::take() { return program_.get(); }
 
-ApplyPlan apply_policy(Instance &inst, const Policy &p, ProgramPreload preload, const ApplyOptions &options)
+ApplyPlan apply_policy(Instance &inst, const Policy &stated, ProgramPreload preload, const ApplyOptions &options)
 {
+	const Policy p = resolve_kept_sets(inst, stated);
+	const SetContents sets = policy_sets(p);
+	// The sets' files are written aside now, and replace the sets once the
+	// rules compiled with them are live; a failure drops them.
+	SetStore store(inst.run_dir());
+	std::vector<SetStore::Pending> set_files;
+	for (const auto &s : p.sets)
+		set_files.push_back(store.stage(s.name, s.set));
 	// Everything is checked before the first write, the host's interfaces
 	// included. A program loaded here gets its rules before it is pinned.
 	// Then every step that changes something leaves an undo step, so that a
@@ -238,7 +292,7 @@ ApplyPlan apply_policy(Instance &inst, const Policy &p, ProgramPreload preload, 
 			TableSizes want = wanted_sizes(p.tables, default_sizes());
 			// The rules are compiled while the preload's thread makes the
 			// tables, and written while it verifies the program.
-			auto prepared = Transaction::prepare_empty(p.rules, want.max_rules);
+			auto prepared = Transaction::prepare_empty(p.rules, want.max_rules, &sets);
 			std::unique_ptr<LoadedProgram> fresh;
 			if (std::optional<MapSet> tables = preload.tables(want)) {
 				Transaction(*tables).install(prepared).commit();
@@ -274,7 +328,7 @@ ApplyPlan apply_policy(Instance &inst, const Policy &p, ProgramPreload preload, 
 		if (!plan.load && (plan.resize.max_sources || plan.resize.max_rules || plan.resize.max_log_sources)) {
 			TableSizes have = loaded_sizes(inst.maps());
 			TableSizes want = wanted_sizes(p.tables, have);
-			Transaction::check_fits(p.rules, want.max_rules);
+			Transaction::check_fits(p.rules, want.max_rules, &sets);
 			fail_point("resize");
 			inst.upgrade(want);
 			undo.emplace_back("resize the tables back", [&inst, have] { inst.upgrade(have); });
@@ -282,8 +336,10 @@ ApplyPlan apply_policy(Instance &inst, const Policy &p, ProgramPreload preload, 
 		if (!plan.load) {
 			fail_point("rules");
 			MapSet maps = inst.maps();
-			Transaction(maps).replace(p.rules).commit();
+			Transaction(maps).with_sets(sets).replace(p.rules).commit();
 		}
+		for (auto &f : set_files)
+			f.commit();
 	} catch (const std::exception &e) {
 		if (undo.empty())
 			throw;
@@ -305,6 +361,9 @@ Policy export_policy(const Instance &inst)
 	p.tables.max_sources = have.max_sources == def.max_sources ? 0 : have.max_sources;
 	p.tables.max_log_sources = have.max_log_sources == def.max_log_sources ? 0 : have.max_log_sources;
 	p.rules = specs_of(RuleTable(maps).list());
+	SetStore store(inst.run_dir());
+	for (const auto &name : store.names())
+		p.sets.push_back({name, "", store.read(name)});
 	for (const auto &l : inst.status().links)
 		if (l.this_netns && l.ifindex)
 			p.interfaces.push_back({l.ifname, l.mode});

@@ -38,6 +38,7 @@ struct ApplyPlan {
 	std::vector<PolicyInterface> attach; ///< interfaces to attach
 	std::vector<ModeChange> move;        ///< interfaces to move to the other mode
 	std::vector<AttachedLink> detach;    ///< links of this namespace the policy does not list
+	std::vector<std::string> sets;       ///< address sets the policy adds or changes, one line each
 
 	bool empty() const;
 	/// The plan as `apply --diff` prints it: "no changes", or one line each.

@@ -10,6 +10,7 @@
 #include <charconv>
 #include <cstring>
 #include <fcntl.h>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -29,7 +30,8 @@ namespace {
 using yaml::Doc;
 using yaml::Kind;
 
-const std::vector<std::string> TOP_KEYS = {"interfaces", "tables", "rules"};
+const std::vector<std::string> TOP_KEYS = {"interfaces", "tables", "rules", "sets"};
+const std::vector<std::string> SET_KEYS = {"name", "prefixes", "file", "family"};
 const std::vector<std::string> INTERFACE_KEYS = {"name", "mode"};
 const std::vector<std::string> TABLE_KEYS = {"max_rules", "max_sources", "max_log_sources"};
 // rule add's options, in the order write_policy prints them.
@@ -298,7 +300,10 @@ RuleSpec read_rule(const Reader &rd, uint32_t node, size_t index,
 	const Entry *cidr = key(K_CIDR);
 	if (!cidr)
 		rd.fail(doc.line(node), context, "a rule needs a 'cidr'");
-	spec.cidr = rd.parsed("cidr", *cidr, context, parse_cidr);
+	rd.parsed("cidr", *cidr, context, [&spec](std::string_view v) {
+		parse_source(v, spec);
+		return 0;
+	});
 
 	// The rate first: it says whether the burst counts packets or bytes.
 	if (auto e = key(K_ACTION))
@@ -339,7 +344,72 @@ RuleSpec read_rule(const Reader &rd, uint32_t node, size_t index,
 }
 
 
-std::vector<RuleSpec> read_rules(const Reader &rd, const Entry &section)
+std::vector<PolicySet> read_sets(const Reader &rd, const Entry &section)
+{
+	const Doc &doc = rd.doc();
+	std::vector<PolicySet> out;
+	if (doc.kind(section.value) == Kind::null)
+		return out;
+	if (doc.kind(section.value) != Kind::list)
+		rd.fail(section.line, "", "'sets' is a list, not " + rd.kind(section.value));
+	std::map<std::string, int> lines;
+	for (uint32_t index = 0; index < doc.size(section.value); index++) {
+		uint32_t node = doc.item(section.value, index);
+		Context context("set", rd.name_of(node), index + 1);
+		Entries keys = rd.entries(node, SET_KEYS, context, "a set");
+		if (!keys[0].given)
+			rd.fail(doc.line(node), context, "a set needs a 'name'");
+		PolicySet ps;
+		ps.name = rd.parsed("name", keys[0], context, [](std::string_view v) {
+			check_set_name(v);
+			return std::string(v);
+		});
+		if (auto [was, fresh] = lines.emplace(ps.name, line_of(keys[0].line)); !fresh)
+			rd.fail(keys[0].line, context, "another set has this name (line " + std::to_string(was->second) + ")");
+		if (keys[1].given == keys[2].given)
+			rd.fail(doc.line(node), context, "a set takes 'prefixes' (a list) or 'file' (a path), one of them");
+		int family = 0;
+		if (keys[3].given) {
+			family = static_cast<int>(rd.number("family", keys[3], context, 6));
+			if (family != 4 && family != 6)
+				rd.fail(keys[3].line, context, "'family' is 4 or 6");
+		}
+		ps.set.family = family ? family : 4;
+		if (keys[2].given) {
+			ps.file = rd.parsed("file", keys[2], context, [](std::string_view v) { return std::string(v); });
+			std::ifstream in(ps.file);
+			if (!in)
+				rd.fail(keys[2].line, context, "cannot read " + ps.file + ": " + std::strerror(errno));
+			try {
+				ps.set = read_set_lines(in, ps.file, family);
+			} catch (const Error &e) {
+				rd.fail(keys[2].line, context, e.what());
+			}
+		} else {
+			uint32_t list = keys[1].value;
+			if (doc.kind(list) != Kind::list && doc.kind(list) != Kind::null)
+				rd.fail(keys[1].line, context, "'prefixes' is a list, not " + rd.kind(list));
+			for (uint32_t i = 0; doc.kind(list) == Kind::list && i < doc.size(list); i++) {
+				uint32_t item = doc.item(list, i);
+				Entry e{true, doc.line(item), item};
+				Cidr c = rd.parsed("prefixes", e, context, parse_cidr);
+				if (!family)
+					family = c.family;
+				if (c.family != family)
+					rd.fail(doc.line(item), context,
+						format_cidr(c) + " is IPv" + std::to_string(c.family) + ", and the set holds IPv" +
+							std::to_string(family) + " prefixes (a set is of one family)");
+				ps.set.prefixes.push_back(c);
+			}
+			ps.set.family = family ? family : 4;
+			normalize(ps.set.prefixes);
+		}
+		out.push_back(std::move(ps));
+	}
+	return out;
+}
+
+std::vector<RuleSpec> read_rules(const Reader &rd, const Entry &section, const std::vector<PolicySet> &sets)
 {
 	const Doc &doc = rd.doc();
 	std::vector<RuleSpec> rules;
@@ -368,13 +438,34 @@ std::vector<RuleSpec> read_rules(const Reader &rd, const Entry &section)
 		}
 	}
 
+	// A rule on a set the policy states takes its family now; one on a set
+	// it does not state is checked against that set at apply.
+	SetContents contents;
+	for (const auto &s : sets)
+		contents.emplace(s.name, s.set);
+	for (size_t i = 0; i < rules.size(); i++) {
+		RuleSpec &r = rules[i];
+		if (r.set.empty())
+			continue;
+		auto it = contents.find(r.set);
+		try {
+			if (it != contents.end())
+				resolve_set_family(r, it->second.family);
+			else
+				contents.emplace(r.set, AddressSet{r.cidr.family, {}});
+		} catch (const Error &e) {
+			rd.fail(doc.line(doc.item(section.value, static_cast<uint32_t>(i))),
+				Context("rule", std::string_view(r.name), i + 1), e.what());
+		}
+	}
+
 	// The data plane's limit on the rules covering one address.
 	std::vector<InstalledRule> installed;
 	installed.reserve(rules.size());
 	for (size_t i = 0; i < rules.size(); i++)
 		installed.push_back({static_cast<uint32_t>(i + 1), static_cast<uint32_t>(i), rules[i]});
 	try {
-		compile_match_lists(installed, 1, static_cast<uint32_t>(installed.size()) + 1);
+		compile_match_lists(installed, 1, UINT32_MAX / 2, &contents);
 	} catch (const Error &e) {
 		rd.fail(section.line, "", e.what());
 	}
@@ -400,7 +491,9 @@ Policy read_policy(const Doc &doc, const std::string &source)
 		p.interfaces = read_interfaces(rd, sections[0]);
 	if (sections[1].given)
 		p.tables = read_tables(rd, sections[1]);
-	p.rules = read_rules(rd, rules);
+	if (sections[3].given)
+		p.sets = read_sets(rd, sections[3]);
+	p.rules = read_rules(rd, rules, p.sets);
 	if (p.tables.max_rules && p.rules.size() > p.tables.max_rules)
 		rd.fail(rules.line, "",
 			std::to_string(p.rules.size()) + " rules do not fit in max_rules " +
@@ -446,6 +539,14 @@ Policy parse_policy_text(std::string_view text, const std::string &source, Parse
 }
 
 } // namespace yaml
+
+SetContents policy_sets(const Policy &p)
+{
+	SetContents out;
+	for (const auto &s : p.sets)
+		out.emplace(s.name, s.set);
+	return out;
+}
 
 Policy parse_policy(std::istream &in, const std::string &source)
 {
@@ -575,7 +676,7 @@ struct RuleField {
 std::string show_bool(bool b) { return b ? "true" : "false"; }
 
 const RuleField RULE_FIELDS[] = {
-	{"cidr", [](const RuleSpec &s) { return format_cidr(s.cidr); }, nullptr},
+	{"cidr", [](const RuleSpec &s) { return format_source(s); }, nullptr},
 	{"action", [](const RuleSpec &s) { return std::string(action_name(s.action)); }, "limit"},
 	{"proto", [](const RuleSpec &s) { return std::string(proto_name(s.proto)); }, "any"},
 	{"dport", [](const RuleSpec &s) { return format_ports(s.dport); }, "any"},
@@ -628,6 +729,21 @@ std::string write_policy(const Policy &p)
 			sizes += "  " + std::string(key) + ": " + std::to_string(n) + "\n";
 	if (!sizes.empty())
 		out += "tables:\n" + sizes;
+	if (!p.sets.empty()) {
+		out += "sets:\n";
+		for (const auto &s : p.sets) {
+			out += "  - name: " + yaml_scalar(s.name) + "\n";
+			if (s.set.family == 6)
+				out += "    family: 6\n";
+			if (!s.file.empty()) {
+				out += "    file: " + yaml_scalar(s.file) + "\n";
+				continue;
+			}
+			out += s.set.prefixes.empty() ? "    prefixes: []\n" : "    prefixes:\n";
+			for (const auto &c : s.set.prefixes)
+				out += "      - " + format_cidr(c) + "\n";
+		}
+	}
 
 	out += p.rules.empty() ? "rules: []\n" : "rules:\n";
 	for (const auto &rule : p.rules) {
@@ -654,7 +770,7 @@ std::string write_policy(const Policy &p)
 std::string describe_rule(const RuleSpec &spec)
 {
 	RuleSpec n = canonical(spec);
-	std::string s = format_cidr(n.cidr);
+	std::string s = format_source(n);
 	if (n.proto != Proto::any)
 		s += " " + std::string(proto_name(n.proto));
 	if (!n.dport.any())

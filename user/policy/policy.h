@@ -18,7 +18,14 @@
 //
 // A rule's keys are `rule add`'s options, parsed by the same functions:
 // name, cidr, action (limit|allow|deny), proto, dport, rate, burst, algo, per,
-// warmup, shadow, continue.
+// warmup, shadow, continue. A rule on an address set has cidr: "@NAME".
+//
+//   sets:                     # optional: address sets, made equal to these
+//     - name: blocklist
+//       prefixes: [192.0.2.0/24, 2001:db8::/32]   # inline, one family
+//     - name: drop
+//       file: /etc/sluice/drop.txt                # or read at apply
+//       family: 6             # optional: 4 (default) or 6, for an empty set
 #pragma once
 
 #include <istream>
@@ -40,6 +47,16 @@ struct PolicyInterface {
 	bool operator==(const PolicyInterface &) const = default;
 };
 
+/// An address set a policy states: inline, or read from `file` when the
+/// policy is read (and so at every apply).
+struct PolicySet {
+	std::string name;
+	std::string file; ///< empty: the prefixes are inline
+	AddressSet set;
+
+	bool operator==(const PolicySet &) const = default;
+};
+
 /// A whole policy file. Rules keep the file's order; each has passed
 /// validate_rule (defaults such as the burst are filled in) and the set is
 /// consistent (unique names, no two rules with the same selector).
@@ -47,7 +64,13 @@ struct Policy {
 	std::vector<PolicyInterface> interfaces;
 	TableSizes tables; ///< 0 = the default size
 	std::vector<RuleSpec> rules;
+	/// Address sets: those named are made equal to these; a set the policy
+	/// does not name is left as it is (and rules may use it).
+	std::vector<PolicySet> sets;
 };
+
+/// The policy's sets by name.
+SetContents policy_sets(const Policy &p);
 
 /// Parses and checks a policy. `source` names the input in errors. Throws
 /// Error with one line: "SOURCE line N: rule 'NAME': reason" (the rule's part
