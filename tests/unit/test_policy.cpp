@@ -272,7 +272,7 @@ TEST(PolicyErrors, EachIsOneLineWithTheFileLineAndRule)
 		 "sluice.yaml line 3: rule 'ssh': unknown key 'rat' (expected one of name, cidr, action, proto, "
 		 "dport, rate, burst, algo, per, warmup, shadow, continue, scope, fallback)"},
 		{"rules: []\nrule: []\n",
-		 "sluice.yaml line 2: unknown key 'rule' (expected one of interfaces, tables, rules)"},
+		 "sluice.yaml line 2: unknown key 'rule' (expected one of interfaces, tables, rules, sets)"},
 		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    action: deny\n  - name: a\n    cidr: 10.0.0.0/9\n"
 		 "    action: deny\n",
 		 "sluice.yaml line 5: rule 'a': another rule has this name (line 2)"},
@@ -341,6 +341,25 @@ TEST(PolicyErrors, EachIsOneLineWithTheFileLineAndRule)
 		{"tables:\n  max_rules: 1\nrules:\n  - {name: a, cidr: 10.0.0.0/8, action: deny}\n"
 		 "  - {name: b, cidr: 10.0.0.0/9, action: deny}\n",
 		 "sluice.yaml line 3: 2 rules do not fit in max_rules 1"},
+		// Address sets.
+		{"sets:\n  - name: bl\n    prefixes:\n      - 192.0.2.0/24\n      - 10.0.0.1/8\nrules: []\n",
+		 "sluice.yaml line 5: set 'bl': '10.0.0.1/8' has host bits set; did you mean 10.0.0.0/8?"},
+		{"sets:\n  - name: bl\n    prefixes: [192.0.2.0/24, \"2001:db8::/32\"]\nrules: []\n",
+		 "sluice.yaml line 3: set 'bl': 2001:db8::/32 is IPv6, and the set holds IPv4 prefixes (a set is of one "
+		 "family)"},
+		{"sets:\n  - name: bl\nrules: []\n",
+		 "sluice.yaml line 2: set 'bl': a set takes 'prefixes' (a list) or 'file' (a path), one of them"},
+		{"sets:\n  - {name: bl, prefixes: []}\n  - {name: bl, prefixes: []}\nrules: []\n",
+		 "sluice.yaml line 3: set 'bl': another set has this name (line 2)"},
+		{"sets:\n  - {name: bl, file: /nonexistent/bl.txt}\nrules: []\n",
+		 "sluice.yaml line 2: set 'bl': cannot read /nonexistent/bl.txt: No such file or directory"},
+		{"sets:\n  - {name: six, family: 6, prefixes: []}\n  - {name: four, prefixes: [192.0.2.0/24]}\nrules:\n"
+		 "  - {name: a, cidr: \"@six\", rate: 5/s, per: 48}\n  - {name: b, cidr: \"@four\", rate: 5/s, per: 48}\n",
+		 "sluice.yaml line 6: rule 'b': --per 48 is longer than an IPv4 address (set 'four' holds IPv4 prefixes)"},
+		{"sets:\n  - {name: bl, prefixes: []}\nrules:\n  - {name: a, cidr: \"@bl\", action: deny}\n"
+		 "  - {name: b, cidr: \"@bl\", action: allow}\n",
+		 "sluice.yaml line 5: rule 'b': selects the same traffic as rule 'a' (line 4); only one of them could "
+		 "ever match"},
 		// A control character in what the file says cannot split the line.
 		{"rules:\n  - name: \"a\\nb\"\n    cidr: 10.0.0.0/8\n",
 		 "sluice.yaml line 2: rule 'a\\x0ab': invalid rule name 'a\\x0ab' (letters, digits, '.', '_' and '-' "
@@ -907,6 +926,26 @@ public:
 		Policy p;
 		taken_.clear();
 		layered_ = 0;
+		// Address sets of either family, empty ones too, nested prefixes
+		// and all; rules draw them in place of a CIDR.
+		sets_.clear();
+		for (size_t n = pick(4); sets_.size() < n;) {
+			PolicySet ps;
+			ps.name = "s" + std::to_string(serial_++);
+			ps.set.family = pick(2) ? 6 : 4;
+			for (size_t k = pick(12); k > 0; k--) {
+				Cidr c;
+				c.family = ps.set.family;
+				c.prefix_len = static_cast<int>(pick(c.max_len() + 1));
+				for (size_t i = 0; i < (c.family == 4 ? 4u : 16u); i++)
+					c.addr[i] = static_cast<uint8_t>(pick(4)); // few distinct: they nest
+				mask_address(c.addr, c.prefix_len);
+				ps.set.prefixes.push_back(c);
+			}
+			normalize(ps.set.prefixes);
+			sets_.push_back(ps);
+		}
+		p.sets = sets_;
 		for (size_t i = 0; i < rules; i++) {
 			int family = pick(2) ? 6 : 4;
 			int per = pick(3) ? -1 : static_cast<int>(pick(family == 4 ? 33 : 129));
@@ -939,6 +978,11 @@ private:
 		for (size_t i = 0; i < (family == 4 ? 4u : 16u); i++)
 			s.cidr.addr[i] = static_cast<uint8_t>(pick(256));
 		mask_address(s.cidr.addr, len);
+		for (const auto &ps : sets_)
+			if (ps.set.family == family && pick(3) == 0) {
+				s.set = ps.name;
+				resolve_set_family(s, family);
+			}
 		s.action = per >= 0 || pick(5) < 3 ? Action::limit : pick(2) ? Action::allow : Action::deny;
 		if (pick(3) == 0) {
 			s.proto = pick(2) ? Proto::tcp : Proto::udp;
@@ -976,6 +1020,7 @@ private:
 	}
 
 	std::mt19937_64 rng_;
+	std::vector<PolicySet> sets_;
 	std::vector<RuleSpec> taken_;
 	uint32_t serial_ = 0;
 	size_t layered_ = 0;
@@ -993,7 +1038,8 @@ Applied apply_then_export(const Policy &p)
 {
 	Policy out = p;
 	Applied a;
-	a.rules = Transaction::prepared_rules(*Transaction::prepare_empty(p.rules, 4096));
+	SetContents sets = policy_sets(p);
+	a.rules = Transaction::prepared_rules(*Transaction::prepare_empty(p.rules, 4096, &sets));
 	out.rules.clear();
 	for (const auto &r : a.rules)
 		out.rules.push_back(r.spec);
@@ -1020,12 +1066,15 @@ TEST(PolicyRoundTrip, ExportApplyExportIsExactOverGeneratedPolicies)
 	PolicyGenerator gen(0x5eed2025);
 	std::set<std::pair<int, int>> pers;         // family, per length covered
 	std::set<std::tuple<int, int, int>> kinds; // action, algo, unit
-	size_t checked = 0;
+	size_t checked = 0, on_sets = 0;
 	auto check = [&](const Policy &p) {
 		Applied first = apply_then_export(p);
 		Policy read = parse(first.text);
 		Applied second = apply_then_export(read);
 		ASSERT_EQ(second.text, first.text) << "export -> apply -> export changed the file";
+		EXPECT_EQ(read.sets, p.sets) << "the sets read back otherwise:\n" << first.text;
+		for (const auto &r : first.rules)
+			on_sets += !r.spec.set.empty();
 		ASSERT_EQ(second.rules.size(), first.rules.size());
 		for (size_t i = 0; i < first.rules.size(); i++) {
 			EXPECT_EQ(effective(second.rules[i]), effective(first.rules[i]))
@@ -1075,4 +1124,5 @@ TEST(PolicyRoundTrip, ExportApplyExportIsExactOverGeneratedPolicies)
 	// and allow and deny.
 	EXPECT_EQ(kinds.size(), 3u + 3u + 2u + 2u + 1u + 2u);
 	EXPECT_GT(checked, 3000u);
+	EXPECT_GT(on_sets, 300u) << "rules on address sets";
 }
