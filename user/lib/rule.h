@@ -41,9 +41,6 @@ struct PortRange {
 struct RuleSpec {
 	std::string name;
 	Cidr cidr;
-	/// A rule on an address set (`@NAME`, sets.h): the set's name, and
-	/// `cidr` is the set's family's /0. Empty for a rule on `cidr`.
-	std::string set;
 	Action action = Action::limit;
 	Proto proto = Proto::any;
 	PortRange dport;
@@ -62,6 +59,9 @@ struct RuleSpec {
 	/// Cluster rules: the local limit while the store is out of reach;
 	/// amount 0 for the default, the rate divided by the host count.
 	Rate fallback;
+	/// A rule on an address set (`@NAME`, sets.h): the set's name, and
+	/// `cidr` is the set's family's /0. Empty for a rule on `cidr`.
+	std::string set;
 
 	/// True for the algorithms with a burst (token bucket, GCRA).
 	bool has_burst() const { return algo == Algo::token_bucket || algo == Algo::gcra; }

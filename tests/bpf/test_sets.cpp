@@ -1,0 +1,200 @@
+// SPDX-License-Identifier: GPL-2.0-only
+// Rules on address sets in the real program: a deny or limit rule on @S acts
+// on exactly the members of S (IPv4 and IPv6), and replacing S while packets
+// flow never shows a packet a gap (no set, or half of one).
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include "fixture.h"
+#include "sets.h"
+
+using namespace sluice;
+using namespace sluice::test;
+
+namespace {
+
+class SetRules : public Datapath {
+protected:
+	void SetUp() override
+	{
+		ASSERT_EQ(geteuid(), 0u) << "BPF tests load a real XDP program and must run as root";
+		set_libbpf_verbose(false);
+		// Room for a few thousand host prefixes (two table blocks each).
+		prog_ = std::make_unique<LoadedProgram>(TableSizes{4096, 4096});
+		maps_ = prog_->maps();
+		table_ = std::make_unique<RuleTable>(maps_);
+	}
+
+	/// Adds a rule on set `name`, compiled with `sets` (not the store's).
+	InstalledRule add_on_set(RuleSpec spec, const std::string &name, const SetContents &sets)
+	{
+		spec.set = name;
+		spec.cidr = Cidr{sets.at(name).family, {}, 0};
+		return Transaction(maps_).with_sets(sets).add(spec).commit().added.front();
+	}
+
+	/// Replaces the sets, as `set load` does: the rules recompiled with them.
+	void load(const SetContents &sets) { Transaction(maps_).with_sets(sets).commit(); }
+};
+
+std::string host_text(const Cidr &c) { return format_address(c.family, c.addr.data()); }
+
+/// A random address under `c`.
+Cidr member(std::mt19937_64 &rng, const Cidr &c)
+{
+	Cidr h = c;
+	for (int b = c.prefix_len; b < c.max_len(); b++)
+		if (rng() % 2)
+			h.addr[b / 8] |= static_cast<uint8_t>(0x80 >> (b % 8));
+	h.prefix_len = c.max_len();
+	return h;
+}
+
+AddressSet random_set(std::mt19937_64 &rng, int family, size_t n, uint8_t first_byte)
+{
+	AddressSet s{family, {}};
+	for (size_t i = 0; i < n; i++) {
+		Cidr c;
+		c.family = family;
+		c.prefix_len = family == 4 ? static_cast<int>(16 + rng() % 17) : static_cast<int>(32 + rng() % 97);
+		for (size_t b = 0; b < (family == 4 ? 4u : 16u); b++)
+			c.addr[b] = static_cast<uint8_t>(rng());
+		c.addr[0] = first_byte;
+		c.addr[1] = static_cast<uint8_t>(rng() % 8); // a few /16s: prefixes nest
+		mask_address(c.addr, c.prefix_len);
+		s.prefixes.push_back(c);
+	}
+	normalize(s.prefixes);
+	return s;
+}
+
+bool in_set(const AddressSet &s, const Cidr &host)
+{
+	return std::any_of(s.prefixes.begin(), s.prefixes.end(), [&](const Cidr &c) { return cidr_contains(c, host); });
+}
+
+} // namespace
+
+TEST_F(SetRules, ADenyRuleOnASetDropsExactlyItsMembers)
+{
+	std::mt19937_64 rng(29);
+	SetContents sets{{"v4", random_set(rng, 4, 600, 10)}, {"v6", random_set(rng, 6, 600, 0x20)}};
+	RuleSpec deny;
+	deny.action = Action::deny;
+	deny.name = "deny4";
+	add_on_set(deny, "v4", sets);
+	deny.name = "deny6";
+	add_on_set(deny, "v6", sets);
+	// A CIDR rule beside them: an allow inside the v4 set's space, which
+	// ranks by its own length among the set's prefixes.
+	RuleSpec allow;
+	allow.name = "allow30";
+	allow.cidr = parse_cidr("10.0.0.0/30");
+	allow.action = Action::allow;
+	Transaction(maps_).with_sets(sets).add(allow).commit(); // the sets are not in a store here
+	Cidr allowed = parse_cidr("10.0.0.0/30");
+
+	uint64_t drops = 0, passes = 0;
+	for (int i = 0; i < 4000; i++) {
+		int family = i % 2 ? 6 : 4;
+		const AddressSet &s = sets.at(family == 4 ? "v4" : "v6");
+		// Half the probes under a set prefix, half near them.
+		Cidr host = member(rng, s.prefixes[rng() % s.prefixes.size()]);
+		if (i % 4 == 2)
+			host.addr[family == 4 ? 3 : 15] ^= static_cast<uint8_t>(1 + rng() % 255);
+		else if (i % 4 == 3)
+			host.addr[1] ^= 0x08; // a /16 the set has no prefix in
+
+		bool denied = in_set(s, host);
+		if (family == 4 && cidr_contains(allowed, host)) {
+			// The /30 allow beats a set prefix of /30 or shorter.
+			bool longer = std::any_of(s.prefixes.begin(), s.prefixes.end(), [&](const Cidr &c) {
+				return c.prefix_len > 30 && cidr_contains(c, host);
+			});
+			denied = longer;
+		}
+		int verdict = run({.src = host_text(host)});
+		ASSERT_EQ(verdict, denied ? XDP_DROP : XDP_PASS) << host_text(host);
+		(denied ? drops : passes)++;
+	}
+	EXPECT_GT(drops, 1000u);
+	EXPECT_GT(passes, 900u);
+	EXPECT_EQ(rule_counters("deny4").dropped_packets + rule_counters("deny6").dropped_packets, drops);
+}
+
+TEST_F(SetRules, ALimitRuleOnASetLimitsEachMemberByItsPer)
+{
+	SetContents sets{{"six", AddressSet{6, {parse_cidr("2001:db8:1::/48"), parse_cidr("2001:db8:9::/48")}}},
+			 {"four", AddressSet{4, {parse_cidr("192.0.2.0/24"), parse_cidr("198.51.100.7")}}}};
+	add_on_set(limit_spec("::/0", "1/h", 3, "lim6", Proto::any, {}, 56), "six", sets);
+	add_on_set(limit_spec("0.0.0.0/0", "1/h", 2, "lim4"), "four", sets);
+
+	// IPv6, per /56: two addresses of one /56 share a bucket of 3.
+	EXPECT_EQ(run({.src = "2001:db8:1::1"}, 1), XDP_PASS);
+	EXPECT_EQ(run({.src = "2001:db8:1:ff::2"}, 2), XDP_PASS);
+	EXPECT_EQ(run({.src = "2001:db8:1::3"}), XDP_DROP) << "the /56's bucket is empty";
+	EXPECT_EQ(run({.src = "2001:db8:1:100::1"}), XDP_PASS) << "another /56 of the member";
+	for (int i = 0; i < 20; i++)
+		ASSERT_EQ(run({.src = "2001:db8:2::1"}), XDP_PASS) << "not a member: untouched";
+	// IPv4, per address (the default).
+	EXPECT_EQ(run({.src = "192.0.2.9"}, 2), XDP_PASS);
+	EXPECT_EQ(run({.src = "192.0.2.9"}), XDP_DROP);
+	EXPECT_EQ(run({.src = "192.0.2.10"}), XDP_PASS) << "its own bucket";
+	EXPECT_EQ(run({.src = "198.51.100.7"}, 2), XDP_PASS);
+	EXPECT_EQ(run({.src = "198.51.100.7"}), XDP_DROP);
+	EXPECT_EQ(run({.src = "198.51.100.8"}, 5), XDP_PASS) << "not a member";
+	EXPECT_EQ(source("2001:db8:1::/56", "lim6").dropped_packets, 1u);
+	EXPECT_EQ(rule_counters("lim4").dropped_packets, 2u);
+}
+
+TEST_F(SetRules, ReplacingASetUnderTrafficNeverShowsAGap)
+{
+	// A member in every version of the set, sent from both CPUs while the
+	// set is replaced over and over by sets of other sizes and shapes: each
+	// of its packets meets the old set or the new one, and is dropped.
+	std::mt19937_64 rng(4);
+	const Cidr always4 = parse_cidr("10.5.5.5"), always6 = parse_cidr("2001:db8:5::5");
+	std::vector<SetContents> versions;
+	for (int v = 0; v < 6; v++) {
+		AddressSet a = random_set(rng, 4, 200 + 700 * (v % 3), 10);
+		AddressSet b = random_set(rng, 6, 200 + 700 * (v % 3), 0x20);
+		a.prefixes.push_back(v % 2 ? always4 : parse_cidr("10.5.5.0/24")); // as a host or under a prefix
+		b.prefixes.push_back(v % 2 ? always6 : parse_cidr("2001:db8:5::/64"));
+		normalize(a.prefixes);
+		normalize(b.prefixes);
+		versions.push_back({{"v4", a}, {"v6", b}});
+	}
+	RuleSpec deny;
+	deny.action = Action::deny;
+	deny.name = "deny4";
+	add_on_set(deny, "v4", versions[0]);
+	deny.name = "deny6";
+	add_on_set(deny, "v6", versions[0]);
+
+	std::atomic<bool> done{false};
+	std::atomic<uint64_t> sent{0}, passed{0};
+	std::thread sender([&] {
+		auto f4 = build_packet({.src = "10.5.5.5"}), f6 = build_packet({.src = "2001:db8:5::5"});
+		while (!done.load()) {
+			for (const auto *f : {&f4, &f6}) {
+				LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = f->data(),
+					    .data_size_in = static_cast<__u32>(f->size()), .repeat = 1);
+				if (bpf_prog_test_run_opts(prog_->prog_fd(), &opts) == 0) {
+					sent++;
+					passed += opts.retval != XDP_DROP;
+				}
+			}
+		}
+	});
+	int loads = 0;
+	for (; loads < 60; loads++)
+		load(versions[static_cast<size_t>(loads) % versions.size()]);
+	done = true;
+	sender.join();
+	EXPECT_EQ(passed.load(), 0u) << "a packet saw no set, or a set half written";
+	EXPECT_GT(sent.load(), 1000u) << "traffic flowed while the set was replaced";
+	Stats st = stats();
+	EXPECT_EQ(st.global[SLUICE_CNT_PASS_NO_MATCH].packets, 0u);
+	EXPECT_EQ(st.global[SLUICE_CNT_DROP_DENY].packets, sent.load());
+}
