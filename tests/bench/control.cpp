@@ -450,6 +450,66 @@ int main(int argc, char **argv)
 				  << " | " << ratio(s.median.wall, base_set) << " | " << ratio(s.median.wall, start_t.wall)
 				  << " | " << target(s.median.wall, 0.01) << " |\n";
 		}
+		// ---- 4. set load.
+		std::cout << "\n## 4. `sluice set load NAME FILE` of a large address set\n\n"
+			  << "One deny rule on the set; each load reads the file, compiles the rules with the new set "
+			     "into the idle tables, switches, and replaces the set's file. Median of "
+			  << repeat << " loads, alternating between two files of the same shape.\n\n"
+			  << "| set | tables (max_rules) | wall ms | CPU ms | target |\n| --- | ---: | ---: | ---: | --- |\n";
+		struct SetShape {
+			const char *what;
+			uint32_t max_rules, count;
+			int family;
+			int kind; ///< 0: /24s anywhere; 1: /32s in 4,096 /24s; 2: IPv6 /64s
+		};
+		const uint32_t million = quick ? 100000 : 1000000;
+		const SetShape shapes[] = {{"IPv4 /24s anywhere", 32768, million, 4, 0},
+					   {"IPv4 /32s in 4,096 /24s", 16384, million, 4, 1},
+					   {"IPv6 /64s", 131072, 100000, 6, 2}};
+		for (const auto &shape : shapes) {
+			run({bin, "detach", "--all"});
+			std::string files[2];
+			for (int v = 0; v < 2; v++) {
+				std::mt19937_64 rng(static_cast<uint64_t>(v * 10 + shape.kind));
+				std::set<uint64_t> seen;
+				std::string text;
+				while (seen.size() < shape.count) {
+					uint64_t r = rng();
+					uint64_t key = shape.kind == 0 ? (r & 0xffffff) : shape.kind == 1 ? (r % 4096) << 8 | (r >> 40 & 255) : r;
+					if (!seen.insert(key).second)
+						continue;
+					char line[64];
+					if (shape.kind == 0)
+						snprintf(line, sizeof(line), "%u.%u.%u.0/24\n", unsigned(key >> 16), unsigned(key >> 8 & 255),
+							 unsigned(key & 255));
+					else if (shape.kind == 1)
+						snprintf(line, sizeof(line), "10.%u.%u.%u\n", unsigned(key >> 16 & 255),
+							 unsigned(key >> 8 & 255), unsigned(key & 255));
+					else
+						snprintf(line, sizeof(line), "2001:db8:%x:%x::/64\n", unsigned(key >> 16 & 0xffff),
+							 unsigned(key & 0xffff));
+					text += line;
+				}
+				files[v] = dir + "/set" + std::to_string(v) + ".txt";
+				write_file(files[v], text);
+			}
+			const std::string setup = dir + "/sets.yaml";
+			write_file(setup, "tables:\n  max_rules: " + std::to_string(shape.max_rules) +
+						  "\nsets:\n  - {name: big, family: " + std::to_string(shape.family) +
+						  ", prefixes: []}\nrules:\n  - {name: big, cidr: \"@big\", action: deny}\n");
+			run({bin, "apply", setup});
+			std::vector<Timing> loads;
+			for (int i = 0; i < repeat; i++)
+				loads.push_back(run({bin, "set", "load", "big", files[i % 2]}));
+			Timing t = median_of(loads).median;
+			std::cout << "| " << with_commas(shape.count) << " " << shape.what << " | " << with_commas(shape.max_rules)
+				  << " | " << ms(t.wall) << " | " << ms(t.cpu) << " | "
+				  << (shape.family == 4 ? target(t.wall, 2) : std::string("(IPv6 may be slower)")) << " |\n";
+			for (const auto &f : files)
+				unlink(f.c_str());
+			unlink(setup.c_str());
+		}
+
 		std::cout << "\nLoad average at the end: " << load_average() << ".\n";
 		cleanup();
 		return 0;
