@@ -185,6 +185,24 @@ TEST_F(BlocklistRecipe, LoadsRefreshesAndRefusesABadListAsTheDocsSay)
 	CommandResult why = cli({"explain", SECOND, "--json"});
 	ASSERT_EQ(why.exit_code, 0) << why.err;
 	EXPECT_EQ(json::parse(why.out)["candidates"][0]["set_prefix"], SECOND);
+	// `export` writes the set and the rule; applied back, it changes nothing.
+	CommandResult exported = cli({"export"});
+	ASSERT_EQ(exported.exit_code, 0) << exported.err;
+	EXPECT_NE(exported.out.find("sets:\n  - name: drop\n    prefixes:\n      - 10.212.0.12\n      - 192.0.2.0/24\n"),
+		  std::string::npos)
+		<< exported.out;
+	EXPECT_NE(exported.out.find("cidr: \"@drop\""), std::string::npos) << exported.out;
+	write_file(work_dir() + "/export.yaml", exported.out);
+	CommandResult diff = cli({"apply", "--diff", work_dir() + "/export.yaml"});
+	EXPECT_EQ(diff.out, "no changes\n") << diff.err;
+
+	// `upgrade` keeps the rule on its set, enforced.
+	CommandResult up = cli({"upgrade"});
+	ASSERT_EQ(up.exit_code, 0) << up.err;
+	EXPECT_EQ(dropped_of(SECOND, 10), 10u) << "after the upgrade";
+	EXPECT_EQ(dropped_of(SOURCE, 10), 0u);
+	EXPECT_EQ(cli({"set", "show", "drop"}).out, show.out);
+
 	CommandResult del = cli({"set", "del", "drop"});
 	EXPECT_EQ(del.exit_code, 1);
 	EXPECT_EQ(del.err, "sluice: set 'drop' is used by rule 'drop'; delete the rule first\n");
