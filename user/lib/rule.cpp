@@ -171,6 +171,9 @@ void validate_rule(RuleSpec &spec)
 	if (spec.scope == Scope::local && spec.fallback.amount)
 		throw Error("--fallback applies to --scope cluster rules");
 	if (spec.scope == Scope::cluster) {
+		if (!spec.set.empty())
+			throw Error("--scope cluster does not take an address set: the hosts share one limit by its rule's "
+				    "prefix; use a local rule on @" + spec.set);
 		if (spec.action != Action::limit)
 			throw Error("--scope cluster applies to --rate rules: an " +
 				    std::string(action_name(spec.action)) + " rule holds on every host as it is");
