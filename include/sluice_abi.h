@@ -103,6 +103,20 @@ enum sluice_algo {
 /* Layered (`--continue`, limit rules only): a packet the rule passes goes on
  * to the next candidate instead of being decided here. */
 #define SLUICE_RULE_CONTINUE     0x4
+/* The rule selects source ports sport_lo-sport_hi (TCP and UDP); without it,
+ * any source port. A flag, so that a rule entry whose new fields are zero
+ * selects any source port and any TCP flags. */
+#define SLUICE_RULE_SPORT        0x8
+
+/* TCP flag bits as the header's 13th byte holds them (RFC 9293, RFC 3168). */
+#define SLUICE_TCP_FIN 0x01
+#define SLUICE_TCP_SYN 0x02
+#define SLUICE_TCP_RST 0x04
+#define SLUICE_TCP_PSH 0x08
+#define SLUICE_TCP_ACK 0x10
+#define SLUICE_TCP_URG 0x20
+#define SLUICE_TCP_ECE 0x40
+#define SLUICE_TCP_CWR 0x80
 
 enum sluice_unit {
 	SLUICE_UNIT_PACKETS = 0,
@@ -265,7 +279,9 @@ struct sluice_rule {
 	__u8  inc_shift;
 	__u8  algo;       /* enum sluice_algo */
 	__u8  flags;      /* SLUICE_RULE_* */
-	__u8  pad;
+	/* TCP flags: a TCP packet matches when (its flags & tcp_flags_mask) ==
+	 * tcp_flags_value; mask 0: any flags (a rule with a mask is a TCP rule). */
+	__u8  tcp_flags_mask;
 	/* How few packets the rule lets through, compared when a packet's
 	 * protocol or port is unknown and the strictest rule it may belong to
 	 * decides: 0 allow, 1 shadow, ~0 deny, else ns per packet (a byte rate's
@@ -283,8 +299,16 @@ struct sluice_rule {
 			__u64 unused;
 		} window;
 	};
+	__u16 sport_lo;   /* source port range, inclusive, with SLUICE_RULE_SPORT */
+	__u16 sport_hi;
+	__u8  tcp_flags_value; /* within tcp_flags_mask */
+	__u8  pad[3];
 };
-SLUICE_ASSERT_SIZE(struct sluice_rule, 48);
+SLUICE_ASSERT_SIZE(struct sluice_rule, 56);
+/* The rule entry up to ABI 7: today's first 48 bytes (tcp_flags_mask was
+ * padding, 0), so that an old entry read into today's, the rest zero, selects
+ * any source port and any TCP flags. */
+#define SLUICE_RULE_ABI7_SIZE 48
 
 enum sluice_scope {
 	SLUICE_SCOPE_LOCAL   = 0, /* the rate holds on this host */
@@ -849,12 +873,13 @@ SLUICE_ASSERT_SIZE(struct sluice_log_set_v6, 2368);
  * recorded here when the program loads: abi_version stays the first field of
  * every future layout, so any binary can read which layout it meets.
  */
-#define SLUICE_ABI_VERSION 7 /* 1: sluice 0.2, which recorded no layout; 2: IPv6 and
+#define SLUICE_ABI_VERSION 8 /* 1: sluice 0.2, which recorded no layout; 2: IPv6 and
                               * sliding-log buckets in LRU hashes, no sync word in sluice_active;
                               * 3: rule info of 80 bytes, no scope (every rule local);
                               * 4: rules and lookups flip together (sluice_active.set 0 or 1);
                               * 5: pending-drops slots of 48 bytes, no drop memo in them;
-                              * 6: no owed passes (SLUICE_MAP_OWED) */
+                              * 6: no owed passes (SLUICE_MAP_OWED);
+                              * 7: rule entries of 48 bytes, no source ports or TCP flags */
 struct sluice_meta {
 	__u32 abi_version;  /* SLUICE_ABI_VERSION of the binary that loaded the program */
 	__u32 next_rule_id; /* ids are never reused, so no stale bucket meets a new rule */

@@ -104,6 +104,8 @@ std::vector<std::string> rule_cells(const InstalledRule &r)
 		format_cidr(s.cidr),
 		std::string(proto_name(s.proto)),
 		format_ports(s.dport),
+		format_ports(s.sport),
+		format_tcp_flags(s.tcp_flags),
 		action_cell(s),
 		algo_cell(s),
 		!limit ? "-" : s.scope == Scope::cluster ? format_rate(s.rate) + " (cluster)" : format_rate(s.rate),
@@ -111,7 +113,7 @@ std::vector<std::string> rule_cells(const InstalledRule &r)
 		limit ? "/" + std::to_string(s.bucket_prefix()) : "-"};
 }
 
-const std::vector<std::string> RULE_HEADER = {"ID",     "NAME", "CIDR", "PROTO", "DPORT",
+const std::vector<std::string> RULE_HEADER = {"ID",     "NAME", "CIDR", "PROTO", "DPORT", "SPORT", "FLAGS",
 					      "ACTION", "ALGO", "RATE", "BURST", "PER"};
 
 /// Opens a `rule import` file ("-" for stdin) and reads its rules.
@@ -368,13 +370,14 @@ void print_stats(const Stats &s, bool json, bool with_global, bool with_rules)
 	rows.clear();
 	for (const auto &rs : s.rules) {
 		const auto &c = rs.counters;
-		rows.push_back({rs.rule.spec.name, action_cell(rs.rule.spec), algo_cell(rs.rule.spec),
+		rows.push_back({rs.rule.spec.name, format_selector(rs.rule.spec), action_cell(rs.rule.spec),
+				algo_cell(rs.rule.spec),
 				std::to_string(rs.sources), std::to_string(c.passed_packets),
 				std::to_string(c.dropped_packets), std::to_string(c.passed_bytes),
 				std::to_string(c.dropped_bytes),
 				std::to_string(c.failopen_table)});
 	}
-	print_table({"RULE", "ACTION", "ALGO", "SOURCES", "PASSED_PKTS", "DROPPED_PKTS", "PASSED_BYTES",
+	print_table({"RULE", "SELECTOR", "ACTION", "ALGO", "SOURCES", "PASSED_PKTS", "DROPPED_PKTS", "PASSED_BYTES",
 		     "DROPPED_BYTES", "FAILOPEN"},
 		    rows);
 	if (!with_global)
@@ -521,6 +524,9 @@ nlohmann::ordered_json explanation_json(const Explanation &e)
 	nlohmann::ordered_json pkt = {{"source", format_address(p.family, p.src.data())}, {"family", p.family}};
 	pkt["proto"] = p.proto ? nlohmann::ordered_json(*p.proto) : nlohmann::ordered_json(nullptr);
 	pkt["dport"] = p.dport ? nlohmann::ordered_json(*p.dport) : nlohmann::ordered_json(nullptr);
+	pkt["sport"] = p.sport ? nlohmann::ordered_json(*p.sport) : nlohmann::ordered_json(nullptr);
+	pkt["tcp_flags"] = p.tcp_flags ? nlohmann::ordered_json(format_tcp_flag_set(*p.tcp_flags))
+				       : nlohmann::ordered_json(nullptr);
 	pkt["bytes"] = p.bytes;
 	nlohmann::ordered_json j = {{"packet", pkt}};
 	j["prefix"] = e.walk.prefix ? nlohmann::ordered_json(format_cidr(*e.walk.prefix)) : nullptr;
@@ -585,10 +591,12 @@ void cmd_explain(const Instance &inst, const ExplainPacket &pkt, bool json)
 	std::vector<std::vector<std::string>> rows;
 	for (const auto &c : e.walk.candidates) {
 		auto cells = rule_cells(c.rule);
-		rows.push_back({cells[0], cells[1], cells[2], cells[3], cells[4], cells[5], std::string(match_name(c.match)),
-				std::string(role_name(c.role))});
+		cells.resize(8); // up to ACTION
+		cells.push_back(std::string(match_name(c.match)));
+		cells.push_back(std::string(role_name(c.role)));
+		rows.push_back(std::move(cells));
 	}
-	print_table({"ID", "NAME", "CIDR", "PROTO", "DPORT", "ACTION", "MATCH", "ROLE"}, rows);
+	print_table({"ID", "NAME", "CIDR", "PROTO", "DPORT", "SPORT", "FLAGS", "ACTION", "MATCH", "ROLE"}, rows);
 	for (size_t i = 0; i < e.applied.size(); i++) {
 		const AppliedRule &a = e.applied[i];
 		const InstalledRule &r = e.walk.candidates[a.candidate].rule;
@@ -770,13 +778,21 @@ int main(int argc, char **argv)
 			},
 			"N"));
 	top->add_option("--sort", sort_text, "name, pass-pps, pass-bps, drop-pps (default) or drop-bps");
-	std::string explain_src, explain_proto;
-	std::optional<long> explain_dport, explain_bytes;
+	std::string explain_src, explain_proto, explain_flags;
+	std::optional<long> explain_dport, explain_sport, explain_bytes;
+	bool explain_syn = false;
 	auto *explain_cmd = app.add_subcommand(
 		"explain", "Which rule would decide a packet, and its bucket's state; sends nothing, changes nothing");
 	explain_cmd->add_option("SRC", explain_src, "Source address")->required();
 	explain_cmd->add_option("--proto", explain_proto, "tcp, udp, icmp or a protocol number (default: unknown)");
 	explain_cmd->add_option("--dport", explain_dport, "Destination port (with --proto tcp or udp; default: unknown)");
+	explain_cmd->add_option("--sport", explain_sport, "Source port (with --proto tcp or udp; default: unknown)");
+	auto *explain_syn_flag =
+		explain_cmd->add_flag("--syn", explain_syn, "A connection attempt: TCP flags syn alone (--tcp-flags syn)");
+	explain_cmd
+		->add_option("--tcp-flags", explain_flags,
+			     "The packet's TCP flags: names joined by commas, e.g. syn,ack, or none (default: unknown)")
+		->excludes(explain_syn_flag);
 	explain_cmd->add_option("--bytes", explain_bytes, "IP length charged to byte rates (default 1500)");
 	explain_cmd->add_flag("--json", json, "JSON output");
 	std::string metrics_text = agent::ListenAddress().text();
@@ -963,6 +979,7 @@ int main(int argc, char **argv)
 			return run_top(inst, top_options);
 		} else if (*explain_cmd) {
 			ExplainPacket pkt = make_explain_packet(explain_src, explain_proto, explain_dport, explain_bytes);
+			add_explain_l4(pkt, explain_sport, explain_syn ? std::string("syn") : explain_flags);
 			cmd_explain(inst, pkt, json);
 		} else if (*apply) {
 			PolicyText file = read_policy_text(policy_path);

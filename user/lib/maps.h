@@ -5,6 +5,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -62,6 +63,14 @@ public:
 	template <class V> V *at(uint32_t i) const
 	{
 		return reinterpret_cast<V *>(base_ + (size_t(i) * stride_ - offset_));
+	}
+	/// A copy of entry i as a V: the entry's bytes, the rest of V zero (an
+	/// entry of an older, shorter layout whose first bytes are V's).
+	template <class V> V get(uint32_t i) const
+	{
+		V v{};
+		std::memcpy(&v, at<uint8_t>(i), std::min(stride_, sizeof(V)));
+		return v;
 	}
 	uint32_t size() const { return entries_; }
 	/// Throws unless the entries may be written through at() (a mapping,

@@ -155,7 +155,7 @@ void purge_buckets(const MapSet &maps, const std::function<bool(uint32_t)> &doom
 }
 
 /// True if two rule sets compile to the same lookup tables: the tables
-/// depend on each rule's slot, id, prefix, protocol and ports alone.
+/// depend on each rule's slot, id and selector (same_selector) alone.
 bool same_lookups(const std::vector<InstalledRule> &a, const std::vector<InstalledRule> &b, uint32_t n)
 {
 	if (a.size() != b.size())
@@ -214,7 +214,8 @@ RuleTable::Snapshot RuleTable::read() const
 	for (uint32_t slot = 0; slot < reach; slot++) {
 		s.idle_used[slot] = dps.at<struct sluice_rule>(sluice_rule_index(slot, s.active.set ^ 1))->id != 0;
 		uint32_t i = sluice_rule_index(slot, s.active.set);
-		struct sluice_rule dp = *dps.at<struct sluice_rule>(i);
+		// Copied, not read in place: an entry of ABI 7 (an upgrade's) is shorter.
+		struct sluice_rule dp = dps.get<struct sluice_rule>(i);
 		if (dp.id == 0)
 			continue;
 		InstalledRule r = from_maps(dp, *infos.at<struct sluice_rule_info>(i));
@@ -319,9 +320,14 @@ std::vector<InstalledRule> RuleTable::add_many(std::vector<RuleSpec> specs, cons
 	uint32_t next_id = std::max<uint32_t>(before.meta.next_rule_id, 1);
 	std::vector<InstalledRule> after = before.rules;
 	std::vector<std::string> where(after.size());
-	std::map<std::tuple<Cidr, Proto, uint16_t, uint16_t>, const RuleSpec *> by_selector;
+	using Selector = std::tuple<Cidr, Proto, uint16_t, uint16_t, uint16_t, uint16_t, uint8_t, uint8_t>;
+	auto selector = [](const RuleSpec &s) {
+		return Selector{s.cidr,    s.proto,    s.dport.lo,       s.dport.hi,
+				s.sport.lo, s.sport.hi, s.tcp_flags.mask, s.tcp_flags.value};
+	};
+	std::map<Selector, const RuleSpec *> by_selector;
 	for (const auto &r : before.rules)
-		by_selector[{r.spec.cidr, r.spec.proto, r.spec.dport.lo, r.spec.dport.hi}] = &r.spec;
+		by_selector[selector(r.spec)] = &r.spec;
 	for (size_t i = 0; i < specs.size(); i++) {
 		where.push_back(i < where_of.size() ? where_of[i] + ": "
 				: specs.size() > 1   ? "rule " + std::to_string(i + 1) + ": "
@@ -334,7 +340,7 @@ std::vector<InstalledRule> RuleTable::add_many(std::vector<RuleSpec> specs, cons
 		// A rule present already, as asked, is not added twice: an import
 		// can be run again. (An unnamed one is compared without its name.)
 		RuleSpec &spec = specs[i];
-		auto same = by_selector.find({spec.cidr, spec.proto, spec.dport.lo, spec.dport.hi});
+		auto same = by_selector.find(selector(spec));
 		bool present = false;
 		if (same != by_selector.end()) {
 			RuleSpec named = spec;

@@ -106,11 +106,11 @@ struct sluice_rule_info read_info_before_4(int fd, uint32_t index)
 }
 
 /// Rules of sluice 0.2 (ABI 1): one set, indexed by slot; the data-plane
-/// entry's id is the rule's id, and struct sluice_rule had today's layout.
+/// entry's id is the rule's id, and struct sluice_rule was today's first 48 bytes.
 std::vector<InstalledRule> read_rules_abi1(const std::string &dir)
 {
 	UniqueFd rules = open_map(dir, "sluice_rules"), info = open_map(dir, "sluice_rinfo");
-	if (map_info(rules.get()).value_size != sizeof(struct sluice_rule) ||
+	if (map_info(rules.get()).value_size != SLUICE_RULE_ABI7_SIZE ||
 	    map_info(info.get()).value_size != RULE_INFO_BEFORE_4)
 		unknown_layout(dir);
 	uint32_t n = map_info(rules.get()).max_entries;
@@ -138,7 +138,7 @@ std::vector<InstalledRule> read_rules_abi2_3(const std::string &dir, uint32_t &m
 		 info = open_map(dir, SLUICE_STR(SLUICE_MAP_RULE_INFO)),
 		 counters = open_map(dir, SLUICE_STR(SLUICE_MAP_RULE_COUNTERS));
 	if (map_info(active.get()).value_size != sizeof(struct sluice_active) ||
-	    map_info(rules.get()).value_size != sizeof(struct sluice_rule) ||
+	    map_info(rules.get()).value_size != SLUICE_RULE_ABI7_SIZE ||
 	    map_info(info.get()).value_size != RULE_INFO_BEFORE_4)
 		unknown_layout(dir);
 	max_rules = map_info(counters.get()).max_entries;
