@@ -6,7 +6,7 @@
  * protocol and port from the fragment table; find the rules covering the
  * source address with one lookup (a multibit table for IPv4, an LPM trie for
  * IPv6; the controller compiles each prefix's candidate list, most specific
- * first), take the first rule whose protocol and port match (or, when they
+ * first), take the first rule whose protocol, ports and TCP flags match (or, when they
  * are unknown, the strictest rule the packet may belong to), then allow, deny,
  * or charge the source's bucket (sluice_algos.h) in a set table of our own
  * (sluice_settable.h): IPv4, IPv6 and sliding-log buckets alike.
@@ -21,6 +21,7 @@
 #include "sluice_algos.h"
 #include "sluice_settable.h"
 #include "parse.h"
+#include "lib/selectors.h"
 #ifdef SLUICE_BENCH_SOURCES
 #include "bench_sources.h"
 #endif
@@ -345,6 +346,14 @@ static __always_inline enum rule_match rule_matches(const struct sluice_rule *r,
 			m = MATCH_MAYBE;
 		else if (pkt->dport < r->dport_lo || pkt->dport > r->dport_hi)
 			return MATCH_NO;
+	}
+	if (rule_selects_more(r)) {
+		enum selectors_match more = selectors_match(r, pkt);
+
+		if (more == SELECTORS_DIFFER)
+			return MATCH_NO;
+		if (more == SELECTORS_UNKNOWN)
+			m = MATCH_MAYBE;
 	}
 	return m;
 }
@@ -2376,8 +2385,9 @@ static __always_inline int charge_v6_held(const struct packet_info *pkt, const s
 	return res < 0 ? -1 : res; /* LOOKUP_*: a way being written, or evicted under us */
 }
 
-/* A later fragment takes its datagram's protocol and port, remembered when
- * the first fragment passed, until the datagram's last fragment. */
+/* A later fragment takes its datagram's protocol, ports and TCP flags,
+ * remembered when the first fragment passed, until the datagram's last
+ * fragment. */
 static __always_inline void recall_first_fragment(struct packet_info *pkt)
 {
 	const struct sluice_frag_key *fk = frag_key();
@@ -2389,6 +2399,8 @@ static __always_inline void recall_first_fragment(struct packet_info *pkt)
 	pkt->proto = fi->proto;
 	pkt->proto_known = 1;
 	pkt->dport = fi->dport;
+	pkt->sport = fi->sport;
+	pkt->tcp_flags = fi->tcp_flags;
 	pkt->ports_known = fi->ports_known;
 	mark = SLUICE_FRAG_JUDGED | (pkt->flags & PKT_LAST_FRAG ? SLUICE_FRAG_ENDED : 0);
 	if ((fi->flags & mark) != mark)
@@ -2400,7 +2412,7 @@ static __always_inline void recall_first_fragment(struct packet_info *pkt)
  * SLUICE_FRAG_TIMEOUT_NS + SLUICE_FRAG_QUEUE_NS after the entry was made:
  * that long the kernel may hold a queue with the entry's first fragment in
  * it, or with later fragments judged by the entry. One that names another
- * protocol or port (or hides them) conflicts: the kernel keeps the first
+ * protocol, port or TCP flags (or hides them) conflicts: the kernel keeps the first
  * first fragment and drops a copy, so the datagram delivered would not be
  * the one its later fragments were judged as; it is dropped. One that names
  * the same does not relabel anything: while the entry still serves later
@@ -2420,7 +2432,8 @@ static __always_inline int first_fragment_conflicts(struct packet_info *pkt)
 	if (age > SLUICE_FRAG_TIMEOUT_NS + SLUICE_FRAG_QUEUE_NS)
 		return 0;
 	if (fi->proto != pkt->proto || fi->ports_known != pkt->ports_known ||
-	    (pkt->ports_known && fi->dport != pkt->dport) || !pkt->proto_known)
+	    (pkt->ports_known && (fi->dport != pkt->dport || fi->sport != pkt->sport || fi->tcp_flags != pkt->tcp_flags)) ||
+	    !pkt->proto_known)
 		return 1;
 	if (fi->flags & SLUICE_FRAG_JUDGED)
 		pkt->flags |= PKT_FRAG_JUDGED;
@@ -2439,6 +2452,8 @@ static __always_inline void remember_first_fragment(const struct packet_info *pk
 		.dport = pkt->dport,
 		.proto = pkt->proto,
 		.ports_known = pkt->ports_known,
+		.sport = pkt->sport,
+		.tcp_flags = pkt->tcp_flags,
 		.flags = pkt->flags & PKT_FRAG_JUDGED ? SLUICE_FRAG_JUDGED : 0,
 	};
 
@@ -2796,6 +2811,19 @@ static __always_inline __u32 decide_packet(struct xdp_md *ctx, struct packet_inf
  * next tick, takes the fast path or the walk. Only under the coarse clock the
  * program reads from jiffies (or the test clock): a reading is one load, and
  * a rule on the precise clock is never memoized.
+ *
+ * The invariant: a packet the memo holds a drop for would get that drop from
+ * the walk. The drop was the fast path's: the first rule of the source's
+ * first list matched with every selector known, and so decided. Its match
+ * must depend on nothing the memo's key lacks, so the memo holds no drop of
+ * a rule that selects source ports or TCP flags (rule_selects_more): the
+ * SYN a `--syn` rule drops says nothing of the ACKs that follow it on the
+ * same port. Such a rule's drops take the fast path each time (its first
+ * rule, its bucket's word: no write), the rest of the memo is as it was, and
+ * a packet's recall costs nothing more. (Keying the memo on the source port
+ * and flags too would cost every recall a second compare and miss on every
+ * packet of a flood that varies its source port.) The fast path itself reads
+ * the packet's own selectors (rule_matches): it needs nothing more.
  */
 
 /* A packet's port, family and protocol as one word (struct packet_info keeps
@@ -2849,8 +2877,9 @@ static __always_inline struct sluice_source_state *memo_bucket(const struct slui
 
 /* Remembers the fast path's drop of `pkt` by `rule` (in `slot`, under the
  * live-set word `set`), verdict counter `verdict`, where the memo may hold
- * it: a wire packet; for a limit, a GCRA-form drop on the coarse clock,
- * counted in the source's pending slot. */
+ * it: a wire packet, by a rule that selects nothing beyond the memo's key;
+ * for a limit, a GCRA-form drop on the coarse clock, counted in the source's
+ * pending slot. */
 static __always_inline void remember_drop(const struct packet_info *pkt, const struct sluice_rule *rule,
 					  __u32 slot, __u32 set, __u32 verdict)
 {
@@ -2860,7 +2889,7 @@ static __always_inline void remember_drop(const struct packet_info *pkt, const s
 	__u32 i = source_slot(pkt);
 	__u64 now;
 
-	if (pkt->l3_len > SLUICE_DEFAULT_MTU)
+	if (pkt->l3_len > SLUICE_DEFAULT_MTU || rule_selects_more(rule))
 		return;
 	p = bpf_map_lookup_elem(&SLUICE_MAP_PENDING, &i);
 	if (!p)

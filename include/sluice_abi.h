@@ -390,8 +390,8 @@ struct sluice_match_list {
 SLUICE_ASSERT_SIZE(struct sluice_match_list, 64);
 
 /*
- * Fragments: a later fragment carries no ports, so the first fragment's are
- * remembered (when it passes) under the datagram's reassembly key, and a later
+ * Fragments: a later fragment carries no ports (nor TCP flags), so the first
+ * fragment's are remembered (when it passes) under the datagram's reassembly key, and a later
  * fragment is judged as its datagram. An LRU hash of SLUICE_FRAG_ENTRIES.
  *
  * An entry cannot see the kernel's reassembly queue, which ends when the
@@ -419,10 +419,14 @@ struct sluice_frag_info {
 	__u64 first_ns; /* when the first fragment passed */
 	__u16 dport;      /* host order, when ports_known */
 	__u8  proto;      /* enum sluice_proto, or the IP protocol */
-	__u8  ports_known;
+	__u8  ports_known; /* the program's PORTS_* bits: ports, and TCP's flags */
 	__u32 flags;      /* SLUICE_FRAG_* */
+	__u16 sport;      /* host order, when ports_known */
+	__u8  tcp_flags;  /* TCP, when ports_known says so */
+	__u8  pad[5];
 };
-SLUICE_ASSERT_SIZE(struct sluice_frag_info, 16);
+SLUICE_ASSERT_SIZE(struct sluice_frag_info, 24);
+#define SLUICE_FRAG_INFO_ABI7_SIZE 16 /* up to ABI 7: no source port or TCP flags */
 
 #define SLUICE_FRAG_JUDGED 0x1 /* a later fragment took these ports */
 #define SLUICE_FRAG_ENDED  0x2 /* the last fragment was seen: no later one takes them */
@@ -879,7 +883,8 @@ SLUICE_ASSERT_SIZE(struct sluice_log_set_v6, 2368);
                               * 4: rules and lookups flip together (sluice_active.set 0 or 1);
                               * 5: pending-drops slots of 48 bytes, no drop memo in them;
                               * 6: no owed passes (SLUICE_MAP_OWED);
-                              * 7: rule entries of 48 bytes, no source ports or TCP flags */
+                              * 7: rule entries of 48 bytes and fragment entries of 16, no
+                              *    source ports or TCP flags */
 struct sluice_meta {
 	__u32 abi_version;  /* SLUICE_ABI_VERSION of the binary that loaded the program */
 	__u32 next_rule_id; /* ids are never reused, so no stale bucket meets a new rule */

@@ -61,14 +61,16 @@ const MapRef MAP_REFS[] = {
 
 /// The value size of `ref`'s map in the layout of ABI `abi` (4 to
 /// SLUICE_ABI_VERSION): only the pending-drops slot grew since ABI 4, by the
-/// drop memo in ABI 6, and the rule entry, by the source ports and TCP flags
-/// in ABI 8.
+/// drop memo in ABI 6, and the rule and fragment entries, by the source
+/// ports and TCP flags in ABI 8.
 uint32_t value_size_at(const MapRef &ref, uint32_t abi)
 {
 	if (ref.field == &MapSet::pending && abi < 6)
 		return SLUICE_PENDING_DROPS_ABI5_SIZE;
 	if (ref.field == &MapSet::rules && abi < 8)
 		return SLUICE_RULE_ABI7_SIZE;
+	if (ref.field == &MapSet::frags && abi < 8)
+		return SLUICE_FRAG_INFO_ABI7_SIZE;
 	return ref.value_size;
 }
 
