@@ -658,6 +658,8 @@ TEST(PolicyExample, TheShippedExampleParsesAndRoundTrips)
 	for (const auto &r : p.rules)
 		names.push_back(r.name);
 	EXPECT_EQ(names, (std::vector<std::string>{"office", "scanner", "ssh", "ssh-v6", "web", "dns-v6", "partner"}));
+	EXPECT_EQ(p.rules[2].tcp_flags, SYN_ONLY) << "SSH limits connection attempts, not a session's packets";
+	EXPECT_EQ(p.rules[3].tcp_flags, SYN_ONLY);
 	EXPECT_EQ(p.rules[4].warmup_ns, 30000000000ULL);
 	EXPECT_TRUE(p.rules[5].layered);
 
