@@ -7,6 +7,7 @@
  *
  *   parse            lib/parse.h      Ethernet, VLANs, IPv4/IPv6, L4 ports
  *   find candidates  lib/match.h      the live rule set, the source's match lists
+ *                    lib/selectors.h  a rule's source ports and TCP flags
  *                    lib/fragments.h  a later fragment takes its first's ports
  *   decide           lib/walk.h       the walk down the match lists: the decision
  *                    lib/rule.h       one rule applied: allow, deny, or charge

@@ -104,10 +104,25 @@ enum sluice_algo {
 /* Layered (`--continue`, limit rules only): a packet the rule passes goes on
  * to the next candidate instead of being decided here. */
 #define SLUICE_RULE_CONTINUE     0x4
+/* The rule selects source ports sport_lo-sport_hi (TCP and UDP); without it,
+ * any source port. A flag, so that a rule entry whose new fields are zero
+ * selects any source port and any TCP flags. */
+#define SLUICE_RULE_SPORT        0x8
+
 /* A cluster rule (--scope cluster): its buckets take the cluster sync's
  * grants (struct sluice_grant) when the walk charges them; the fast path
  * leaves them to the walk, so that a local rule pays nothing for grants. */
 #define SLUICE_RULE_CLUSTER      0x10
+
+/* TCP flag bits as the header's 13th byte holds them (RFC 9293, RFC 3168). */
+#define SLUICE_TCP_FIN 0x01
+#define SLUICE_TCP_SYN 0x02
+#define SLUICE_TCP_RST 0x04
+#define SLUICE_TCP_PSH 0x08
+#define SLUICE_TCP_ACK 0x10
+#define SLUICE_TCP_URG 0x20
+#define SLUICE_TCP_ECE 0x40
+#define SLUICE_TCP_CWR 0x80
 
 enum sluice_unit {
 	SLUICE_UNIT_PACKETS = 0,
@@ -269,7 +284,9 @@ struct sluice_rule {
 	__u8  inc_shift;
 	__u8  algo;       /* enum sluice_algo */
 	__u8  flags;      /* SLUICE_RULE_* */
-	__u8  pad;
+	/* TCP flags: a TCP packet matches when (its flags & tcp_flags_mask) ==
+	 * tcp_flags_value; mask 0: any flags (a rule with a mask is a TCP rule). */
+	__u8  tcp_flags_mask;
 	/* How few packets the rule lets through, compared when a packet's
 	 * protocol or port is unknown and the strictest rule it may belong to
 	 * decides: 0 allow, 1 shadow, ~0 deny, else ns per packet (a byte rate's
@@ -287,8 +304,12 @@ struct sluice_rule {
 			__u64 unused;
 		} window;
 	};
+	__u16 sport_lo;   /* source port range, inclusive, with SLUICE_RULE_SPORT */
+	__u16 sport_hi;
+	__u8  tcp_flags_value; /* within tcp_flags_mask */
+	__u8  pad[3];
 };
-SLUICE_ASSERT_SIZE(struct sluice_rule, 48);
+SLUICE_ASSERT_SIZE(struct sluice_rule, 56);
 
 enum sluice_scope {
 	SLUICE_SCOPE_LOCAL   = 0, /* the rate holds on this host */
@@ -370,8 +391,8 @@ struct sluice_match_list {
 SLUICE_ASSERT_SIZE(struct sluice_match_list, 64);
 
 /*
- * Fragments: a later fragment carries no ports, so the first fragment's are
- * remembered (when it passes) under the datagram's reassembly key, and a later
+ * Fragments: a later fragment carries no ports (nor TCP flags), so the first
+ * fragment's are remembered (when it passes) under the datagram's reassembly key, and a later
  * fragment is judged as its datagram. An LRU hash of SLUICE_FRAG_ENTRIES.
  *
  * An entry cannot see the kernel's reassembly queue, which ends when the
@@ -399,10 +420,13 @@ struct sluice_frag_info {
 	__u64 first_ns; /* when the first fragment passed */
 	__u16 dport;      /* host order, when ports_known */
 	__u8  proto;      /* enum sluice_proto, or the IP protocol */
-	__u8  ports_known;
+	__u8  ports_known; /* the program's PORTS_* bits: ports, and TCP's flags */
 	__u32 flags;      /* SLUICE_FRAG_* */
+	__u16 sport;      /* host order, when ports_known says so (an entry converted from 0.2.7's: not) */
+	__u8  tcp_flags;  /* TCP, when ports_known says so */
+	__u8  pad[5];
 };
-SLUICE_ASSERT_SIZE(struct sluice_frag_info, 16);
+SLUICE_ASSERT_SIZE(struct sluice_frag_info, 24);
 
 #define SLUICE_FRAG_JUDGED 0x1 /* a later fragment took these ports */
 #define SLUICE_FRAG_ENDED  0x2 /* the last fragment was seen: no later one takes them */

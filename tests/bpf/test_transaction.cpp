@@ -321,6 +321,8 @@ protected:
 			{"--burst", {"1", "3", "20", "64kB", "0"}},
 			{"--proto", {"tcp", "udp", "icmp", "47"}},
 			{"--dport", {"53", "1000-2000", "0"}},
+			{"--sport", {"123", "11211", "1024-65535", "0", "2000-1000"}},
+			{"--tcp-flags", {"syn,ack=syn", "rst=rst", "all=none", "syn=ack", "bogus=syn"}},
 			{"--per", {"0", "16", "24", "32", "64", "128", "129"}},
 			{"--name", {"web", "rule1", "rule2", "a-b", "123"}},
 			{"--algo", {"token-bucket", "fixed-window", "sliding-window", "sliding-log", "gcra"}},

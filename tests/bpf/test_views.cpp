@@ -87,6 +87,13 @@ const std::map<std::string, std::function<void(RuleSpec &)>> POLICY_CHANGES = {
 	{"action", [](RuleSpec &s) { s = RuleSpec{s.name, s.cidr, Action::deny, s.proto, s.dport}; }},
 	{"proto", [](RuleSpec &s) { s.proto = Proto::any; }},
 	{"dport", [](RuleSpec &s) { s.dport = {53, 53}; }},
+	{"sport", [](RuleSpec &s) { s.sport = {40000, 40000}; }},
+	// The traffic is UDP: a flag selector is refused on it, and not taken as
+	// the protocol where the pair made it any (a rule no packet meets).
+	{"tcp_flags", [](RuleSpec &s) {
+		 s.tcp_flags = SYN_ONLY;
+		 s.proto = Proto::udp;
+	 }},
 	{"rate", [](RuleSpec &s) { s.rate = parse_rate("20/h"); }},
 	{"burst", [](RuleSpec &s) { s.burst = 8; }},
 	{"algo", [](RuleSpec &s) { s.algo = Algo::gcra; }},

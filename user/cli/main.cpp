@@ -83,6 +83,8 @@ std::vector<std::string> rule_cells(const InstalledRule &r)
 		format_cidr(s.cidr),
 		std::string(proto_name(s.proto)),
 		format_ports(s.dport),
+		format_ports(s.sport),
+		format_tcp_flags(s.tcp_flags),
 		action_cell(s),
 		algo_cell(s),
 		!limit ? "-" : s.scope == Scope::cluster ? format_rate(s.rate) + " (cluster)" : format_rate(s.rate),
@@ -90,7 +92,7 @@ std::vector<std::string> rule_cells(const InstalledRule &r)
 		limit ? "/" + std::to_string(s.bucket_prefix()) : "-"};
 }
 
-const std::vector<std::string> RULE_HEADER = {"ID",     "NAME", "CIDR", "PROTO", "DPORT",
+const std::vector<std::string> RULE_HEADER = {"ID",     "NAME", "CIDR", "PROTO", "DPORT", "SPORT", "FLAGS",
 					      "ACTION", "ALGO", "RATE", "BURST", "PER"};
 
 /// Opens a `rule import` file ("-" for stdin) and reads its rules.
@@ -363,13 +365,14 @@ void print_stats(const Stats &s, bool json, bool with_global, bool with_rules)
 	rows.clear();
 	for (const auto &rs : s.rules) {
 		const auto &c = rs.counters;
-		rows.push_back({rs.rule.spec.name, action_cell(rs.rule.spec), algo_cell(rs.rule.spec),
+		rows.push_back({rs.rule.spec.name, format_selector(rs.rule.spec), action_cell(rs.rule.spec),
+				algo_cell(rs.rule.spec),
 				std::to_string(rs.sources), std::to_string(c.passed_packets),
 				std::to_string(c.dropped_packets), std::to_string(c.passed_bytes),
 				std::to_string(c.dropped_bytes),
 				std::to_string(c.failopen_table)});
 	}
-	print_table({"RULE", "ACTION", "ALGO", "SOURCES", "PASSED_PKTS", "DROPPED_PKTS", "PASSED_BYTES",
+	print_table({"RULE", "SELECTOR", "ACTION", "ALGO", "SOURCES", "PASSED_PKTS", "DROPPED_PKTS", "PASSED_BYTES",
 		     "DROPPED_BYTES", "FAILOPEN"},
 		    rows);
 	if (!with_global)
@@ -516,6 +519,9 @@ nlohmann::ordered_json explanation_json(const Explanation &e)
 	nlohmann::ordered_json pkt = {{"source", format_address(p.family, p.src.data())}, {"family", p.family}};
 	pkt["proto"] = p.proto ? nlohmann::ordered_json(*p.proto) : nlohmann::ordered_json(nullptr);
 	pkt["dport"] = p.dport ? nlohmann::ordered_json(*p.dport) : nlohmann::ordered_json(nullptr);
+	pkt["sport"] = p.sport ? nlohmann::ordered_json(*p.sport) : nlohmann::ordered_json(nullptr);
+	pkt["tcp_flags"] = p.tcp_flags ? nlohmann::ordered_json(format_tcp_flag_set(*p.tcp_flags))
+				       : nlohmann::ordered_json(nullptr);
 	pkt["bytes"] = p.bytes;
 	nlohmann::ordered_json j = {{"packet", pkt}};
 	j["prefix"] = e.walk.prefix ? nlohmann::ordered_json(format_cidr(*e.walk.prefix)) : nullptr;
@@ -580,10 +586,12 @@ void cmd_explain(const Instance &inst, const ExplainPacket &pkt, bool json)
 	std::vector<std::vector<std::string>> rows;
 	for (const auto &c : e.walk.candidates) {
 		auto cells = rule_cells(c.rule);
-		rows.push_back({cells[0], cells[1], cells[2], cells[3], cells[4], cells[5], std::string(match_name(c.match)),
-				std::string(role_name(c.role))});
+		cells.resize(8); // up to ACTION
+		cells.push_back(std::string(match_name(c.match)));
+		cells.push_back(std::string(role_name(c.role)));
+		rows.push_back(std::move(cells));
 	}
-	print_table({"ID", "NAME", "CIDR", "PROTO", "DPORT", "ACTION", "MATCH", "ROLE"}, rows);
+	print_table({"ID", "NAME", "CIDR", "PROTO", "DPORT", "SPORT", "FLAGS", "ACTION", "MATCH", "ROLE"}, rows);
 	for (size_t i = 0; i < e.applied.size(); i++) {
 		const AppliedRule &a = e.applied[i];
 		const InstalledRule &r = e.walk.candidates[a.candidate].rule;
@@ -666,8 +674,9 @@ struct Args {
 	std::string event_timeout, events_from = default_events_socket();
 	TopOptions top;
 	std::string interval_text = "1", sort_text = "drop-pps";
-	std::string explain_src, explain_proto;
-	std::optional<long> explain_dport, explain_bytes;
+	std::string explain_src, explain_proto, explain_flags;
+	std::optional<long> explain_dport, explain_sport, explain_bytes;
+	bool explain_syn = false;
 	// agent
 	std::string metrics_text = agent::ListenAddress().text(), events_socket = default_events_socket();
 	size_t top_sources = agent::DEFAULT_TOP_SOURCES;
@@ -1009,6 +1018,11 @@ void setup_explain(CLI::App &cmd, Args &a)
 	cmd.add_option("SRC", a.explain_src, "Source address")->required();
 	cmd.add_option("--proto", a.explain_proto, "tcp, udp, icmp or a protocol number (default: unknown)");
 	cmd.add_option("--dport", a.explain_dport, "Destination port (with --proto tcp or udp; default: unknown)");
+	cmd.add_option("--sport", a.explain_sport, "Source port (with --proto tcp or udp; default: unknown)");
+	auto *syn = cmd.add_flag("--syn", a.explain_syn, "A connection attempt: TCP flags syn alone (--tcp-flags syn)");
+	cmd.add_option("--tcp-flags", a.explain_flags,
+		       "The packet's TCP flags: names joined by commas, e.g. syn,ack, or none (default: unknown)")
+		->excludes(syn);
 	cmd.add_option("--bytes", a.explain_bytes, "IP length charged to byte rates (default 1500)");
 	setup_json(cmd, a);
 }
@@ -1016,6 +1030,7 @@ void setup_explain(CLI::App &cmd, Args &a)
 int run_explain(Instance &inst, const CLI::App &, Args &a)
 {
 	ExplainPacket pkt = make_explain_packet(a.explain_src, a.explain_proto, a.explain_dport, a.explain_bytes);
+	add_explain_l4(pkt, a.explain_sport, a.explain_syn ? std::string("syn") : a.explain_flags);
 	cmd_explain(inst, pkt, a.json);
 	return 0;
 }

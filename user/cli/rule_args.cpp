@@ -41,6 +41,12 @@ void add_rule_options(CLI::App *cmd, RuleArgs &a)
 	allow->excludes(deny);
 	cmd->add_option("--proto", a.proto, "tcp, udp or icmp");
 	cmd->add_option("--dport", a.dport, "Destination port or range P-Q (needs --proto tcp|udp)");
+	cmd->add_option("--sport", a.sport, "Source port or range P-Q (needs --proto tcp|udp)");
+	auto *syn = cmd->add_flag("--syn", a.syn, "TCP connection attempts: SYN set, ACK clear (--tcp-flags syn,ack=syn)");
+	cmd->add_option("--tcp-flags", a.tcp_flags,
+			"TCP packets whose flags in MASK equal VALUE: MASK=VALUE, e.g. syn,ack=syn "
+			"(fin syn rst psh ack urg ece cwr, all, none)")
+		->excludes(syn);
 	cmd->add_option("--per", a.per, "Bucket per prefix of this length (default: per IPv4 address, per IPv6 /64)");
 	cmd->add_option("--name", a.name, "Rule name (default rule<ID>)");
 	cmd->add_option("--algo", a.algo,
@@ -123,6 +129,12 @@ RuleSpec to_spec(const RuleArgs &a, bool per_given)
 		spec.proto = parse_proto(a.proto);
 	if (!a.dport.empty())
 		spec.dport = parse_port_range(a.dport);
+	if (!a.sport.empty())
+		spec.sport = parse_port_range(a.sport);
+	if (a.syn)
+		spec.tcp_flags = SYN_ONLY;
+	if (!a.tcp_flags.empty())
+		spec.tcp_flags = parse_tcp_flags(a.tcp_flags);
 	if (!a.algo.empty())
 		spec.algo = parse_algo(a.algo);
 	if (!a.warmup.empty())

@@ -20,8 +20,8 @@ namespace sluice {
 
 /// The options of `rule add`, as typed, before any of them is parsed.
 struct RuleArgs {
-	std::string cidr, rate, burst, proto, dport, name, algo, warmup, scope, fallback;
-	bool allow = false, deny = false, shadow = false, layered = false;
+	std::string cidr, rate, burst, proto, dport, sport, tcp_flags, name, algo, warmup, scope, fallback;
+	bool allow = false, deny = false, shadow = false, layered = false, syn = false;
 	int per = -1;
 };
 

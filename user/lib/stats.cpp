@@ -198,6 +198,8 @@ nlohmann::ordered_json rule_json(const InstalledRule &r)
 		{"action", action_name(s.action)},
 		{"proto", proto_name(s.proto)},
 		{"dport", format_ports(s.dport)},
+		{"sport", format_ports(s.sport)},
+		{"tcp_flags", format_tcp_flags(s.tcp_flags)},
 	};
 	j["shadow"] = s.shadow;
 	if (s.action == Action::limit) {

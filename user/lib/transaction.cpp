@@ -86,11 +86,18 @@ struct StagedRules {
 	std::unordered_set<uint32_t> edited; ///< ids of running rules an edit step named
 	/// Running rules of `after` by selector, for import (built on demand;
 	/// cleared by any step that moves rules).
-	std::map<std::tuple<Cidr, Proto, uint16_t, uint16_t>, size_t> by_selector;
+	std::map<std::tuple<Cidr, Proto, uint16_t, uint16_t, uint16_t, uint16_t, uint8_t, uint8_t>, size_t> by_selector;
 	bool indexed = false;
 };
 
 namespace {
+
+/// What an import compares of a rule to find it running already: its selector.
+auto selector_key(const RuleSpec &r)
+{
+	return std::tuple{r.cidr, r.proto, r.dport.lo, r.dport.hi, r.sport.lo, r.sport.hi, r.tcp_flags.mask,
+			  r.tcp_flags.value};
+}
 
 template <class Key> Key lpm_key(const Cidr &c, uint32_t set)
 {
@@ -456,11 +463,11 @@ void stage_add(StagedRules &s, const TransactionStep &step)
 			for (size_t i = 0; i < s.after.size(); i++) {
 				const RuleSpec &r = s.after[i].spec;
 				if (s.after[i].id != 0)
-					s.by_selector[{r.cidr, r.proto, r.dport.lo, r.dport.hi}] = i;
+					s.by_selector[selector_key(r)] = i;
 			}
 			s.indexed = true;
 		}
-		auto same = s.by_selector.find({spec.cidr, spec.proto, spec.dport.lo, spec.dport.hi});
+		auto same = s.by_selector.find(selector_key(spec));
 		if (same != s.by_selector.end()) {
 			const RuleSpec &running = s.after[same->second].spec;
 			RuleSpec named = spec;
