@@ -19,6 +19,7 @@
 
 #include "agent.h"
 #include "apply.h"
+#include "bans.h"
 #include "chain.h"
 #include "cluster_args.h"
 #include "datapath.h"
@@ -377,6 +378,77 @@ void cmd_release(const Instance &inst, const std::string &source_text, const std
 			  << "): its bucket is full again\n";
 }
 
+/// Seconds, rounded up, as a duration ("9m58s" reads "598s": one unit).
+std::string format_seconds(uint64_t ns)
+{
+	return std::to_string((ns + 999999999ULL) / 1000000000ULL) + "s";
+}
+
+/// A CLOCK_MONOTONIC time as UTC wall-clock time, to the second.
+std::string format_monotonic(uint64_t mono_ns, uint64_t mono_now)
+{
+	struct timespec real = {};
+	clock_gettime(CLOCK_REALTIME, &real);
+	int64_t wall = int64_t(real.tv_sec) - int64_t((mono_now - mono_ns) / 1000000000ULL);
+	time_t t = time_t(wall);
+	struct tm tm = {};
+	gmtime_r(&t, &tm);
+	char buf[32];
+	strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	return buf;
+}
+
+/// `sluice bans`: the bans in force, with the rule that banned each.
+void cmd_bans(const Instance &inst, bool json)
+{
+	auto lock = inst.lock(false);
+	MapSet maps = inst.maps();
+	uint64_t now = ban_clock_ns();
+	std::vector<Ban> bans = list_bans(maps, now);
+	std::unordered_map<uint32_t, InstalledRule> by_slot;
+	for (auto &r : RuleTable(maps).list())
+		by_slot.emplace(r.slot, r);
+	auto rule_of = [&](const Ban &b) {
+		auto it = by_slot.find(b.slot);
+		return it == by_slot.end() ? std::string("-") : it->second.spec.name;
+	};
+	if (json) {
+		nlohmann::ordered_json out = nlohmann::ordered_json::array();
+		for (const Ban &b : bans) {
+			auto it = by_slot.find(b.slot);
+			out.push_back({{"source", format_cidr(b.prefix)},
+				       {"rule", rule_of(b)},
+				       {"rule_id", it == by_slot.end() ? 0 : it->second.id},
+				       {"banned_at", format_monotonic(b.since_ns, now)},
+				       {"expires_in_s", (b.until_ns - now + 999999999ULL) / 1000000000ULL},
+				       {"drops", b.drops}});
+		}
+		std::cout << out.dump(2) << "\n";
+		return;
+	}
+	if (bans.empty()) {
+		std::cout << "no source is banned\n";
+		return;
+	}
+	std::vector<std::vector<std::string>> rows;
+	for (const Ban &b : bans)
+		rows.push_back({format_cidr(b.prefix), rule_of(b), format_monotonic(b.since_ns, now),
+				format_seconds(b.until_ns - now), std::to_string(b.drops)});
+	print_table({"SOURCE", "RULE", "BANNED AT", "EXPIRES IN", "DROPS"}, rows);
+}
+
+/// `sluice ban del ADDR`: lifts the ban covering ADDR.
+void cmd_ban_del(const Instance &inst, const std::string &text)
+{
+	Cidr addr = parse_cidr(text);
+	auto lock = inst.lock(true);
+	MapSet maps = inst.maps();
+	std::optional<Ban> b = remove_ban(maps, addr, ban_clock_ns());
+	if (!b)
+		throw Error("no ban covers " + format_cidr(addr) + " (see `sluice bans`)");
+	std::cout << "lifted the ban of " << format_cidr(b->prefix) << " after " << b->drops << " drops\n";
+}
+
 /// The agent's events socket, connected; empty if no agent serves it.
 UniqueFd connect_events_socket(const std::string &path)
 {
@@ -725,6 +797,14 @@ int main(int argc, char **argv)
 	release->add_option("ADDR", release_source_text, "Source address or prefix")->required();
 	release->add_option("--rule", release_rule, "Only this rule's bucket");
 
+	auto *bans_cmd = app.add_subcommand("bans", "List the sources under a temporary ban (rules with --ban)");
+	bans_cmd->add_flag("--json", json, "JSON output");
+	auto *ban_cmd = app.add_subcommand("ban", "Manage temporary bans");
+	ban_cmd->require_subcommand(1);
+	std::string ban_del_addr;
+	auto *ban_del = ban_cmd->add_subcommand("del", "Lift the ban covering an address (exit 1 if none)");
+	ban_del->add_option("ADDR", ban_del_addr, "Banned address or prefix")->required();
+
 	uint64_t event_count = 0;
 	std::string event_timeout;
 	auto *events = app.add_subcommand("events", "Follow throttle events: a rule starts or stops dropping a source");
@@ -935,6 +1015,10 @@ int main(int argc, char **argv)
 			cmd_stats(inst, query, json, stats_reset, stats_source);
 		} else if (*release) {
 			cmd_release(inst, release_source_text, release_rule);
+		} else if (*bans_cmd) {
+			cmd_bans(inst, json);
+		} else if (*ban_del) {
+			cmd_ban_del(inst, ban_del_addr);
 		} else if (*top) {
 			top_options.interval_ns = parse_interval_ns(interval_text);
 			top_options.key = parse_rate_key(sort_text);

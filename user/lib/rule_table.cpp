@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
 #include "rule_table.h"
+#include "bans.h"
 
 #include <linux/membarrier.h>
 #include <sys/syscall.h>
@@ -406,6 +407,12 @@ InstalledRule edited(const InstalledRule &r, const RuleEdit &e, uint32_t &next_i
 		spec.per_prefix = *e.per_prefix;
 	if (e.scope)
 		spec.scope = *e.scope;
+	if (e.ban.ns)
+		spec.ban.ns = *e.ban.ns;
+	if (e.ban.after)
+		spec.ban.after = *e.ban.after;
+	if (!spec.ban.ns)
+		spec.ban.after = 0; // the ban removed: its threshold with it
 	if (e.fallback)
 		spec.fallback = *e.fallback;
 	else if (spec.scope == Scope::local)
@@ -488,6 +495,8 @@ std::optional<InstalledRule> RuleTable::edit_in_place(std::string_view name_or_i
 		      read_entry<struct sluice_rule_info>(maps_.rule_info.get(), i, "a rule's name"));
 	}
 	write(slot, to_datapath(after), to_info(after));
+	if (after.spec.ban.ns)
+		bans_before_switch(maps_, {after});
 
 	// The switch. The rule set left idle is the old one: it differs in this
 	// slot. The lookups stay, and so does what is known of their idle set.
@@ -497,6 +506,8 @@ std::optional<InstalledRule> RuleTable::edit_in_place(std::string_view name_or_i
 	next.slots[idle] = active.slots[live];
 	next.sync = (active.sync & SLUICE_SYNC_LOOKUPS) | SLUICE_SYNC_RULES | (slot + 1);
 	map_update(maps_.active.get(), &zero, &next, "the live rule set's number");
+	if (before.spec.ban.ns && !after.spec.ban.ns)
+		bans_after_switch(maps_, list()); // its bans are lifted with its --ban
 
 	if (bucket_id(after) != bucket_id(before)) {
 		uint32_t gone = bucket_id(before);
@@ -833,6 +844,8 @@ void RuleTable::write(const Snapshot &before, const std::vector<InstalledRule> &
 		top.put(set * SLUICE_DIR_TOP_SIZE + i, top_level[i]);
 	write_v6(maps_.match6.get(), set, lists);
 
+	bans_before_switch(maps_, after);
+
 	// 4. The switch: one word, and the new rule set is live. The sets left
 	//    idle hold the rules and lookups it replaced: what the next change
 	//    can skip.
@@ -863,6 +876,7 @@ void RuleTable::write(const Snapshot &before, const std::vector<InstalledRule> &
 	if (count < 2 && differing <= SLUICE_SYNC_SLOT)
 		active.sync |= SLUICE_SYNC_RULES | differing;
 	map_update(maps_.active.get(), &zero, &active, "the live rule set's number");
+	bans_after_switch(maps_, after); // a deleted rule's bans go with it
 
 	// With many rule entries apart, the retired ones are brought up to date
 	// once no packet can still be reading them, so that the next edit goes

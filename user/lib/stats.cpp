@@ -31,9 +31,10 @@ const char *const COUNTER_NAMES[] = {
 	"pass_not_ip",     "pass_no_match",  "pass_allow",    "pass_limit",
 	"pass_shadow",     "pass_contention", "drop_rate",    "drop_deny",
 	"failopen_parse",  "failopen_rule",  "failopen_table", "drop_malformed",
+	"drop_ban",
 	"fragments",       "l4_unknown",     "new_buckets",   "evicted",
 	"evicted_active",  "encapsulated",  "events_lost",   "evicted_v6",
-	"evicted_active_v6",
+	"evicted_active_v6", "bans",          "ban_table_full",
 };
 static_assert(std::size(COUNTER_NAMES) == SLUICE_CNT_MAX, "a name for every counter");
 

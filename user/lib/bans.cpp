@@ -1,0 +1,164 @@
+// SPDX-License-Identifier: GPL-2.0-only
+#include "bans.h"
+
+#include <cerrno>
+#include <ctime>
+
+#include <algorithm>
+#include <cstring>
+
+#include "error.h"
+
+namespace sluice {
+
+namespace {
+
+const uint8_t V4_MAPPED[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+
+void set_on(const MapSet &maps, uint32_t on)
+{
+	uint32_t zero = 0, now = 0;
+	if (bpf_map_lookup_elem(maps.bans_on.get(), &zero, &now) == 0 && now == on)
+		return;
+	map_update(maps.bans_on.get(), &zero, &on, "the ban switch");
+}
+
+Ban to_ban(const struct sluice_ban_key &k, const struct sluice_ban &v)
+{
+	return {ban_prefix(k), v.slot, v.bucket_id, v.since_ns, v.until_ns, v.drops};
+}
+
+bool in_force(const struct sluice_ban &v, uint64_t now_ns) { return int64_t(now_ns - v.until_ns) < 0; }
+
+} // namespace
+
+struct sluice_ban_key ban_key(const Cidr &prefix)
+{
+	struct sluice_ban_key k = {};
+	if (prefix.family == 4) {
+		std::memcpy(k.addr, V4_MAPPED, 12);
+		std::memcpy(k.addr + 12, prefix.addr.data(), 4);
+		k.prefixlen = 96 + uint32_t(prefix.prefix_len);
+	} else {
+		std::memcpy(k.addr, prefix.addr.data(), 16);
+		k.prefixlen = uint32_t(prefix.prefix_len);
+	}
+	return k;
+}
+
+Cidr ban_prefix(const struct sluice_ban_key &k)
+{
+	Cidr c;
+	if (k.prefixlen >= 96 && std::memcmp(k.addr, V4_MAPPED, 12) == 0) {
+		c.family = 4;
+		std::memcpy(c.addr.data(), k.addr + 12, 4);
+		c.prefix_len = int(k.prefixlen - 96);
+	} else {
+		c.family = 6;
+		std::memcpy(c.addr.data(), k.addr, 16);
+		c.prefix_len = int(std::min<uint32_t>(k.prefixlen, 128));
+	}
+	return c;
+}
+
+uint64_t ban_clock_ns()
+{
+	struct timespec ts = {};
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return uint64_t(ts.tv_sec) * 1000000000ULL + uint64_t(ts.tv_nsec);
+}
+
+std::vector<std::pair<struct sluice_ban_key, struct sluice_ban>> read_ban_entries(int fd)
+{
+	std::vector<std::pair<struct sluice_ban_key, struct sluice_ban>> out;
+	struct sluice_ban_key key = {}, next = {};
+	const void *prev = nullptr;
+	// The table is small and bounded; its keys are walked one by one.
+	while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+		struct sluice_ban v = {};
+		if (bpf_map_lookup_elem(fd, &next, &v) == 0)
+			out.emplace_back(next, v);
+		key = next;
+		prev = &key;
+	}
+	if (errno != ENOENT)
+		throw_errno("cannot read the ban table", errno);
+	return out;
+}
+
+std::vector<Ban> list_bans(const MapSet &maps, uint64_t now_ns)
+{
+	std::vector<Ban> out;
+	for (const auto &[k, v] : read_ban_entries(maps.bans.get()))
+		if (in_force(v, now_ns))
+			out.push_back(to_ban(k, v));
+	std::sort(out.begin(), out.end(), [](const Ban &a, const Ban &b) {
+		return a.since_ns != b.since_ns ? a.since_ns > b.since_ns : a.prefix < b.prefix;
+	});
+	return out;
+}
+
+std::optional<Ban> remove_ban(const MapSet &maps, const Cidr &addr, uint64_t now_ns)
+{
+	int fd = maps.bans.get();
+	// A prefix named exactly first; else the longest ban covering the address.
+	struct sluice_ban_key k = ban_key(addr);
+	struct sluice_ban v = {};
+	std::optional<Ban> found;
+	for (const auto &[key, val] : read_ban_entries(fd)) {
+		Cidr p = ban_prefix(key);
+		if (!in_force(val, now_ns) || !cidr_contains(p, addr))
+			continue;
+		if (!found || p.prefix_len > found->prefix.prefix_len) {
+			found = to_ban(key, val);
+			k = key;
+			v = val;
+		}
+	}
+	if (!found)
+		return std::nullopt;
+	if (bpf_map_delete_elem(fd, &k) && errno != ENOENT)
+		throw_errno("cannot remove the ban of " + format_cidr(found->prefix), errno);
+	return found;
+}
+
+void bans_before_switch(const MapSet &maps, const std::vector<InstalledRule> &after)
+{
+	if (std::any_of(after.begin(), after.end(), [](const InstalledRule &r) { return r.spec.ban.ns != 0; }))
+		set_on(maps, 1);
+}
+
+void bans_after_switch(const MapSet &maps, const std::vector<InstalledRule> &after)
+{
+	std::vector<bool> bans(maps.max_rules());
+	bool any = false;
+	for (const auto &r : after)
+		if (r.spec.ban.ns && r.slot < bans.size())
+			bans[r.slot] = any = true;
+	int fd = maps.bans.get();
+	uint64_t now = ban_clock_ns();
+	size_t left = 0;
+	for (const auto &[k, v] : read_ban_entries(fd)) {
+		if (v.slot < bans.size() && bans[v.slot] && in_force(v, now)) {
+			left++;
+			continue;
+		}
+		// A rule that bans no more lifts its bans, and a ban run out goes
+		// (the program reports an UNBAN only for one its source meets).
+		if (bpf_map_delete_elem(fd, &k) && errno != ENOENT)
+			throw_errno("cannot remove a ban", errno);
+	}
+	if (!any && !left)
+		set_on(maps, 0);
+}
+
+void restore_bans(const MapSet &maps, const std::vector<std::pair<struct sluice_ban_key, struct sluice_ban>> &bans)
+{
+	if (bans.empty())
+		return;
+	set_on(maps, 1);
+	for (const auto &[k, v] : bans)
+		map_update(maps.bans.get(), &k, &v, "a ban");
+}
+
+} // namespace sluice
