@@ -266,10 +266,10 @@ TEST(PolicyErrors, EachIsOneLineWithTheFileLineAndRule)
 	const Case cases[] = {
 		{"rules:\n  - name: ssh\n    cidr: 0.0.0.0/0\n    rat: 5/min\n",
 		 "sluice.yaml line 4: rule 'ssh': unknown key 'rat' (expected one of name, cidr, action, proto, "
-		 "dport, rate, burst, algo, per, warmup, shadow, continue, scope, fallback)"},
+		 "dport, rate, burst, algo, per, warmup, shadow, continue, scope, fallback, ban, ban_after)"},
 		{"rules:\n  - cidr: 0.0.0.0/0\n    rat: 5/min\n    name: ssh\n",
 		 "sluice.yaml line 3: rule 'ssh': unknown key 'rat' (expected one of name, cidr, action, proto, "
-		 "dport, rate, burst, algo, per, warmup, shadow, continue, scope, fallback)"},
+		 "dport, rate, burst, algo, per, warmup, shadow, continue, scope, fallback, ban, ban_after)"},
 		{"rules: []\nrule: []\n",
 		 "sluice.yaml line 2: unknown key 'rule' (expected one of interfaces, tables, rules)"},
 		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    action: deny\n  - name: a\n    cidr: 10.0.0.0/9\n"
@@ -310,7 +310,7 @@ TEST(PolicyErrors, EachIsOneLineWithTheFileLineAndRule)
 		{"rules:\n  - name: 42\n    cidr: 10.0.0.0/8\n    action: deny\n",
 		 "sluice.yaml line 2: rule '42': rule name '42' is all digits and would read as a rule id"},
 		{"rules:\n  - 10.0.0.0/8\n", "sluice.yaml line 2: rule #1: a rule is a map of keys (name, cidr, action, "
-					     "proto, dport, rate, burst, algo, per, warmup, shadow, continue, scope, fallback), not "
+					     "proto, dport, rate, burst, algo, per, warmup, shadow, continue, scope, fallback, ban, ban_after), not "
 					     "'10.0.0.0/8'"},
 		{"rules:\n  name: a\n", "sluice.yaml line 1: 'rules' is a list, not a map"},
 		{"", "sluice.yaml line 1: the policy is empty (write 'rules: []' for one without rules)"},
@@ -963,6 +963,11 @@ private:
 		if (s.algo == Algo::token_bucket && pick(3) == 0)
 			s.warmup_ns = (pick(2) ? 1500 : 30000) * 1000000ULL;
 		s.layered = pick(6) == 0;
+		if (!s.shadow && pick(4) == 0) {
+			static const uint64_t BANS[] = {1, 90, 600, 3600, 86400};
+			s.ban.ns = BANS[pick(std::size(BANS))] * 1000000000ULL;
+			s.ban.after = static_cast<uint32_t>(pick(3) == 0 ? 0 : 1 + pick(20));
+		}
 		if (s.has_burst() && !s.warmup_ns && pick(4) == 0) {
 			s.scope = Scope::cluster;
 			if (pick(2))
@@ -1017,6 +1022,7 @@ TEST(PolicyRoundTrip, ExportApplyExportIsExactOverGeneratedPolicies)
 	PolicyGenerator gen(0x5eed2025);
 	std::set<std::pair<int, int>> pers;         // family, per length covered
 	std::set<std::tuple<int, int, int>> kinds; // action, algo, unit
+	std::set<std::pair<bool, bool>> bans;      // a ban, its threshold written
 	size_t checked = 0;
 	auto check = [&](const Policy &p) {
 		Applied first = apply_then_export(p);
@@ -1042,6 +1048,7 @@ TEST(PolicyRoundTrip, ExportApplyExportIsExactOverGeneratedPolicies)
 			EXPECT_EQ(effective(InstalledRule{r.id, r.slot, *it}), effective(r)) << describe_rule(*it);
 			if (it->action == Action::limit)
 				pers.insert({it->cidr.family, it->per_prefix < 0 ? -1 : it->per_prefix});
+			bans.insert({it->ban.ns != 0, it->ban.after != 0});
 			kinds.insert({int(it->action), it->action == Action::limit ? int(it->algo) : -1,
 				      it->action == Action::limit ? int(it->rate.unit) : -1});
 		}
@@ -1071,5 +1078,6 @@ TEST(PolicyRoundTrip, ExportApplyExportIsExactOverGeneratedPolicies)
 	// bytes, bits; the windows: packets, bytes; the sliding log: packets),
 	// and allow and deny.
 	EXPECT_EQ(kinds.size(), 3u + 3u + 2u + 2u + 1u + 2u);
+	EXPECT_EQ(bans.size(), 3u) << "rules without a ban, with one, with one and its threshold";
 	EXPECT_GT(checked, 3000u);
 }

@@ -63,6 +63,8 @@ std::string action_cell(const RuleSpec &s)
 		cell += " (shadow)";
 	if (s.layered)
 		cell += " (continue)";
+	if (s.ban.ns)
+		cell += " (ban " + format_duration(s.ban.ns) + " after " + std::to_string(s.ban.after) + ")";
 	return cell;
 }
 

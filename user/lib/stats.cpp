@@ -214,6 +214,8 @@ nlohmann::ordered_json rule_json(const InstalledRule &r)
 		if (s.warmup_ns)
 			j["warmup"] = format_duration(s.warmup_ns);
 		j["per"] = s.bucket_prefix();
+		if (s.ban.ns)
+			j["ban"] = {{"duration", format_duration(s.ban.ns)}, {"after", s.ban.after}};
 		j["scope"] = scope_name(s.scope);
 		if (s.scope == Scope::cluster) {
 			j["fallback"] = s.fallback.amount ? format_rate(s.fallback) : "default";
