@@ -367,6 +367,8 @@ void print_stats(const Stats &s, bool json, bool with_global, bool with_rules)
 		rows.push_back({counter_name(i), std::to_string(s.global[i].packets),
 				std::to_string(s.global[i].bytes)});
 	print_table({"GLOBAL", "PACKETS", "BYTES"}, rows);
+	if (s.bans)
+		std::cout << "\n" << s.bans << " sources banned now (`sluice bans`)\n";
 }
 
 /// `sluice release ADDR [--rule R]`: refills the source's buckets.
@@ -576,6 +578,12 @@ nlohmann::ordered_json explanation_json(const Explanation &e)
 	pkt["bytes"] = p.bytes;
 	nlohmann::ordered_json j = {{"packet", pkt}};
 	j["prefix"] = e.walk.prefix ? nlohmann::ordered_json(format_cidr(*e.walk.prefix)) : nullptr;
+	if (e.ban) {
+		uint64_t now = ClockReading::now().coarse_ns;
+		j["ban"] = {{"source", format_cidr(e.ban->prefix)},
+			    {"until", format_monotonic(e.ban->until_ns, now)},
+			    {"expires_in_s", (e.ban->until_ns - now + 999999999ULL) / 1000000000ULL}};
+	}
 	nlohmann::ordered_json cands = nlohmann::ordered_json::array();
 	for (const auto &c : e.walk.candidates) {
 		nlohmann::ordered_json r = rule_json(c.rule);
@@ -628,6 +636,18 @@ void cmd_explain(const Instance &inst, const ExplainPacket &pkt, bool json)
 		return;
 	}
 	std::cout << "packet: " << describe_packet(pkt) << "\n";
+	if (e.ban) {
+		uint64_t now = ClockReading::now().coarse_ns;
+		auto it = std::find_if(e.walk.candidates.begin(), e.walk.candidates.end(),
+				       [&](const Candidate &c) { return c.rule.slot == e.ban->slot; });
+		std::string rule = it == e.walk.candidates.end() ? "a rule" : "rule " + std::to_string(it->rule.id) +
+			(it->rule.spec.name.empty() ? "" : " (" + it->rule.spec.name + ")");
+		std::cout << "banned: " << format_cidr(e.ban->prefix) << " is banned by " << rule << " until "
+			  << format_monotonic(e.ban->until_ns, now) << " (in " << format_seconds(e.ban->until_ns - now)
+			  << "): every packet from it is dropped before any rule is looked at\n";
+		std::cout << "verdict: drop (drop_ban)\n";
+		return;
+	}
 	if (!e.walk.prefix) {
 		std::cout << "no rule covers " << format_address(pkt.family, pkt.src.data())
 			  << ": it passes untouched (pass_no_match)\n";

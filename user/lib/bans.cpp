@@ -98,25 +98,26 @@ std::vector<Ban> list_bans(const MapSet &maps, uint64_t now_ns)
 	return out;
 }
 
-std::optional<Ban> remove_ban(const MapSet &maps, const Cidr &addr, uint64_t now_ns)
+std::optional<Ban> covering_ban(const MapSet &maps, const Cidr &addr, uint64_t now_ns)
 {
-	int fd = maps.bans.get();
-	// A prefix named exactly first; else the longest ban covering the address.
-	struct sluice_ban_key k = ban_key(addr);
-	struct sluice_ban v = {};
 	std::optional<Ban> found;
-	for (const auto &[key, val] : read_ban_entries(fd)) {
+	for (const auto &[key, val] : read_ban_entries(maps.bans.get())) {
 		Cidr p = ban_prefix(key);
 		if (!in_force(val, now_ns) || !cidr_contains(p, addr))
 			continue;
-		if (!found || p.prefix_len > found->prefix.prefix_len) {
+		if (!found || p.prefix_len > found->prefix.prefix_len)
 			found = to_ban(key, val);
-			k = key;
-			v = val;
-		}
 	}
+	return found;
+}
+
+std::optional<Ban> remove_ban(const MapSet &maps, const Cidr &addr, uint64_t now_ns)
+{
+	int fd = maps.bans.get();
+	std::optional<Ban> found = covering_ban(maps, addr, now_ns);
 	if (!found)
 		return std::nullopt;
+	struct sluice_ban_key k = ban_key(found->prefix);
 	if (bpf_map_delete_elem(fd, &k) && errno != ENOENT)
 		throw_errno("cannot remove the ban of " + format_cidr(found->prefix), errno);
 	return found;

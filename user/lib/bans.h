@@ -40,6 +40,10 @@ std::vector<std::pair<struct sluice_ban_key, struct sluice_ban>> read_ban_entrie
 /// The bans in force at `now_ns`, most recent first.
 std::vector<Ban> list_bans(const MapSet &maps, uint64_t now_ns);
 
+/// The longest ban in force at `now_ns` covering `addr`, if any: the one
+/// the program finds for a packet from it.
+std::optional<Ban> covering_ban(const MapSet &maps, const Cidr &addr, uint64_t now_ns);
+
 /// Lifts the ban covering `addr` (an address, or a banned prefix exactly):
 /// the longest one in force. Returns it, or nothing if there is none.
 std::optional<Ban> remove_ban(const MapSet &maps, const Cidr &addr, uint64_t now_ns);

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
 #include "stats.h"
+#include "bans.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -109,6 +110,7 @@ Stats collect_stats(const MapSet &maps, const StatsQuery &query)
 	RuleTable table(maps);
 	if (!query.rule.empty())
 		table.find(query.rule); // a clear error for an unknown rule
+	s.bans = list_bans(maps, ban_clock_ns()).size();
 
 	for (auto &r : table.list())
 		s.rules.push_back({r, table.counters(r.slot), 0});
@@ -340,6 +342,7 @@ void write_stats_json(std::ostream &out, const Stats &s, bool with_global)
 	}
 	nlohmann::ordered_json doc = {{"sources", nlohmann::ordered_json::array()},
 				      {"tracked_sources", s.tracked_sources},
+				      {"bans", s.bans},
 				      {"rules", rules}};
 	if (with_global) {
 		nlohmann::ordered_json global = nlohmann::ordered_json::object();
