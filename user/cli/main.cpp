@@ -822,7 +822,7 @@ int main(int argc, char **argv)
 	auto *bans_cmd = app.add_subcommand("bans", "List the sources under a temporary ban (rules with --ban)");
 	bans_cmd->add_flag("--json", json, "JSON output");
 	auto *ban_cmd = app.add_subcommand("ban", "Manage temporary bans");
-	ban_cmd->require_subcommand(1);
+	ban_cmd->require_subcommand(0, 1);
 	std::string ban_del_addr;
 	auto *ban_del = ban_cmd->add_subcommand("del", "Lift the ban covering an address (exit 1 if none)");
 	ban_del->add_option("ADDR", ban_del_addr, "Banned address or prefix")->required();
@@ -895,12 +895,16 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (app.get_subcommands().empty()) {
-		std::cerr << "sluice: a subcommand is required (attach, detach, status, rule, stats, release, top, events, "
-			     "explain, apply, export, upgrade, agent); see --help\n";
+		std::cerr << "sluice: a subcommand is required (attach, detach, status, rule, stats, release, bans, ban, "
+			     "top, events, explain, apply, export, upgrade, agent); see --help\n";
 		return 2;
 	}
 	if (*rule && rule->get_subcommands().empty()) {
 		std::cerr << "sluice: rule needs a subcommand (add, import, del, set, flush, list); see rule --help\n";
+		return 2;
+	}
+	if (*ban_cmd && ban_cmd->get_subcommands().empty()) {
+		std::cerr << "sluice: ban needs a subcommand (del); see ban --help\n";
 		return 2;
 	}
 

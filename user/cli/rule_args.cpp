@@ -69,7 +69,7 @@ void add_rule_options(CLI::App *cmd, RuleArgs &a)
 	cmd->add_flag("--continue", a.layered,
 		      "Layered limit: a packet it passes goes on to the next matching rule");
 	add_scope_options(cmd, a.scope, a.fallback);
-	cmd->add_option("--ban", a.ban, "Limit: ban a source this rule drops (see --ban-after) for this long: 10m, 1h");
+	cmd->add_option("--ban", a.ban, "Limit: ban a source this rule drops (see --ban-after) for this long: 10min, 1h");
 	cmd->add_option("--ban-after", a.ban_after, "Limit with --ban: drops within the ban's duration that ban (default 1)");
 }
 
