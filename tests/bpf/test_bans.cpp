@@ -87,6 +87,19 @@ TEST_F(Bans, ThresholdBansThenExpiresIPv4)
 	EXPECT_EQ(ev.back().kind, uint32_t(SLUICE_EVENT_BAN));
 	EXPECT_EQ(ev.back().pad, 32u);
 	EXPECT_EQ(format_address(4, ev.back().key.addr), "10.1.0.5");
+	{
+		EventNamer namer(put_->maps());
+		ThrottleEvent named = namer.name(ev.back());
+		EXPECT_EQ(named.kind, ThrottleEvent::Kind::ban);
+		EXPECT_EQ(named.source, "10.1.0.5");
+		EXPECT_EQ(named.rule, "ssh");
+		std::string line = format_event(named);
+		EXPECT_NE(line.find(" banned 10.1.0.5 by rule ssh (" + std::to_string(r.id) + ")"), std::string::npos)
+			<< line;
+		std::string json = event_json(named);
+		EXPECT_NE(json.find("\"event\":\"ban\""), std::string::npos) << json;
+		EXPECT_EQ(event_from_json(json).kind, ThrottleEvent::Kind::ban);
+	}
 
 	// Every packet, whatever rule it meets (another port here), is the ban's.
 	for (int i = 1; i <= 30; i++)
@@ -105,6 +118,15 @@ TEST_F(Bans, ThresholdBansThenExpiresIPv4)
 	ASSERT_FALSE(ev.empty());
 	EXPECT_EQ(ev.back().kind, uint32_t(SLUICE_EVENT_UNBAN));
 	EXPECT_EQ(ev.back().since_ns, T0);
+	{
+		EventNamer namer(put_->maps());
+		ThrottleEvent named = namer.name(ev.back());
+		EXPECT_EQ(named.kind, ThrottleEvent::Kind::unban);
+		std::string line = format_event(named);
+		EXPECT_NE(line.find(" unbanned 10.1.0.5 (banned by rule ssh"), std::string::npos) << line;
+		EXPECT_NE(line.find("after 60.0 s"), std::string::npos) << line;
+		EXPECT_EQ(event_from_json(event_json(named)).kind, ThrottleEvent::Kind::unban);
+	}
 	EXPECT_EQ(put_->read_counters()[SLUICE_CNT_INFO_BANS], 1u);
 }
 

@@ -288,13 +288,24 @@ TEST_F(ResetAndRelease, ARepeatOffenderBanned)
 	EXPECT_NE(r.out.find("banned: " + SOURCE + " is banned by rule 1 (offender) until "), std::string::npos) << r.out;
 	EXPECT_NE(r.out.find("verdict: drop (drop_ban)"), std::string::npos) << r.out;
 
+	// `sluice upgrade` (within this release) carries the ban, its end and its count.
+	r = run_command({"nsenter", "--net=/run/netns/" + DST_NS, SLUICE_BIN, "upgrade"});
+	ASSERT_EQ(r.exit_code, 0) << r.err;
+	bans = cli_json({"bans", "--json"});
+	ASSERT_EQ(bans.size(), 1u) << bans.dump();
+	EXPECT_EQ(bans[0]["source"], SOURCE);
+	EXPECT_GE(bans[0]["expires_in_s"].get<uint64_t>(), 580u);
+	EXPECT_EQ(bans[0]["drops"], 8u);
+	ASSERT_EQ(send_udp_in(SRC_NS, SOURCE, DST, UDP_PORT + 1, 2, 64), 2);
+	EXPECT_EQ(cli_json({"bans", "--json"})[0]["drops"], 10u) << "still banned after the upgrade";
+
 	// Lifted by hand: one line; a second time, no such ban: one line, exit 1.
 	r = cli({"ban", "del", SOURCE});
 	ASSERT_EQ(r.exit_code, 0) << r.err;
-	EXPECT_EQ(r.out, "lifted the ban of " + SOURCE + " after 8 drops\n");
+	EXPECT_EQ(r.out, "lifted the ban of " + SOURCE + " after 10 drops\n");
 	r = cli({"ban", "del", SOURCE});
 	EXPECT_EQ(r.exit_code, 1);
 	EXPECT_EQ(r.err, "sluice: no ban covers " + SOURCE + " (see `sluice bans`)\n");
 	ASSERT_EQ(send_udp_in(SRC_NS, SOURCE, DST, UDP_PORT + 1, 3, 64), 3);
-	EXPECT_EQ(global("drop_ban"), 8u) << "it passes again";
+	EXPECT_EQ(global("drop_ban"), 10u) << "it passes again";
 }
