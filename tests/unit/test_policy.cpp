@@ -895,6 +895,7 @@ public:
 				s.layered = false;
 			taken_.push_back(s);
 			s.burst = burst_written_ ? s.burst : 0; // as written: validate_rule's fill left to the reader
+			s.ban.after = ban_after_written_ ? s.ban.after : 0; // likewise the default threshold
 			return s;
 		}
 	}
@@ -948,6 +949,7 @@ private:
 		}
 		s.shadow = s.action != Action::allow && pick(4) == 0;
 		burst_written_ = false;
+		ban_after_written_ = false;
 		if (s.action != Action::limit)
 			return s;
 		s.rate = parse_rate(RATES[pick(std::size(RATES))]);
@@ -966,7 +968,8 @@ private:
 		if (!s.shadow && pick(4) == 0) {
 			static const uint64_t BANS[] = {1, 90, 600, 3600, 86400};
 			s.ban.ns = BANS[pick(std::size(BANS))] * 1000000000ULL;
-			s.ban.after = static_cast<uint32_t>(pick(3) == 0 ? 0 : 1 + pick(20));
+			ban_after_written_ = pick(3) != 0;
+			s.ban.after = static_cast<uint32_t>(ban_after_written_ ? 1 + pick(20) : 0);
 		}
 		if (s.has_burst() && !s.warmup_ns && pick(4) == 0) {
 			s.scope = Scope::cluster;
@@ -982,6 +985,7 @@ private:
 	uint32_t serial_ = 0;
 	size_t layered_ = 0;
 	bool burst_written_ = false;
+	bool ban_after_written_ = false;
 };
 
 /// `apply` into a table that holds nothing, then `export`: the rules as the
@@ -1036,6 +1040,8 @@ TEST(PolicyRoundTrip, ExportApplyExportIsExactOverGeneratedPolicies)
 				<< first.text;
 			EXPECT_EQ(second.rules[i].spec, first.rules[i].spec);
 		}
+		for (const auto &s : p.rules)
+			bans.insert({s.ban.ns != 0, s.ban.after != 0});
 		// What was applied is what the file asked for, rule by rule.
 		std::vector<RuleSpec> asked = p.rules;
 		for (auto &s : asked)
@@ -1048,7 +1054,6 @@ TEST(PolicyRoundTrip, ExportApplyExportIsExactOverGeneratedPolicies)
 			EXPECT_EQ(effective(InstalledRule{r.id, r.slot, *it}), effective(r)) << describe_rule(*it);
 			if (it->action == Action::limit)
 				pers.insert({it->cidr.family, it->per_prefix < 0 ? -1 : it->per_prefix});
-			bans.insert({it->ban.ns != 0, it->ban.after != 0});
 			kinds.insert({int(it->action), it->action == Action::limit ? int(it->algo) : -1,
 				      it->action == Action::limit ? int(it->rate.unit) : -1});
 		}

@@ -126,8 +126,9 @@ void check_rule_name(std::string_view name)
 
 namespace {
 
-/// A rule's ban options: an enforcing limit's, within range.
-void validate_ban(const RuleSpec &spec)
+/// A rule's ban options: an enforcing limit's, within range; the default
+/// threshold filled in.
+void validate_ban(RuleSpec &spec)
 {
 	if (!spec.ban.ns) {
 		if (spec.ban.after)
@@ -144,6 +145,8 @@ void validate_ban(const RuleSpec &spec)
 	if (spec.ban.after > BanSpec::MAX_AFTER)
 		throw Error("--ban-after " + std::to_string(spec.ban.after) + " is out of range (1 to " +
 			    std::to_string(BanSpec::MAX_AFTER) + ")");
+	if (!spec.ban.after)
+		spec.ban.after = BanSpec::DEFAULT_AFTER;
 }
 
 } // namespace
