@@ -141,7 +141,7 @@ void validate_ban(RuleSpec &spec)
 	if (spec.shadow)
 		throw Error("--ban and --shadow do not go together: a shadow rule drops nothing");
 	if (spec.ban.ns < 1000000000ULL || spec.ban.ns > SLUICE_MAX_BAN_NS)
-		throw Error("--ban " + format_duration(spec.ban.ns) + " is out of range (1s to 366d)");
+		throw Error("--ban " + format_duration(spec.ban.ns) + " is out of range (1s to 366day)");
 	if (spec.ban.after > BanSpec::MAX_AFTER)
 		throw Error("--ban-after " + std::to_string(spec.ban.after) + " is out of range (1 to " +
 			    std::to_string(BanSpec::MAX_AFTER) + ")");
