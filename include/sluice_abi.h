@@ -44,6 +44,9 @@
 #define SLUICE_MAP_THEN          sluice_then
 #define SLUICE_MAP_OWED          sluice_owed
 #define SLUICE_MAP_GRANTS        sluice_grants
+#define SLUICE_MAP_BANS          sluice_bans
+#define SLUICE_MAP_STRIKES       sluice_strike
+#define SLUICE_MAP_BANS_ON       sluice_banon
 #define SLUICE_PROG_NAME         sluice_xdp
 
 #define SLUICE_STR_(x) #x
@@ -158,6 +161,7 @@ enum sluice_counter_index {
 	SLUICE_CNT_DROP_MALFORMED,     /* more VLAN tags than walked, a tiny first fragment,
 				        * a first fragment of another port than its key's
 				        * entry; or malformed L3 from a source a rule covers */
+	SLUICE_CNT_DROP_BAN,           /* from a source under a temporary ban (struct sluice_ban) */
 	SLUICE_CNT_VERDICT_END,
 	SLUICE_CNT_INFO_FRAGMENT = SLUICE_CNT_VERDICT_END, /* non-first fragments */
 	SLUICE_CNT_INFO_L4_UNKNOWN,    /* ports/protocol unreadable: matched conservatively */
@@ -168,12 +172,14 @@ enum sluice_counter_index {
 	SLUICE_CNT_INFO_EVENTS_LOST,   /* throttle events lost: ring buffer or throttled-source table full */
 	SLUICE_CNT_INFO_EVICTED_V6,    /* the evictions of IPv6 buckets among SLUICE_CNT_INFO_EVICTED */
 	SLUICE_CNT_INFO_EVICTED_ACTIVE_V6, /* ...and among SLUICE_CNT_INFO_EVICTED_ACTIVE */
+	SLUICE_CNT_INFO_BANS,          /* temporary bans begun */
+	SLUICE_CNT_INFO_BAN_TABLE_FULL,/* bans refused: the ban table was full */
 	SLUICE_CNT_MAX,
 };
 
 /* The verdict counters whose frames are dropped; every other verdict passes. */
 #define SLUICE_DROP_VERDICTS ((1u << SLUICE_CNT_DROP_RATE) | (1u << SLUICE_CNT_DROP_DENY) | \
-			      (1u << SLUICE_CNT_DROP_MALFORMED))
+			      (1u << SLUICE_CNT_DROP_MALFORMED) | (1u << SLUICE_CNT_DROP_BAN))
 
 struct sluice_counter {
 	__u64 packets;
@@ -308,8 +314,16 @@ struct sluice_rule {
 	__u16 sport_hi;
 	__u8  tcp_flags_value; /* within tcp_flags_mask */
 	__u8  pad[3];
+	/* A limit's temporary ban (bpf/lib/bans.h): a source whose bucket,
+	 * off probation, this rule drops `after` times within `secs` seconds
+	 * is banned for `secs` seconds. secs 0: the rule bans no one. Whole
+	 * seconds, so that the entry stays one 64-byte cache line. */
+	struct {
+		__u32 secs;
+		__u32 after;
+	} ban;
 };
-SLUICE_ASSERT_SIZE(struct sluice_rule, 56);
+SLUICE_ASSERT_SIZE(struct sluice_rule, 64);
 
 enum sluice_scope {
 	SLUICE_SCOPE_LOCAL   = 0, /* the rate holds on this host */
@@ -683,6 +697,8 @@ enum sluice_table {
 enum sluice_event_kind {
 	SLUICE_EVENT_THROTTLED = 1, /* a rule began dropping the source's packets */
 	SLUICE_EVENT_RELEASED  = 2, /* ...and has dropped none for an interval */
+	SLUICE_EVENT_BAN       = 3, /* a rule banned the source (struct sluice_ban); pad: the prefix length */
+	SLUICE_EVENT_UNBAN     = 4, /* ...and the ban ran out; since_ns: when it began */
 };
 
 /* A throttled bucket: its rule's bucket id and its address, masked to the
@@ -698,7 +714,7 @@ struct sluice_event {
 	__u64 ns;       /* CLOCK_MONOTONIC */
 	__u64 since_ns; /* when the throttling began (RELEASED: the episode's start) */
 	__u32 kind;     /* enum sluice_event_kind */
-	__u32 pad;
+	__u32 pad;      /* BAN, UNBAN: the banned prefix's length (IPv4: 0-32); else 0 */
 	struct sluice_throttle_key key;
 };
 SLUICE_ASSERT_SIZE(struct sluice_event, 48);
@@ -929,6 +945,47 @@ struct sluice_log_set_v6 {
 	struct sluice_log_state way[SLUICE_SET_WAYS];
 };
 SLUICE_ASSERT_SIZE(struct sluice_log_set_v6, 2368);
+
+/*
+ * Temporary bans (bpf/lib/bans.h). A limit rule with a ban (struct
+ * sluice_rule's ban) that drops a source off probation `after` times within
+ * its ban's duration bans the source's bucket key (its address, or its
+ * --per prefix) for that duration: every packet from it is then dropped
+ * (SLUICE_CNT_DROP_BAN) before any rule is looked at. SLUICE_MAP_BANS is an
+ * LPM trie of bounded size without eviction: a ban is refused when it is
+ * full (SLUICE_CNT_INFO_BAN_TABLE_FULL), never an older one pushed out.
+ * Keys hold IPv4 as ::ffff:a.b.c.d/(96 + prefix). SLUICE_MAP_STRIKES counts
+ * a bucket's drops towards `after` (an LRU: losing a count only delays a
+ * ban). SLUICE_MAP_BANS_ON, one word, is not 0 while a live rule has a ban
+ * or a ban is in the table: without it a packet pays a branch, not a lookup.
+ */
+#define SLUICE_DEFAULT_MAX_BANS 65536
+#define SLUICE_MAX_STRIKES      65536
+#define SLUICE_MAX_BAN_NS       (366ULL * 86400 * 1000000000ULL) /* a year, and a day */
+
+struct sluice_ban_key {
+	__u32 prefixlen; /* of addr: IPv4 96 + its prefix */
+	__u8  addr[16];  /* network order; IPv4 as ::ffff:a.b.c.d */
+};
+SLUICE_ASSERT_SIZE(struct sluice_ban_key, 20);
+
+struct sluice_ban {
+	__u64 since_ns;  /* the program's coarse clock (CLOCK_MONOTONIC) when it began */
+	__u64 until_ns;  /* ...and when it ends */
+	__u64 drops;     /* packets dropped by the ban */
+	__u32 slot;      /* the banning rule's slot */
+	__u32 bucket_id; /* ...and its buckets' id then */
+	struct sluice_ban_key key; /* the entry's own key: an LPM lookup does not say it */
+	__u32 pad;
+};
+SLUICE_ASSERT_SIZE(struct sluice_ban, 56);
+
+/* A bucket's drops towards its rule's ban threshold, counted from `start_ns`. */
+struct sluice_strike {
+	__u64 start_ns;
+	__u64 count;
+};
+SLUICE_ASSERT_SIZE(struct sluice_strike, 16);
 
 /*
  * Controller bookkeeping: a one-entry array. The pinned state's layout is

@@ -40,6 +40,8 @@
  *    none of them;
  *  - for a byte rate, a packet at least as long: a larger cost is dropped
  *    too;
+ *  - the rule has no ban: each of its drops is a strike towards one
+ *    (bans.h), so none is remembered;
  *  - for a limit, the bucket's way holds its key with the word and offset
  *    the drop was decided on (memo_bucket_held), and this CPU's pending
  *    slot still names the bucket, noted within SLUICE_NOTE_EVERY_NS
@@ -120,7 +122,8 @@ static __always_inline void remember_drop(const struct packet_info *pkt, const s
 	__u32 i = source_slot(pkt);
 	__u64 now;
 
-	if (pkt->l3_len > SLUICE_DEFAULT_MTU || rule_selects_more(rule))
+	/* A drop of a rule with a ban is a strike (bans.h): each is decided. */
+	if (pkt->l3_len > SLUICE_DEFAULT_MTU || rule_selects_more(rule) || rule->ban.secs)
 		return;
 	p = bpf_map_lookup_elem(&SLUICE_MAP_PENDING, &i);
 	if (!p)

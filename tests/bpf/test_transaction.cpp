@@ -329,6 +329,8 @@ protected:
 			{"--warmup", {"0", "1s", "2d"}},
 			{"--scope", {"local", "cluster"}},
 			{"--fallback", {"1/s", "0"}},
+			{"--ban", {"10min", "1s", "1500ms", "0", "400day"}},
+			{"--ban-after", {"1", "3", "0", "1000001"}},
 		};
 		auto it = values.find(option);
 		if (it == values.end())

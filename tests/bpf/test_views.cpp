@@ -76,7 +76,7 @@ const std::map<std::string, std::vector<std::string>> RULE_SET_VALUES = {
 	{"--warmup", {"--warmup", "10s"}},  {"--per", {"--per", "16"}},        {"--name", {"--name", "exp2"}},
 	{"--shadow", {"--shadow"}},         {"--no-shadow", {"--no-shadow"}}, {"--continue", {"--continue"}},
 	{"--no-continue", {"--no-continue"}}, {"--scope", {"--scope", "cluster"}},
-	{"--fallback", {"--fallback", "5/h"}},
+	{"--fallback", {"--fallback", "5/h"}}, {"--ban", {"--ban", "10min"}}, {"--ban-after", {"--ban-after", "3"}},
 };
 
 /// A change of each policy key to BASE's rule (what `apply` of a file
@@ -103,6 +103,8 @@ const std::map<std::string, std::function<void(RuleSpec &)>> POLICY_CHANGES = {
 	{"continue", [](RuleSpec &s) { s.layered = true; }},
 	{"scope", [](RuleSpec &s) { s.scope = Scope::cluster; }},
 	{"fallback", [](RuleSpec &s) { s.fallback = parse_rate("5/h"); }},
+	{"ban", [](RuleSpec &s) { s.ban.ns = 600000000000ULL; }},
+	{"ban_after", [](RuleSpec &s) { s.ban = {600000000000ULL, 3}; }},
 };
 
 /// The given fields alone and in pairs.

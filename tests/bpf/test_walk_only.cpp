@@ -422,6 +422,8 @@ public:
 			{"--tcp-flags", {"syn,ack=syn", "syn=syn", "rst=rst", "ack=ack", "fin,syn,rst,ack=ack", "all=none"}},
 			{"--per", {"0", "8", "16", "24", "28", "32", "48", "56", "64", "128"}},
 			{"--warmup", {"0", "200ms", "1s", "30s"}},
+			{"--ban", {"1s", "10s", "1min", "1h", "0"}},
+			{"--ban-after", {"1", "2", "3", "5"}},
 		};
 		if (option == "--algo")
 			return algos_[below(algos_.size())];

@@ -3,7 +3,8 @@
 // segments through whole and drops the sixth new connection within the
 // minute, where a plain port limit cuts the session off; and the recipes of
 // docs/recipes.md, read from the page and run as written (SSH brute force,
-// SYN flood per source, UDP amplification by source port).
+// SYN flood per source, UDP amplification by source port, a per-/24
+// aggregate under per-source limits, a repeat offender banned).
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -67,7 +68,8 @@ uint64_t passed(const std::string &name) { return rule_line(name).value("passed_
 uint64_t dropped(const std::string &name) { return rule_line(name).value("dropped_packets", uint64_t(0)); }
 
 /// The `sluice ...` lines of the code block under heading `## TITLE` of
-/// docs/recipes.md, split at spaces, without the leading "sluice".
+/// docs/recipes.md, split at spaces, without the leading "sluice" and a
+/// trailing `# comment`.
 std::vector<std::vector<std::string>> recipe(const std::string &title)
 {
 	std::ifstream page(SLUICE_RECIPES);
@@ -86,7 +88,7 @@ std::vector<std::vector<std::string>> recipe(const std::string &title)
 			continue;
 		}
 		if (in_block && line.rfind("sluice ", 0) == 0) {
-			std::istringstream words(line.substr(7));
+			std::istringstream words(line.substr(7, line.find(" #") - 7)); // a comment ends the command
 			std::vector<std::string> args;
 			for (std::string w; words >> w;)
 				args.push_back(w);
@@ -402,4 +404,106 @@ TEST_F(Recipes, UdpAmplificationBySourcePort)
 	CommandResult r = cli({"stats", "--json"});
 	ASSERT_EQ(r.exit_code, 0);
 	EXPECT_EQ(json::parse(r.out)["global"]["pass_no_match"]["packets"], 200u) << "other ports uncharged";
+}
+
+// Five sources of one /24 each send 60 queries at once, and one source of
+// another /24 as many: each source passes its burst of 40 at most, and the
+// first /24 as a whole its burst of 100 (and the rates over the time taken);
+// the other /24's source is held by its own limit only.
+TEST_F(Recipes, APer24AggregateUnderPerSourceLimits)
+{
+	for (const auto &cmd : recipe("A per-/24 aggregate under per-source limits"))
+		add(cmd);
+	std::vector<std::vector<uint8_t>> frames;
+	for (const char *src : {"10.229.0.11", "10.229.0.12", "10.229.0.13", "10.229.0.14", "10.229.0.15",
+				"10.229.1.5"})
+		for (int i = 0; i < 60; i++)
+			frames.push_back(build_packet({.src = src, .dst = DST, .dport = 53, .payload = 40,
+						       .sport = static_cast<uint16_t>(40000 + i)}));
+	auto start = std::chrono::steady_clock::now();
+	ASSERT_EQ(send_frames(frames), 360);
+	double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+	auto slack = [took](double rate) { return static_cast<uint64_t>(rate * took) + 2; };
+	uint64_t source_pass = passed("dns-per-source"), source_drop = dropped("dns-per-source");
+	EXPECT_EQ(source_pass + source_drop, 360u);
+	EXPECT_GE(source_pass, 6u * 40u) << "each source's burst";
+	EXPECT_LE(source_pass, 6u * (40u + slack(20))) << "burst + rate x time, over " << took << " s";
+	uint64_t net_pass = passed("udp-per-24"), net_drop = dropped("udp-per-24");
+	EXPECT_EQ(net_pass + net_drop, source_pass) << "the /24 rule sees what the per-source rule passed";
+	EXPECT_GE(net_pass, 100u + 40u) << "the first /24's burst, and all the other /24 sent past its own limit";
+	EXPECT_LE(net_pass, 100u + slack(100) + 40u + slack(20)) << "the first /24 held to its aggregate";
+	EXPECT_GE(net_drop, 5u * 40u - 100u - slack(100) - 5u * slack(20)) << "what five sources' limits let through";
+	CommandResult r = cli({"stats", "--json", "--rule", "udp-per-24"});
+	ASSERT_EQ(r.exit_code, 0) << r.err;
+	bool named = false;
+	for (const auto &src : json::parse(r.out)["sources"])
+		named |= src["source"] == "10.229.0.0/24";
+	EXPECT_TRUE(named) << "a /24 is one bucket, named by its prefix: " << r.out;
+}
+
+// A source that comes back over the limit is banned at its first drop, for
+// all its traffic; `sluice bans` lists it, `explain` says so, `ban del`
+// lifts it; `sluice events` writes the ban and the unban. A new source over
+// the limit at its first burst (on probation) is dropped, not banned.
+TEST_F(Recipes, ARepeatOffenderBanned)
+{
+	auto cmds = recipe("A repeat offender banned");
+	ASSERT_EQ(cmds.size(), 4u);
+	add(cmds[0]);
+	const std::string OFFENDER = "192.0.2.7", NEWCOMER = "192.0.2.8";
+	auto udp = [](const std::string &src, uint16_t dport, int n) {
+		std::vector<std::vector<uint8_t>> frames;
+		for (int i = 0; i < n; i++)
+			frames.push_back(build_packet({.src = src, .dst = DST, .dport = dport, .payload = 40, .sport = 5000}));
+		return send_frames(frames);
+	};
+	auto global = [](const char *name) {
+		CommandResult r = cli({"stats", "--json"});
+		EXPECT_EQ(r.exit_code, 0) << r.err;
+		return json::parse(r.out)["global"][name]["packets"].get<uint64_t>();
+	};
+
+	ASSERT_EQ(udp(NEWCOMER, 9000, 6), 6);
+	ASSERT_EQ(udp(OFFENDER, 9000, 1), 1);
+	std::this_thread::sleep_for(std::chrono::milliseconds(1500)); // back after its probation
+	ASSERT_EQ(udp(OFFENDER, 9000, 4), 4);
+	EXPECT_EQ(passed("offender"), 3u + 3u) << "each source's burst";
+	EXPECT_EQ(dropped("offender"), 3u + 1u) << "the newcomer's three, the offender's banning drop";
+	EXPECT_EQ(global("drop_ban"), 1u) << "the offender's packet after its ban";
+
+	CommandResult r = cli(cmds[1]); // sluice bans
+	ASSERT_EQ(r.exit_code, 0) << r.err;
+	EXPECT_NE(r.out.find(OFFENDER + "  offender"), std::string::npos) << r.out;
+	EXPECT_EQ(r.out.find(NEWCOMER), std::string::npos) << "a source on probation is not banned: " << r.out;
+	r = cli(cmds[2]); // sluice explain 192.0.2.7
+	ASSERT_EQ(r.exit_code, 0) << r.err;
+	EXPECT_NE(r.out.find("banned: " + OFFENDER + " is banned by rule "), std::string::npos) << r.out;
+	EXPECT_NE(r.out.find("(offender) until "), std::string::npos) << r.out;
+
+	ASSERT_EQ(udp(OFFENDER, 40000, 3), 3);
+	EXPECT_EQ(global("drop_ban"), 4u) << "a ban covers the source's traffic to any port";
+
+	r = cli(cmds[3]); // sluice ban del 192.0.2.7
+	ASSERT_EQ(r.exit_code, 0) << r.err;
+	EXPECT_EQ(r.out, "lifted the ban of " + OFFENDER + " after 4 drops\n");
+	ASSERT_EQ(udp(OFFENDER, 40000, 3), 3);
+	EXPECT_EQ(global("drop_ban"), 4u) << "it passes again";
+	EXPECT_EQ(global("pass_no_match"), 3u);
+
+	// The ban and its end, the one the controller wrote as the program writes its own.
+	r = cli({"events", "--json", "--timeout", "2s"});
+	ASSERT_EQ(r.exit_code, 0) << r.err;
+	std::istringstream lines(r.out);
+	std::vector<json> events; // the throttle events of the drops aside
+	for (std::string line; std::getline(lines, line);)
+		if (json e = json::parse(line); e["event"] == "ban" || e["event"] == "unban")
+			events.push_back(e);
+	ASSERT_EQ(events.size(), 2u) << r.out;
+	EXPECT_EQ(events[0]["event"], "ban");
+	EXPECT_EQ(events[1]["event"], "unban");
+	for (const auto &e : events) {
+		EXPECT_EQ(e["source"], OFFENDER);
+		EXPECT_EQ(e["rule"], "offender");
+	}
+	EXPECT_EQ(events[1]["since"], events[0]["time"]) << "the unban names when its ban began";
 }

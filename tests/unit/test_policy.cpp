@@ -267,10 +267,10 @@ TEST(PolicyErrors, EachIsOneLineWithTheFileLineAndRule)
 	const Case cases[] = {
 		{"rules:\n  - name: ssh\n    cidr: 0.0.0.0/0\n    rat: 5/min\n",
 		 "sluice.yaml line 4: rule 'ssh': unknown key 'rat' (expected one of name, cidr, action, proto, "
-		 "dport, sport, tcp_flags, rate, burst, algo, per, warmup, shadow, continue, scope, fallback)"},
+		 "dport, sport, tcp_flags, rate, burst, algo, per, warmup, shadow, continue, scope, fallback, ban, ban_after)"},
 		{"rules:\n  - cidr: 0.0.0.0/0\n    rat: 5/min\n    name: ssh\n",
 		 "sluice.yaml line 3: rule 'ssh': unknown key 'rat' (expected one of name, cidr, action, proto, "
-		 "dport, sport, tcp_flags, rate, burst, algo, per, warmup, shadow, continue, scope, fallback)"},
+		 "dport, sport, tcp_flags, rate, burst, algo, per, warmup, shadow, continue, scope, fallback, ban, ban_after)"},
 		{"rules:\n  - {name: a, cidr: 10.0.0.0/8, proto: udp, tcp_flags: \"syn,ack=syn\", rate: 1/s}\n",
 		 "sluice.yaml line 2: rule 'a': --syn and --tcp-flags select TCP packets, not --proto udp"},
 		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    tcp_flags: syn\n    action: deny\n",
@@ -321,7 +321,7 @@ TEST(PolicyErrors, EachIsOneLineWithTheFileLineAndRule)
 		{"rules:\n  - name: 42\n    cidr: 10.0.0.0/8\n    action: deny\n",
 		 "sluice.yaml line 2: rule '42': rule name '42' is all digits and would read as a rule id"},
 		{"rules:\n  - 10.0.0.0/8\n", "sluice.yaml line 2: rule #1: a rule is a map of keys (name, cidr, action, "
-					     "proto, dport, sport, tcp_flags, rate, burst, algo, per, warmup, shadow, continue, scope, fallback), not "
+					     "proto, dport, sport, tcp_flags, rate, burst, algo, per, warmup, shadow, continue, scope, fallback, ban, ban_after), not "
 					     "'10.0.0.0/8'"},
 		{"rules:\n  name: a\n", "sluice.yaml line 1: 'rules' is a list, not a map"},
 		{"", "sluice.yaml line 1: the policy is empty (write 'rules: []' for one without rules)"},
@@ -909,6 +909,7 @@ public:
 				s.layered = false;
 			taken_.push_back(s);
 			s.burst = burst_written_ ? s.burst : 0; // as written: validate_rule's fill left to the reader
+			s.ban.after = ban_after_written_ ? s.ban.after : 0; // likewise the default threshold
 			return s;
 		}
 	}
@@ -977,6 +978,7 @@ private:
 		}
 		s.shadow = s.action != Action::allow && pick(4) == 0;
 		burst_written_ = false;
+		ban_after_written_ = false;
 		if (s.action != Action::limit)
 			return s;
 		s.rate = parse_rate(RATES[pick(std::size(RATES))]);
@@ -992,6 +994,12 @@ private:
 		if (s.algo == Algo::token_bucket && pick(3) == 0)
 			s.warmup_ns = (pick(2) ? 1500 : 30000) * 1000000ULL;
 		s.layered = pick(6) == 0;
+		if (!s.shadow && pick(4) == 0) {
+			static const uint64_t BANS[] = {1, 90, 600, 3600, 86400};
+			s.ban.ns = BANS[pick(std::size(BANS))] * 1000000000ULL;
+			ban_after_written_ = pick(3) != 0;
+			s.ban.after = static_cast<uint32_t>(ban_after_written_ ? 1 + pick(20) : 0);
+		}
 		if (s.has_burst() && !s.warmup_ns && pick(4) == 0) {
 			s.scope = Scope::cluster;
 			if (pick(2))
@@ -1006,6 +1014,7 @@ private:
 	uint32_t serial_ = 0;
 	size_t layered_ = 0;
 	bool burst_written_ = false;
+	bool ban_after_written_ = false;
 };
 
 /// `apply` into a table that holds nothing, then `export`: the rules as the
@@ -1047,6 +1056,7 @@ TEST(PolicyRoundTrip, ExportApplyExportIsExactOverGeneratedPolicies)
 	std::set<std::pair<int, int>> pers;         // family, per length covered
 	std::set<std::tuple<int, int, int>> kinds; // action, algo, unit
 	std::set<std::string> selectors;           // the selector kinds covered
+	std::set<std::pair<bool, bool>> bans;      // a ban, its threshold written
 	size_t checked = 0;
 	auto check = [&](const Policy &p) {
 		Applied first = apply_then_export(p);
@@ -1060,6 +1070,8 @@ TEST(PolicyRoundTrip, ExportApplyExportIsExactOverGeneratedPolicies)
 				<< first.text;
 			EXPECT_EQ(second.rules[i].spec, first.rules[i].spec);
 		}
+		for (const auto &s : p.rules)
+			bans.insert({s.ban.ns != 0, s.ban.after != 0});
 		// What was applied is what the file asked for, rule by rule.
 		std::vector<RuleSpec> asked = p.rules;
 		for (auto &s : asked)
@@ -1113,5 +1125,6 @@ TEST(PolicyRoundTrip, ExportApplyExportIsExactOverGeneratedPolicies)
 	EXPECT_EQ(kinds.size(), 3u + 3u + 2u + 2u + 1u + 2u);
 	EXPECT_EQ(selectors, (std::set<std::string>{"sport", "sport range", "syn", "flags all=", "flags",
 						    "flags =none", "flags dport sport"}));
+	EXPECT_EQ(bans.size(), 3u) << "rules without a ban, with one, with one and its threshold";
 	EXPECT_GT(checked, 3000u);
 }

@@ -19,6 +19,7 @@
 
 #include "agent.h"
 #include "apply.h"
+#include "bans.h"
 #include "chain.h"
 #include "cluster_args.h"
 #include "datapath.h"
@@ -63,6 +64,8 @@ std::string action_cell(const RuleSpec &s)
 		cell += " (shadow)";
 	if (s.layered)
 		cell += " (continue)";
+	if (s.ban.ns)
+		cell += " (ban " + format_duration(s.ban.ns) + " after " + std::to_string(s.ban.after) + ")";
 	return cell;
 }
 
@@ -384,6 +387,8 @@ void print_stats(const Stats &s, bool json, bool with_global, bool with_rules)
 		rows.push_back({counter_name(i), std::to_string(s.global[i].packets),
 				std::to_string(s.global[i].bytes)});
 	print_table({"GLOBAL", "PACKETS", "BYTES"}, rows);
+	if (s.bans)
+		std::cout << "\n" << s.bans << " sources banned now (`sluice bans`)\n";
 }
 
 /// `sluice release ADDR [--rule R]`: refills the source's buckets.
@@ -395,6 +400,77 @@ void cmd_release(const Instance &inst, const std::string &source_text, const std
 	for (const ReleasedBucket &b : release_source(maps, source, rule))
 		std::cout << "released " << b.bucket << " from rule " << b.rule << " (" << algo_name(b.algo)
 			  << "): its bucket is full again\n";
+}
+
+/// Seconds, rounded up, as a duration ("9m58s" reads "598s": one unit).
+std::string format_seconds(uint64_t ns)
+{
+	return std::to_string((ns + 999999999ULL) / 1000000000ULL) + "s";
+}
+
+/// A CLOCK_MONOTONIC time as UTC wall-clock time, to the second.
+std::string format_monotonic(uint64_t mono_ns, uint64_t mono_now)
+{
+	struct timespec real = {};
+	clock_gettime(CLOCK_REALTIME, &real);
+	int64_t wall = int64_t(real.tv_sec) - int64_t((mono_now - mono_ns) / 1000000000ULL);
+	time_t t = time_t(wall);
+	struct tm tm = {};
+	gmtime_r(&t, &tm);
+	char buf[32];
+	strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	return buf;
+}
+
+/// `sluice bans`: the bans in force, with the rule that banned each.
+void cmd_bans(const Instance &inst, bool json)
+{
+	auto lock = inst.lock(false);
+	MapSet maps = inst.maps();
+	uint64_t now = ban_clock_ns();
+	std::vector<Ban> bans = list_bans(maps, now);
+	std::unordered_map<uint32_t, InstalledRule> by_slot;
+	for (auto &r : RuleTable(maps).list())
+		by_slot.emplace(r.slot, r);
+	auto rule_of = [&](const Ban &b) {
+		auto it = by_slot.find(b.slot);
+		return it == by_slot.end() ? std::string("-") : it->second.spec.name;
+	};
+	if (json) {
+		nlohmann::ordered_json out = nlohmann::ordered_json::array();
+		for (const Ban &b : bans) {
+			auto it = by_slot.find(b.slot);
+			out.push_back({{"source", format_cidr(b.prefix)},
+				       {"rule", rule_of(b)},
+				       {"rule_id", it == by_slot.end() ? 0 : it->second.id},
+				       {"banned_at", format_monotonic(b.since_ns, now)},
+				       {"expires_in_s", (b.until_ns - now + 999999999ULL) / 1000000000ULL},
+				       {"drops", b.drops}});
+		}
+		std::cout << out.dump(2) << "\n";
+		return;
+	}
+	if (bans.empty()) {
+		std::cout << "no source is banned\n";
+		return;
+	}
+	std::vector<std::vector<std::string>> rows;
+	for (const Ban &b : bans)
+		rows.push_back({format_cidr(b.prefix), rule_of(b), format_monotonic(b.since_ns, now),
+				format_seconds(b.until_ns - now), std::to_string(b.drops)});
+	print_table({"SOURCE", "RULE", "BANNED AT", "EXPIRES IN", "DROPS"}, rows);
+}
+
+/// `sluice ban del ADDR`: lifts the ban covering ADDR.
+void cmd_ban_del(const Instance &inst, const std::string &text)
+{
+	Cidr addr = parse_cidr(text);
+	auto lock = inst.lock(true);
+	MapSet maps = inst.maps();
+	std::optional<Ban> b = remove_ban(maps, addr, ban_clock_ns());
+	if (!b)
+		throw Error("no ban covers " + format_cidr(addr) + " (see `sluice bans`)");
+	std::cout << "lifted the ban of " << format_cidr(b->prefix) << " after " << b->drops << " drops\n";
 }
 
 /// The agent's events socket, connected; empty if no agent serves it.
@@ -484,6 +560,7 @@ void cmd_events(const Instance &inst, bool json, uint64_t count, uint64_t timeou
 				break;
 			wait = std::min(wait, left);
 		}
+		sweep_bans(maps, ban_clock_ns()); // bans run out of sources gone quiet: their unban
 		reader.poll(wait);
 	}
 }
@@ -525,6 +602,12 @@ nlohmann::ordered_json explanation_json(const Explanation &e)
 	pkt["bytes"] = p.bytes;
 	nlohmann::ordered_json j = {{"packet", pkt}};
 	j["prefix"] = e.walk.prefix ? nlohmann::ordered_json(format_cidr(*e.walk.prefix)) : nullptr;
+	if (e.ban) {
+		uint64_t now = ClockReading::now().coarse_ns;
+		j["ban"] = {{"source", format_cidr(e.ban->prefix)},
+			    {"until", format_monotonic(e.ban->until_ns, now)},
+			    {"expires_in_s", (e.ban->until_ns - now + 999999999ULL) / 1000000000ULL}};
+	}
 	nlohmann::ordered_json cands = nlohmann::ordered_json::array();
 	for (const auto &c : e.walk.candidates) {
 		nlohmann::ordered_json r = rule_json(c.rule);
@@ -577,6 +660,18 @@ void cmd_explain(const Instance &inst, const ExplainPacket &pkt, bool json)
 		return;
 	}
 	std::cout << "packet: " << describe_packet(pkt) << "\n";
+	if (e.ban) {
+		uint64_t now = ClockReading::now().coarse_ns;
+		auto it = std::find_if(e.walk.candidates.begin(), e.walk.candidates.end(),
+				       [&](const Candidate &c) { return c.rule.slot == e.ban->slot; });
+		std::string rule = it == e.walk.candidates.end() ? "a rule" : "rule " + std::to_string(it->rule.id) +
+			(it->rule.spec.name.empty() ? "" : " (" + it->rule.spec.name + ")");
+		std::cout << "banned: " << format_cidr(e.ban->prefix) << " is banned by " << rule << " until "
+			  << format_monotonic(e.ban->until_ns, now) << " (in " << format_seconds(e.ban->until_ns - now)
+			  << "): every packet from it is dropped before any rule is looked at\n";
+		std::cout << "verdict: drop (drop_ban)\n";
+		return;
+	}
 	if (!e.walk.prefix) {
 		std::cout << "no rule covers " << format_address(pkt.family, pkt.src.data())
 			  << ": it passes untouched (pass_no_match)\n";
@@ -669,6 +764,8 @@ struct Args {
 	StatsQuery query;
 	std::string stats_source, release_source, release_rule;
 	bool stats_reset = false;
+	// ban del
+	std::string ban_addr;
 	// events, top, explain
 	uint64_t event_count = 0;
 	std::string event_timeout, events_from = default_events_socket();
@@ -981,6 +1078,27 @@ int run_release(Instance &inst, const CLI::App &, Args &a)
 	return 0;
 }
 
+int run_bans(Instance &inst, const CLI::App &, Args &a)
+{
+	cmd_bans(inst, a.json);
+	return 0;
+}
+
+void setup_ban_del(CLI::App &cmd, Args &a)
+{
+	cmd.add_option("ADDR", a.ban_addr, "Banned address or prefix")->required();
+}
+
+int run_ban_del(Instance &inst, const CLI::App &, Args &a)
+{
+	cmd_ban_del(inst, a.ban_addr);
+	return 0;
+}
+
+const std::vector<Command> BAN_COMMANDS = {
+	{"del", "Lift the ban covering an address (exit 1 if none)", setup_ban_del, run_ban_del},
+};
+
 void setup_events(CLI::App &cmd, Args &a)
 {
 	cmd.add_flag("--json", a.json, "One JSON object per line");
@@ -1090,6 +1208,8 @@ const std::vector<Command> COMMANDS = {
 	{"stats", "Per-source, per-rule and global counters", setup_stats, run_stats},
 	{"release", "Refill a throttled source's buckets so that it passes its burst again at once", setup_release,
 	 run_release},
+	{"bans", "List the sources under a temporary ban (rules with --ban)", setup_json, run_bans},
+	{"ban", "Manage temporary bans", setup_nothing, nullptr, &BAN_COMMANDS},
 	{"events", "Follow throttle events: a rule starts or stops dropping a source", setup_events, run_events},
 	{"top", "Live pass and drop rates per rule and per source; q quits", setup_top, run_top_command},
 	{"explain", "Which rule would decide a packet, and its bucket's state; sends nothing, changes nothing",
@@ -1164,14 +1284,18 @@ int main(int argc, char **argv)
 	}
 	auto [command, cmd] = chosen(app, COMMANDS);
 	if (!command) {
-		std::cerr << "sluice: a subcommand is required (attach, detach, status, rule, stats, release, top, events, "
-			     "explain, apply, export, upgrade, agent); see --help\n";
+		std::cerr << "sluice: a subcommand is required (attach, detach, status, rule, stats, release, bans, ban, "
+			     "top, events, explain, apply, export, upgrade, agent); see --help\n";
 		return 2;
 	}
-	if (command->subcommands) {
+	if (const Command *parent = command; command->subcommands) {
 		std::tie(command, cmd) = chosen(*cmd, *command->subcommands);
 		if (!command) {
-			std::cerr << "sluice: rule needs a subcommand (add, import, del, set, flush, list); see rule --help\n";
+			std::string names;
+			for (const Command &c : *parent->subcommands)
+				names += (names.empty() ? "" : ", ") + std::string(c.name);
+			std::cerr << "sluice: " << parent->name << " needs a subcommand (" << names << "); see "
+				  << parent->name << " --help\n";
 			return 2;
 		}
 	}

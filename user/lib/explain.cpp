@@ -431,6 +431,12 @@ Explanation explain(const MapSet &maps, const ExplainPacket &pkt, const ClockRea
 	e.packet = pkt;
 	RuleTable table(maps);
 	e.walk = walk_rules(table.list(), pkt);
+	Cidr src{pkt.family, pkt.src, pkt.family == 4 ? 32 : 128};
+	// Bans are kept on the coarse clock: the program reads jiffies.
+	if ((e.ban = covering_ban(maps, src, clock.coarse_ns))) {
+		e.verdict = SLUICE_CNT_DROP_BAN;
+		return e;
+	}
 	if (!e.walk.prefix)
 		return e;
 

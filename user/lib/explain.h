@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "bans.h"
 #include "maps.h"
 #include "rule.h"
 
@@ -154,6 +155,9 @@ struct Explanation {
 	std::optional<size_t> decided_by; ///< index into applied: the rule whose verdict the packet gets
 	/// The global counter the packet would land in (SLUICE_CNT_PASS_*, DROP_*).
 	int verdict = SLUICE_CNT_PASS_NO_MATCH;
+	/// The ban the source is under: the packet is dropped (drop_ban) before
+	/// any rule is looked at, and `applied` is empty.
+	std::optional<Ban> ban;
 	bool dropped() const { return (SLUICE_DROP_VERDICTS >> verdict) & 1; }
 };
 

@@ -229,6 +229,35 @@ void check_rule_name(std::string_view name)
 		throw Error("rule name '" + std::string(name) + "' is all digits and would read as a rule id");
 }
 
+namespace {
+
+/// A rule's ban options: an enforcing limit's, within range; the default
+/// threshold filled in.
+void validate_ban(RuleSpec &spec)
+{
+	if (!spec.ban.ns) {
+		if (spec.ban.after)
+			throw Error("--ban-after needs --ban DURATION");
+		return;
+	}
+	if (spec.action != Action::limit)
+		throw Error("--ban applies to --rate rules: a " + std::string(action_name(spec.action)) +
+			    " rule has no drops to count");
+	if (spec.shadow)
+		throw Error("--ban and --shadow do not go together: a shadow rule drops nothing");
+	if (spec.ban.ns < 1000000000ULL || spec.ban.ns > SLUICE_MAX_BAN_NS)
+		throw Error("--ban " + format_duration(spec.ban.ns) + " is out of range (1s to 366day)");
+	if (spec.ban.ns % 1000000000ULL)
+		throw Error("--ban " + format_duration(spec.ban.ns) + " is not a whole number of seconds");
+	if (spec.ban.after > BanSpec::MAX_AFTER)
+		throw Error("--ban-after " + std::to_string(spec.ban.after) + " is out of range (1 to " +
+			    std::to_string(BanSpec::MAX_AFTER) + ")");
+	if (!spec.ban.after)
+		spec.ban.after = BanSpec::DEFAULT_AFTER;
+}
+
+} // namespace
+
 void validate_rule(RuleSpec &spec)
 {
 	if (!spec.name.empty())
@@ -274,6 +303,7 @@ void validate_rule(RuleSpec &spec)
 					    format_rate(spec.rate) + ": it is this host's share of it");
 		}
 	}
+	validate_ban(spec);
 	if (spec.action != Action::limit) {
 		if (spec.rate.amount)
 			throw Error("--rate applies to limit rules, not --" + std::string(action_name(spec.action)));
@@ -356,6 +386,7 @@ RuleSpec canonical(RuleSpec s)
 		s.per_prefix = defaults.per_prefix;
 		s.warmup_ns = defaults.warmup_ns;
 		s.layered = defaults.layered;
+		s.ban = defaults.ban;
 		s.scope = defaults.scope;
 		s.fallback = defaults.fallback;
 		return s;
@@ -372,6 +403,10 @@ RuleSpec canonical(RuleSpec s)
 		s.warmup_ns = 0;
 	if (s.scope == Scope::local)
 		s.fallback = {};
+	if (!s.ban.ns)
+		s.ban.after = 0;
+	else if (!s.ban.after)
+		s.ban.after = BanSpec::DEFAULT_AFTER;
 	return s;
 }
 
@@ -501,6 +536,10 @@ struct sluice_rule to_datapath(const InstalledRule &r)
 	dp.algo = static_cast<__u8>(s.algo);
 	dp.unit = s.rate.counts_bytes() ? SLUICE_UNIT_BYTES : SLUICE_UNIT_PACKETS;
 	dp.per_prefix = static_cast<__u8>(s.bucket_prefix());
+	if (s.ban.ns) {
+		dp.ban.secs = static_cast<__u32>(s.ban.ns / 1000000000ULL); // whole seconds (validate_ban)
+		dp.ban.after = s.ban.after ? s.ban.after : BanSpec::DEFAULT_AFTER;
+	}
 	if (s.has_burst()) {
 		LimitParams p = compile_limit(local_rate(r), local_burst(r));
 		dp.bucket.inc_mult = p.inc_mult;
@@ -592,6 +631,7 @@ InstalledRule from_maps(const struct sluice_rule &dp, const struct sluice_rule_i
 		s.per_prefix = dp.per_prefix == s.default_bucket_prefix() ? -1 : dp.per_prefix;
 		if (s.algo == Algo::token_bucket)
 			s.warmup_ns = dp.bucket.warmup >> SLUICE_TICK_SHIFT;
+		s.ban = {uint64_t(dp.ban.secs) * 1000000000ULL, dp.ban.secs ? dp.ban.after : 0};
 		s.scope = info.scope == SLUICE_SCOPE_CLUSTER ? Scope::cluster : Scope::local;
 		s.fallback = {info.fallback_amount, info.fallback_period_ns, static_cast<RateUnit>(info.fallback_unit)};
 		r.cluster_hosts = std::max<uint32_t>(info.cluster_hosts, 1);

@@ -50,6 +50,18 @@ struct TcpFlags {
 inline constexpr TcpFlags SYN_ONLY{SLUICE_TCP_SYN | SLUICE_TCP_ACK, SLUICE_TCP_SYN};
 
 /// A rule as the operator states it.
+/// A limit rule's temporary ban (bpf/lib/bans.h, docs/packets.md): a
+/// source this rule drops `after` times within `ns` (counted from the
+/// first), its bucket off probation, is banned for `ns`: all its traffic
+/// is dropped. ns 0: the rule bans no one.
+struct BanSpec {
+	uint64_t ns = 0;
+	uint32_t after = 0; ///< 0 with ns: the default, DEFAULT_AFTER
+	static constexpr uint32_t DEFAULT_AFTER = 1;
+	static constexpr uint32_t MAX_AFTER = 1000000;
+	bool operator==(const BanSpec &) const = default;
+};
+
 struct RuleSpec {
 	std::string name;
 	Cidr cidr;
@@ -64,6 +76,7 @@ struct RuleSpec {
 	uint64_t warmup_ns = 0; ///< token bucket only: warm-up period, 0 for none
 	int per_prefix = -1; ///< limit rules only: bucket prefix length; -1 = the default (default_bucket_prefix)
 	bool shadow = false; ///< count would-be drops but pass them
+	BanSpec ban;         ///< limit rules only
 	/// `--continue` (limit rules only): a packet this rule passes goes on to
 	/// the next matching rule instead of being decided here.
 	bool layered = false;

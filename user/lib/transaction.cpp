@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "bans.h"
 #include "dir4.h"
 #include "events.h"
 #include "name_index.h"
@@ -278,6 +279,12 @@ InstalledRule edited(const InstalledRule &r, const RuleEdit &e, uint32_t &next_i
 		spec.per_prefix = *e.per_prefix;
 	if (e.scope)
 		spec.scope = *e.scope;
+	if (e.ban.ns)
+		spec.ban.ns = *e.ban.ns;
+	if (e.ban.after)
+		spec.ban.after = *e.ban.after;
+	if (!spec.ban.ns)
+		spec.ban.after = 0; // the ban removed: its threshold with it
 	if (e.fallback)
 		spec.fallback = *e.fallback;
 	else if (spec.scope == Scope::local)
@@ -757,6 +764,8 @@ std::optional<ChangeSummary> Transaction::commit_one_edit(const TransactionStep 
 	}
 	write_one_slot(maps_, active, infos, upto, after);
 	fail_point("rules-written");
+	if (after.spec.ban.ns)
+		bans_before_switch(maps_, {after});
 
 	// The switch. The rule set left idle is the old one: it differs in this
 	// slot. The lookups stay, and so does what is known of their idle set.
@@ -766,6 +775,8 @@ std::optional<ChangeSummary> Transaction::commit_one_edit(const TransactionStep 
 	next.slots[idle] = active.slots[live];
 	next.sync = (active.sync & SLUICE_SYNC_LOOKUPS) | SLUICE_SYNC_RULES | (slot + 1);
 	map_update(maps_.active.get(), &zero, &next, "the live rule set's number");
+	if (before.spec.ban.ns && !after.spec.ban.ns)
+		bans_after_switch(maps_, table_.list()); // its bans are lifted with its --ban
 
 	Snapshot was;
 	was.meta = meta;
@@ -805,7 +816,9 @@ void Transaction::write(const StagedRules &s, const CompiledRules &c, bool unuse
 	write_idle_rules(s, unused, rules, infos, c.rules_set, upto, high);
 	write_idle_lookups(c);
 	fail_point("rules-written");
+	bans_before_switch(maps_, s.after);
 	switch_sets(s, c, unused, rules, infos, bound, high);
+	bans_after_switch(maps_, s.after); // a deleted rule's bans go with it
 	retire_buckets(before, s.after);
 }
 
