@@ -436,7 +436,8 @@ TEST_F(Recipes, APer24AggregateUnderPerSourceLimits)
 	CommandResult r = cli({"stats", "--json", "--rule", "udp-per-24"});
 	ASSERT_EQ(r.exit_code, 0) << r.err;
 	bool named = false;
-	for (const auto &src : json::parse(r.out)["sources"])
+	json stats = json::parse(r.out);
+	for (const auto &src : stats["sources"])
 		named |= src["source"] == "10.229.0.0/24";
 	EXPECT_TRUE(named) << "a /24 is one bucket, named by its prefix: " << r.out;
 }
