@@ -248,6 +248,13 @@ public:
 	const MapSet &maps() const { return full_.maps(); }
 
 	/// Frames, changes and verdicts: what the run covered.
+	/// How many frames got verdict counter `name` (the two builds agree on each).
+	uint64_t verdicts(const std::string &name) const
+	{
+		auto it = verdicts_.find(name);
+		return it == verdicts_.end() ? 0 : it->second;
+	}
+
 	void summary(double seconds) const
 	{
 		std::printf("%s: %llu frames, %llu rule changes (%llu refused by both) in %.1f s (%.1f s comparing "
@@ -749,4 +756,7 @@ TEST(WalkOnly, GeneratedMixesWithRuleChangesAgree)
 	}
 	twin.summary(since(start));
 	EXPECT_TRUE(twin.failed() || twin.frames() > 5000u) << twin.frames() << " frames";
+	// Rules with --ban are generated, and sources come back: bans are made
+	// and then decide frames, in both builds alike.
+	EXPECT_TRUE(twin.failed() || twin.verdicts("drop_ban") > 0u) << "no frame was dropped by a ban";
 }
