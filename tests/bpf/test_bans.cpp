@@ -194,10 +194,52 @@ TEST_F(Bans, PerPrefixIPv4AndBanDel)
 	EXPECT_EQ(format_cidr(bans(T0)[0].prefix), "10.1.2.0/24");
 	EXPECT_EQ(send("10.1.2.200", T0 + S), "drop_ban");
 	EXPECT_FALSE(remove_ban(put_->maps(), parse_cidr("10.1.3.1"), T0 + S)) << "no ban covers it";
+	take_events();
 	auto gone = remove_ban(put_->maps(), parse_cidr("10.1.2.200"), T0 + S);
 	ASSERT_TRUE(gone);
 	EXPECT_EQ(format_cidr(gone->prefix), "10.1.2.0/24");
+	// `ban del` writes the unban into the program's ring, as the program would.
+	auto ev = take_events();
+	ASSERT_EQ(ev.size(), 1u);
+	EXPECT_EQ(ev[0].kind, uint32_t(SLUICE_EVENT_UNBAN));
+	EXPECT_EQ(ev[0].ns, T0 + S);
+	EXPECT_EQ(ev[0].since_ns, T0);
+	EXPECT_EQ(ev[0].pad, 24u);
+	EXPECT_EQ(format_address(4, ev[0].key.addr), "10.1.2.0");
+	ThrottleEvent named = EventNamer(put_->maps()).name(ev[0]);
+	EXPECT_EQ(named.kind, ThrottleEvent::Kind::unban);
+	EXPECT_EQ(named.source, "10.1.2.0/24");
+	EXPECT_EQ(named.rule, "ssh");
 	EXPECT_EQ(send("10.1.2.200", T0 + 5 * S), "pass_limit");
+	EXPECT_TRUE(take_events().empty()) << "one unban a ban";
+}
+
+// A ban whose source has gone quiet ends on time all the same: the sweep
+// (the agent's, `sluice events`') removes it at its end with its unban, once;
+// the source's next packet passes and reports nothing more. Before its end
+// the sweep leaves it.
+TEST_F(Bans, ARunOutBanOfAQuietSourceIsSweptWithOneUnban)
+{
+	add("10.1.0.0/16", 60);
+	settle("10.1.0.5", T0);
+	send("10.1.0.5", T0);
+	send("10.1.0.5", T0);
+	EXPECT_EQ(send("10.1.0.5", T0), "drop_rate");
+	ASSERT_EQ(bans(T0).size(), 1u);
+	take_events();
+	EXPECT_EQ(sweep_bans(put_->maps(), T0 + 60 * S - 1), 0u) << "not run out yet";
+	EXPECT_EQ(read_ban_entries(put_->maps().bans.get()).size(), 1u);
+	EXPECT_EQ(sweep_bans(put_->maps(), T0 + 61 * S), 1u);
+	EXPECT_TRUE(read_ban_entries(put_->maps().bans.get()).empty());
+	auto ev = take_events();
+	ASSERT_EQ(ev.size(), 1u);
+	EXPECT_EQ(ev[0].kind, uint32_t(SLUICE_EVENT_UNBAN));
+	EXPECT_EQ(ev[0].since_ns, T0);
+	EXPECT_EQ(ev[0].ns, T0 + 61 * S);
+	EXPECT_EQ(EventNamer(put_->maps()).name(ev[0]).source, "10.1.0.5");
+	EXPECT_EQ(sweep_bans(put_->maps(), T0 + 62 * S), 0u);
+	EXPECT_EQ(send("10.1.0.5", T0 + 62 * S), "pass_limit");
+	EXPECT_TRUE(take_events().empty()) << "one unban a ban";
 }
 
 TEST_F(Bans, RuleSetKeepsBansRuleDelLiftsThem)
@@ -222,8 +264,13 @@ TEST_F(Bans, RuleSetKeepsBansRuleDelLiftsThem)
 	EXPECT_EQ(send("10.1.0.5", T0 + S), "drop_ban");
 	e = {};
 	e.ban.ns = 0;
+	take_events();
 	Transaction(*table_).edit("ssh", e).commit();
 	ASSERT_EQ(bans(T0 + S).size(), 1u) << "--ban 0 lifts the rule's bans";
+	auto lifted = take_events();
+	ASSERT_EQ(lifted.size(), 1u) << "with their unban";
+	EXPECT_EQ(lifted[0].kind, uint32_t(SLUICE_EVENT_UNBAN));
+	EXPECT_EQ(format_address(4, lifted[0].key.addr), "10.1.0.5");
 	EXPECT_EQ(send("10.1.0.5", T0 + 2 * S), "pass_limit");
 	Transaction(*table_).remove("web").commit();
 	EXPECT_TRUE(bans(T0 + 2 * S).empty()) << "a deleted rule's bans go with it";
