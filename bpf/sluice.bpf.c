@@ -6,7 +6,9 @@
  * bpf/lib/ (docs/design.md):
  *
  *   parse            lib/parse.h      Ethernet, VLANs, IPv4/IPv6, L4 ports
+ *   banned?          lib/bans.h       a source under a temporary ban: dropped
  *   find candidates  lib/match.h      the live rule set, the source's match lists
+ *                    lib/selectors.h  a rule's source ports and TCP flags
  *                    lib/fragments.h  a later fragment takes its first's ports
  *   decide           lib/walk.h       the walk down the match lists: the decision
  *                    lib/rule.h       one rule applied: allow, deny, or charge
@@ -81,14 +83,17 @@ static __always_inline __u32 unparsed_verdict(struct xdp_md *ctx, __u32 l3_off, 
 	}
 }
 
-/* An IP packet's verdict counter: the walk's decision (decide_packet), or
- * the same decision from a cache in front of it (decide_fast, with the drop
+/* An IP packet's verdict counter: a ban's drop, before anything else (the
+ * same in every build); else the walk's decision (decide_packet), or the
+ * same decision from a cache in front of it (decide_fast, with the drop
  * memo), unless the program is built without them (SLUICE_WALK_ONLY). */
 static __always_inline __u32 decide_ip(struct xdp_md *ctx, struct packet_info *pkt)
 {
-#ifndef SLUICE_WALK_ONLY
-	__u32 verdict;
+	__u32 verdict = ban_verdict(pkt);
 
+	if (verdict)
+		return verdict;
+#ifndef SLUICE_WALK_ONLY
 	if (decide_fast(ctx, pkt, &verdict))
 		return verdict;
 #endif

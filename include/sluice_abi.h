@@ -44,6 +44,9 @@
 #define SLUICE_MAP_THEN          sluice_then
 #define SLUICE_MAP_OWED          sluice_owed
 #define SLUICE_MAP_GRANTS        sluice_grants
+#define SLUICE_MAP_BANS          sluice_bans
+#define SLUICE_MAP_STRIKES       sluice_strike
+#define SLUICE_MAP_BANS_ON       sluice_banon
 #define SLUICE_PROG_NAME         sluice_xdp
 
 #define SLUICE_STR_(x) #x
@@ -104,10 +107,25 @@ enum sluice_algo {
 /* Layered (`--continue`, limit rules only): a packet the rule passes goes on
  * to the next candidate instead of being decided here. */
 #define SLUICE_RULE_CONTINUE     0x4
+/* The rule selects source ports sport_lo-sport_hi (TCP and UDP); without it,
+ * any source port. A flag, so that a rule entry whose new fields are zero
+ * selects any source port and any TCP flags. */
+#define SLUICE_RULE_SPORT        0x8
+
 /* A cluster rule (--scope cluster): its buckets take the cluster sync's
  * grants (struct sluice_grant) when the walk charges them; the fast path
  * leaves them to the walk, so that a local rule pays nothing for grants. */
 #define SLUICE_RULE_CLUSTER      0x10
+
+/* TCP flag bits as the header's 13th byte holds them (RFC 9293, RFC 3168). */
+#define SLUICE_TCP_FIN 0x01
+#define SLUICE_TCP_SYN 0x02
+#define SLUICE_TCP_RST 0x04
+#define SLUICE_TCP_PSH 0x08
+#define SLUICE_TCP_ACK 0x10
+#define SLUICE_TCP_URG 0x20
+#define SLUICE_TCP_ECE 0x40
+#define SLUICE_TCP_CWR 0x80
 
 enum sluice_unit {
 	SLUICE_UNIT_PACKETS = 0,
@@ -143,6 +161,7 @@ enum sluice_counter_index {
 	SLUICE_CNT_DROP_MALFORMED,     /* more VLAN tags than walked, a tiny first fragment,
 				        * a first fragment of another port than its key's
 				        * entry; or malformed L3 from a source a rule covers */
+	SLUICE_CNT_DROP_BAN,           /* from a source under a temporary ban (struct sluice_ban) */
 	SLUICE_CNT_VERDICT_END,
 	SLUICE_CNT_INFO_FRAGMENT = SLUICE_CNT_VERDICT_END, /* non-first fragments */
 	SLUICE_CNT_INFO_L4_UNKNOWN,    /* ports/protocol unreadable: matched conservatively */
@@ -153,12 +172,14 @@ enum sluice_counter_index {
 	SLUICE_CNT_INFO_EVENTS_LOST,   /* throttle events lost: ring buffer or throttled-source table full */
 	SLUICE_CNT_INFO_EVICTED_V6,    /* the evictions of IPv6 buckets among SLUICE_CNT_INFO_EVICTED */
 	SLUICE_CNT_INFO_EVICTED_ACTIVE_V6, /* ...and among SLUICE_CNT_INFO_EVICTED_ACTIVE */
+	SLUICE_CNT_INFO_BANS,          /* temporary bans begun */
+	SLUICE_CNT_INFO_BAN_TABLE_FULL,/* bans refused: the ban table was full */
 	SLUICE_CNT_MAX,
 };
 
 /* The verdict counters whose frames are dropped; every other verdict passes. */
 #define SLUICE_DROP_VERDICTS ((1u << SLUICE_CNT_DROP_RATE) | (1u << SLUICE_CNT_DROP_DENY) | \
-			      (1u << SLUICE_CNT_DROP_MALFORMED))
+			      (1u << SLUICE_CNT_DROP_MALFORMED) | (1u << SLUICE_CNT_DROP_BAN))
 
 struct sluice_counter {
 	__u64 packets;
@@ -269,7 +290,9 @@ struct sluice_rule {
 	__u8  inc_shift;
 	__u8  algo;       /* enum sluice_algo */
 	__u8  flags;      /* SLUICE_RULE_* */
-	__u8  pad;
+	/* TCP flags: a TCP packet matches when (its flags & tcp_flags_mask) ==
+	 * tcp_flags_value; mask 0: any flags (a rule with a mask is a TCP rule). */
+	__u8  tcp_flags_mask;
 	/* How few packets the rule lets through, compared when a packet's
 	 * protocol or port is unknown and the strictest rule it may belong to
 	 * decides: 0 allow, 1 shadow, ~0 deny, else ns per packet (a byte rate's
@@ -287,8 +310,20 @@ struct sluice_rule {
 			__u64 unused;
 		} window;
 	};
+	__u16 sport_lo;   /* source port range, inclusive, with SLUICE_RULE_SPORT */
+	__u16 sport_hi;
+	__u8  tcp_flags_value; /* within tcp_flags_mask */
+	__u8  pad[3];
+	/* A limit's temporary ban (bpf/lib/bans.h): a source whose bucket,
+	 * off probation, this rule drops `after` times within `secs` seconds
+	 * is banned for `secs` seconds. secs 0: the rule bans no one. Whole
+	 * seconds, so that the entry stays one 64-byte cache line. */
+	struct {
+		__u32 secs;
+		__u32 after;
+	} ban;
 };
-SLUICE_ASSERT_SIZE(struct sluice_rule, 48);
+SLUICE_ASSERT_SIZE(struct sluice_rule, 64);
 
 enum sluice_scope {
 	SLUICE_SCOPE_LOCAL   = 0, /* the rate holds on this host */
@@ -371,8 +406,8 @@ struct sluice_match_list {
 SLUICE_ASSERT_SIZE(struct sluice_match_list, 64);
 
 /*
- * Fragments: a later fragment carries no ports, so the first fragment's are
- * remembered (when it passes) under the datagram's reassembly key, and a later
+ * Fragments: a later fragment carries no ports (nor TCP flags), so the first
+ * fragment's are remembered (when it passes) under the datagram's reassembly key, and a later
  * fragment is judged as its datagram. An LRU hash of SLUICE_FRAG_ENTRIES.
  *
  * An entry cannot see the kernel's reassembly queue, which ends when the
@@ -400,10 +435,13 @@ struct sluice_frag_info {
 	__u64 first_ns; /* when the first fragment passed */
 	__u16 dport;      /* host order, when ports_known */
 	__u8  proto;      /* enum sluice_proto, or the IP protocol */
-	__u8  ports_known;
+	__u8  ports_known; /* the program's PORTS_* bits: ports, and TCP's flags */
 	__u32 flags;      /* SLUICE_FRAG_* */
+	__u16 sport;      /* host order, when ports_known says so (an entry converted from 0.2.7's: not) */
+	__u8  tcp_flags;  /* TCP, when ports_known says so */
+	__u8  pad[5];
 };
-SLUICE_ASSERT_SIZE(struct sluice_frag_info, 16);
+SLUICE_ASSERT_SIZE(struct sluice_frag_info, 24);
 
 #define SLUICE_FRAG_JUDGED 0x1 /* a later fragment took these ports */
 #define SLUICE_FRAG_ENDED  0x2 /* the last fragment was seen: no later one takes them */
@@ -660,6 +698,8 @@ enum sluice_table {
 enum sluice_event_kind {
 	SLUICE_EVENT_THROTTLED = 1, /* a rule began dropping the source's packets */
 	SLUICE_EVENT_RELEASED  = 2, /* ...and has dropped none for an interval */
+	SLUICE_EVENT_BAN       = 3, /* a rule banned the source (struct sluice_ban); pad: the prefix length */
+	SLUICE_EVENT_UNBAN     = 4, /* ...and the ban ran out; since_ns: when it began */
 };
 
 /* A throttled bucket: its rule's bucket id and its address, masked to the
@@ -675,7 +715,7 @@ struct sluice_event {
 	__u64 ns;       /* CLOCK_MONOTONIC */
 	__u64 since_ns; /* when the throttling began (RELEASED: the episode's start) */
 	__u32 kind;     /* enum sluice_event_kind */
-	__u32 pad;
+	__u32 pad;      /* BAN, UNBAN: the banned prefix's length (IPv4: 0-32); else 0 */
 	struct sluice_throttle_key key;
 };
 SLUICE_ASSERT_SIZE(struct sluice_event, 48);
@@ -906,6 +946,47 @@ struct sluice_log_set_v6 {
 	struct sluice_log_state way[SLUICE_SET_WAYS];
 };
 SLUICE_ASSERT_SIZE(struct sluice_log_set_v6, 2368);
+
+/*
+ * Temporary bans (bpf/lib/bans.h). A limit rule with a ban (struct
+ * sluice_rule's ban) that drops a source off probation `after` times within
+ * its ban's duration bans the source's bucket key (its address, or its
+ * --per prefix) for that duration: every packet from it is then dropped
+ * (SLUICE_CNT_DROP_BAN) before any rule is looked at. SLUICE_MAP_BANS is an
+ * LPM trie of bounded size without eviction: a ban is refused when it is
+ * full (SLUICE_CNT_INFO_BAN_TABLE_FULL), never an older one pushed out.
+ * Keys hold IPv4 as ::ffff:a.b.c.d/(96 + prefix). SLUICE_MAP_STRIKES counts
+ * a bucket's drops towards `after` (an LRU: losing a count only delays a
+ * ban). SLUICE_MAP_BANS_ON, one word, is not 0 while a live rule has a ban
+ * or a ban is in the table: without it a packet pays a branch, not a lookup.
+ */
+#define SLUICE_DEFAULT_MAX_BANS 65536
+#define SLUICE_MAX_STRIKES      65536
+#define SLUICE_MAX_BAN_NS       (366ULL * 86400 * 1000000000ULL) /* a year, and a day */
+
+struct sluice_ban_key {
+	__u32 prefixlen; /* of addr: IPv4 96 + its prefix */
+	__u8  addr[16];  /* network order; IPv4 as ::ffff:a.b.c.d */
+};
+SLUICE_ASSERT_SIZE(struct sluice_ban_key, 20);
+
+struct sluice_ban {
+	__u64 since_ns;  /* the program's coarse clock (CLOCK_MONOTONIC) when it began */
+	__u64 until_ns;  /* ...and when it ends */
+	__u64 drops;     /* packets dropped by the ban */
+	__u32 slot;      /* the banning rule's slot */
+	__u32 bucket_id; /* ...and its buckets' id then */
+	struct sluice_ban_key key; /* the entry's own key: an LPM lookup does not say it */
+	__u32 pad;
+};
+SLUICE_ASSERT_SIZE(struct sluice_ban, 56);
+
+/* A bucket's drops towards its rule's ban threshold, counted from `start_ns`. */
+struct sluice_strike {
+	__u64 start_ns;
+	__u64 count;
+};
+SLUICE_ASSERT_SIZE(struct sluice_strike, 16);
 
 /*
  * Controller bookkeeping: a one-entry array. The pinned state's layout is

@@ -302,6 +302,18 @@ static inline void sluice_way_touch(struct sluice_set_tags *t, int w, __u64 key,
 	sluice_store_relaxed(&t->born[w], SLUICE_BORN_SETTLED);
 }
 
+/*
+ * Whether way w holds `key`'s bucket and it is off probation (its source came
+ * back after SLUICE_PROBATION_STAMPS: a spoofed address, new at every packet,
+ * never is). The key as a lookup reads it (acquire), born[] relaxed: a stale
+ * born[] misjudges one drop's strike towards a ban (bpf/lib/bans.h).
+ */
+static inline int sluice_way_settled(const struct sluice_set_tags *t, int w, __u64 key)
+{
+	w = SLUICE_WAY(w);
+	return sluice_load_acquire(&t->key[w]) == key && sluice_load_relaxed(&t->born[w]) == SLUICE_BORN_SETTLED;
+}
+
 /* Empties way w if it still holds `key` (a deleted rule's bucket); 1 if it did. */
 static inline int sluice_way_release(struct sluice_set_tags *t, int w, __u64 key)
 {

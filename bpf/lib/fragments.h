@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause) */
 /*
- * Fragments: a first fragment that passed leaves its datagram's protocol and
- * port (struct sluice_frag_info) for its later fragments, which take them.
+ * Fragments: a first fragment that passed leaves its datagram's protocol,
+ * ports and TCP flags (struct sluice_frag_info) for its later fragments,
+ * which take them.
  */
 #ifndef SLUICE_LIB_FRAGMENTS_H
 #define SLUICE_LIB_FRAGMENTS_H
@@ -10,8 +11,9 @@
 #include "lib/maps.h"
 #include "lib/parse.h"
 
-/* A later fragment takes its datagram's protocol and port, remembered when
- * the first fragment passed, until the datagram's last fragment. */
+/* A later fragment takes its datagram's protocol, ports and TCP flags,
+ * remembered when the first fragment passed, until the datagram's last
+ * fragment. */
 static __always_inline void recall_first_fragment(struct packet_info *pkt)
 {
 	const struct sluice_frag_key *fk = frag_key();
@@ -23,6 +25,8 @@ static __always_inline void recall_first_fragment(struct packet_info *pkt)
 	pkt->proto = fi->proto;
 	pkt->proto_known = 1;
 	pkt->dport = fi->dport;
+	pkt->sport = fi->sport;
+	pkt->tcp_flags = fi->tcp_flags;
 	pkt->ports_known = fi->ports_known;
 	mark = SLUICE_FRAG_JUDGED | (pkt->flags & PKT_LAST_FRAG ? SLUICE_FRAG_ENDED : 0);
 	if ((fi->flags & mark) != mark)
@@ -34,7 +38,7 @@ static __always_inline void recall_first_fragment(struct packet_info *pkt)
  * SLUICE_FRAG_TIMEOUT_NS + SLUICE_FRAG_QUEUE_NS after the entry was made:
  * that long the kernel may hold a queue with the entry's first fragment in
  * it, or with later fragments judged by the entry. One that names another
- * protocol or port (or hides them) conflicts: the kernel keeps the first
+ * protocol, port or TCP flags (or hides them) conflicts: the kernel keeps the first
  * first fragment and drops a copy, so the datagram delivered would not be
  * the one its later fragments were judged as; it is dropped. One that names
  * the same does not relabel anything: while the entry still serves later
@@ -54,7 +58,9 @@ static __always_inline int first_fragment_conflicts(struct packet_info *pkt)
 	if (age > SLUICE_FRAG_TIMEOUT_NS + SLUICE_FRAG_QUEUE_NS)
 		return 0;
 	if (fi->proto != pkt->proto || fi->ports_known != pkt->ports_known ||
-	    (pkt->ports_known && fi->dport != pkt->dport) || !pkt->proto_known)
+	    (pkt->ports_known &&
+	     (fi->dport != pkt->dport || fi->sport != pkt->sport || fi->tcp_flags != pkt->tcp_flags)) ||
+	    !pkt->proto_known)
 		return 1;
 	if (fi->flags & SLUICE_FRAG_JUDGED)
 		pkt->flags |= PKT_FRAG_JUDGED;
@@ -73,6 +79,8 @@ static __always_inline void remember_first_fragment(const struct packet_info *pk
 		.dport = pkt->dport,
 		.proto = pkt->proto,
 		.ports_known = pkt->ports_known,
+		.sport = pkt->sport,
+		.tcp_flags = pkt->tcp_flags,
 		.flags = pkt->flags & PKT_FRAG_JUDGED ? SLUICE_FRAG_JUDGED : 0,
 	};
 

@@ -209,4 +209,29 @@ struct {
 	__type(value, __u32);
 } SLUICE_MAP_THEN SEC(".maps");
 
+/* Temporary bans (see sluice_abi.h): bounded, never evicted. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, SLUICE_DEFAULT_MAX_BANS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct sluice_ban_key);
+	__type(value, struct sluice_ban);
+} SLUICE_MAP_BANS SEC(".maps");
+
+/* Drops towards a ban, by bucket (its rule's bucket id and its key). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, SLUICE_MAX_STRIKES);
+	__type(key, struct sluice_throttle_key);
+	__type(value, struct sluice_strike);
+} SLUICE_MAP_STRIKES SEC(".maps");
+
+/* Not 0 while bans may apply: a live rule has one, or the table holds one. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} SLUICE_MAP_BANS_ON SEC(".maps");
+
 #endif /* SLUICE_LIB_MAPS_H */

@@ -2,7 +2,8 @@
 /*
  * Rule matching: the live rule sets, the first match list of a source (a
  * 16-8-8 table for IPv4, the LPM trie for IPv6), and whether a rule's
- * protocol and port match a packet.
+ * protocol, ports and TCP flags match a packet (the source port and flags in
+ * lib/selectors.h).
  */
 #ifndef SLUICE_LIB_MATCH_H
 #define SLUICE_LIB_MATCH_H
@@ -11,6 +12,7 @@
 
 #include "lib/maps.h"
 #include "lib/parse.h"
+#include "lib/selectors.h"
 
 enum rule_match {
 	MATCH_NO,    /* a selector the packet shows differs */
@@ -34,6 +36,14 @@ static __always_inline enum rule_match rule_matches(const struct sluice_rule *r,
 			m = MATCH_MAYBE;
 		else if (pkt->dport < r->dport_lo || pkt->dport > r->dport_hi)
 			return MATCH_NO;
+	}
+	if (rule_selects_more(r)) {
+		enum selectors_match more = selectors_match(r, pkt);
+
+		if (more == SELECTORS_DIFFER)
+			return MATCH_NO;
+		if (more == SELECTORS_UNKNOWN)
+			m = MATCH_MAYBE;
 	}
 	return m;
 }

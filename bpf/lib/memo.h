@@ -24,6 +24,15 @@
  *  - the same source (all 16 bytes), family, protocol and port, on a packet
  *    the fast path may decide (no fragment, no encapsulation, ports shown)
  *    that is one wire packet (not a super-packet);
+ *  - a rule whose match depends on nothing the memo's key lacks: the memo
+ *    holds no drop of a rule that selects source ports or TCP flags
+ *    (rule_selects_more), since the SYN a `--syn` rule drops says nothing of
+ *    the ACKs that follow it on the same port. Such a rule's drops take the
+ *    fast path each time (its first rule, its bucket's word: no write), which
+ *    reads the packet's own selectors (rule_matches); the rest of the memo is
+ *    as it was, and a recall costs nothing more. (Keying the memo on the
+ *    source port and flags too would cost every recall a second compare, and
+ *    miss on every packet of a flood that varies its source port.)
  *  - the same live-set word (struct sluice_active): every change of the
  *    rules moves it, so the same rule decides, with the same parameters;
  *  - the same reading of the coarse clock: a GCRA decision is a function of
@@ -31,6 +40,8 @@
  *    none of them;
  *  - for a byte rate, a packet at least as long: a larger cost is dropped
  *    too;
+ *  - the rule has no ban: each of its drops is a strike towards one
+ *    (bans.h), so none is remembered;
  *  - for a limit, the bucket's way holds its key with the word and offset
  *    the drop was decided on (memo_bucket_held), and this CPU's pending
  *    slot still names the bucket, noted within SLUICE_NOTE_EVERY_NS
@@ -99,8 +110,9 @@ static __always_inline struct sluice_source_state *memo_bucket(const struct slui
 
 /* Remembers the fast path's drop of `pkt` by `rule` (in `slot`, under the
  * live-set word `set`), verdict counter `verdict`, where the memo may hold
- * it: a wire packet; for a limit, a GCRA-form drop on the coarse clock,
- * counted in the source's pending slot. */
+ * it: a wire packet, by a rule that selects nothing beyond the memo's key;
+ * for a limit, a GCRA-form drop on the coarse clock, counted in the source's
+ * pending slot. */
 static __always_inline void remember_drop(const struct packet_info *pkt, const struct sluice_rule *rule,
 					  __u32 slot, __u32 set, __u32 verdict)
 {
@@ -110,7 +122,8 @@ static __always_inline void remember_drop(const struct packet_info *pkt, const s
 	__u32 i = source_slot(pkt);
 	__u64 now;
 
-	if (pkt->l3_len > SLUICE_DEFAULT_MTU)
+	/* A drop of a rule with a ban is a strike (bans.h): each is decided. */
+	if (pkt->l3_len > SLUICE_DEFAULT_MTU || rule_selects_more(rule) || rule->ban.secs)
 		return;
 	p = bpf_map_lookup_elem(&SLUICE_MAP_PENDING, &i);
 	if (!p)

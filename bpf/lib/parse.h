@@ -2,8 +2,8 @@
 /*
  * Packet parsing for the XDP program: a byte offset from the frame's start
  * walks Ethernet (up to SLUICE_MAX_VLAN_DEPTH tags), IPv4 or IPv6 (a bounded
- * extension-header walk), and reads the transport protocol and destination
- * port when they are there. Offsets, not a pointer cursor: the verifier needs
+ * extension-header walk), and reads the transport protocol, the ports and
+ * TCP's flags when they are there. Offsets, not a pointer cursor: the verifier needs
  * them bounded (SLUICE_MAX_HDR_OFF) to see the walk's states converge.
  *
  * What cannot be read is not guessed: a packet whose protocol or ports are
@@ -65,6 +65,11 @@ enum parse_result {
 #define PKT_FRAG_JUDGED 0x40 /* set by the program: later fragments took this first fragment's ports */
 #define PKT_FRAG_LIVE   0x80 /* set by the program: this first fragment's entry is live and says the same */
 
+/* packet_info.ports_known */
+#define PORTS_KNOWN     0x1 /* dport was read */
+#define PORTS_TCP_FLAGS 0x2 /* TCP: and tcp_flags (a header cut before its 14th byte shows the ports alone) */
+#define PORTS_SPORT     0x4 /* and sport: always with PORTS_KNOWN, but in a fragment entry of 0.2.7's state */
+
 /* What the data plane knows about a packet once parsed. Host order unless named addr. */
 struct packet_info {
 	__u8  saddr[16];   /* network order; IPv4 in the first 4 bytes */
@@ -74,8 +79,10 @@ struct packet_info {
 	__u8  proto;       /* enum sluice_proto for TCP/UDP/ICMP(v6), else the IP protocol */
 	__u16 hdr_len;     /* IP header, options and extension headers, plus the TCP/UDP header */
 	__u8  proto_known;
-	__u8  ports_known;
+	__u8  ports_known; /* PORTS_* */
 	__u8  flags;       /* PKT_* */
+	__u8  tcp_flags;   /* with PORTS_TCP_FLAGS: the TCP header's flags byte */
+	__u16 sport;       /* valid with PORTS_SPORT */
 };
 
 struct vlan_hdr {
@@ -148,9 +155,9 @@ static __always_inline void set_proto(struct packet_info *pkt, int ipproto)
 
 /*
  * The transport header at `off` (bytes from the frame's start): the protocol,
- * and the destination port of TCP and UDP when their first four bytes are in
- * the datagram, which ends at l3_end. A first fragment too short for its ports
- * is marked PKT_TINY_FRAG.
+ * the ports of TCP and UDP when their first four bytes are in the datagram,
+ * which ends at l3_end, and TCP's flags when its first fourteen are. A first
+ * fragment too short for its ports is marked PKT_TINY_FRAG.
  */
 static __always_inline void parse_l4(void *data, void *data_end, __u32 off, __u32 l3_end,
 				     struct packet_info *pkt, int ipproto)
@@ -178,7 +185,8 @@ static __always_inline void parse_l4(void *data, void *data_end, __u32 off, __u3
 	selector.family = pkt->family;
 	selector.proto = pkt->proto;
 	__builtin_memcpy(&pkt->dport, &selector, sizeof(selector));
-	pkt->ports_known = 1;
+	pkt->sport = bpf_ntohs(ports[0]);
+	pkt->ports_known = PORTS_KNOWN | PORTS_SPORT;
 	if (ipproto == IPPROTO_UDP) {
 		pkt->hdr_len += sizeof(struct udphdr);
 	} else {
@@ -186,6 +194,11 @@ static __always_inline void parse_l4(void *data, void *data_end, __u32 off, __u3
 
 		if ((void *)(tcph + 1) <= data_end)
 			pkt->hdr_len += tcph->doff * 4;
+		/* The flags, the header's 14th byte, when the datagram holds it. */
+		if ((void *)ports + 14 <= data_end && off + 14 <= l3_end) {
+			pkt->tcp_flags = ((__u8 *)ports)[13];
+			pkt->ports_known |= PORTS_TCP_FLAGS;
+		}
 	}
 	return;
 unknown:

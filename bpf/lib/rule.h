@@ -7,6 +7,7 @@
 #define SLUICE_LIB_RULE_H
 
 #include "lib/charge.h"
+#include "lib/bans.h"
 
 /*
  * The wire packets and bytes a frame carries. A TCP or UDP frame longer than
@@ -114,6 +115,8 @@ static __always_inline __u32 apply_rule(struct xdp_md *ctx, const struct packet_
 		verdict = limit_verdict(res, rule);
 	}
 	count_rule(slot, res, &ch);
+	if (verdict == SLUICE_CNT_DROP_RATE && rule->ban.secs)
+		sluice_ban_strike(rule, slot);
 	return verdict;
 }
 

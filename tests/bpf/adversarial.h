@@ -24,13 +24,14 @@
 
 namespace sluice::test {
 
-/// The four roles of issue 8: who sends each shape.
-enum class Role { limited, denied, port_scoped, uncovered };
-constexpr Role ALL_ROLES[] = {Role::limited, Role::denied, Role::port_scoped, Role::uncovered};
+/// The four roles of issue 8, who send each shape, and a fifth whose rules
+/// select source ports and TCP flags.
+enum class Role { limited, denied, port_scoped, uncovered, selected };
+constexpr Role ALL_ROLES[] = {Role::limited, Role::denied, Role::port_scoped, Role::uncovered, Role::selected};
 
 inline const char *role_name(Role r)
 {
-	static const char *names[] = {"limited", "denied", "port-scoped", "uncovered"};
+	static const char *names[] = {"limited", "denied", "port-scoped", "uncovered", "selected"};
 	return names[static_cast<int>(r)];
 }
 
@@ -58,6 +59,8 @@ struct RoleRule {
 	int proto;
 	uint16_t port;    ///< 0: no port selector
 	uint64_t ns_per_packet;
+	uint16_t sport = 0; ///< 0: no source port selector
+	uint8_t flags_mask = 0, flags_value = 0; ///< TCP flags; mask 0: none (a mask makes it TCP)
 };
 
 constexpr uint64_t HOUR_NS = 3600ull * 1000000000ull;
@@ -65,6 +68,9 @@ constexpr uint64_t HOUR_NS = 3600ull * 1000000000ull;
 /// limited: any traffic 1/h burst 3. denied: deny. port-scoped: at one prefix,
 /// UDP/53 1/h burst 3 and UDP/123 allowed, TCP/22 2/h burst 3 and TCP/80
 /// allowed (the two limits differ, so "the strictest" names one). uncovered: none.
+/// selected: at one prefix, TCP/22 connection attempts (--syn) 1/h burst 3,
+/// TCP RST denied, UDP from port 11211 denied, UDP from port 123 2/h burst 3,
+/// and the rest allowed.
 inline const std::vector<RoleRule> &role_rules()
 {
 	using A = ModelRule::Action;
@@ -81,6 +87,18 @@ inline const std::vector<RoleRule> &role_rules()
 		{"ntp6", "2001:db8:3::/48", A::allow, "", 0, 17, 123, 0},
 		{"ssh6", "2001:db8:3::/48", A::limit, "2/h", 3, 6, 22, HOUR_NS / 2},
 		{"web6", "2001:db8:3::/48", A::allow, "", 0, 6, 80, 0},
+		{"sel-syn4", "10.5.0.0/16", A::limit, "1/h", 3, 6, 22, HOUR_NS, 0, SLUICE_TCP_SYN | SLUICE_TCP_ACK,
+		 SLUICE_TCP_SYN},
+		{"sel-rst4", "10.5.0.0/16", A::deny, "", 0, 6, 0, 0, 0, SLUICE_TCP_RST, SLUICE_TCP_RST},
+		{"sel-mc4", "10.5.0.0/16", A::deny, "", 0, 17, 0, 0, 11211},
+		{"sel-ntp4", "10.5.0.0/16", A::limit, "2/h", 3, 17, 0, HOUR_NS / 2, 123},
+		{"sel-rest4", "10.5.0.0/16", A::allow, "", 0, 0, 0, 0},
+		{"sel-syn6", "2001:db8:5::/48", A::limit, "1/h", 3, 6, 22, HOUR_NS, 0, SLUICE_TCP_SYN | SLUICE_TCP_ACK,
+		 SLUICE_TCP_SYN},
+		{"sel-rst6", "2001:db8:5::/48", A::deny, "", 0, 6, 0, 0, 0, SLUICE_TCP_RST, SLUICE_TCP_RST},
+		{"sel-mc6", "2001:db8:5::/48", A::deny, "", 0, 17, 0, 0, 11211},
+		{"sel-ntp6", "2001:db8:5::/48", A::limit, "2/h", 3, 17, 0, HOUR_NS / 2, 123},
+		{"sel-rest6", "2001:db8:5::/48", A::allow, "", 0, 0, 0, 0},
 	};
 	return rules;
 }
@@ -126,6 +144,9 @@ public:
 		s.proto = r.proto == 17 ? Proto::udp : r.proto == 6 ? Proto::tcp : r.proto == 1 ? Proto::icmp : Proto::any;
 		if (r.port)
 			s.dport = {r.port, r.port};
+		if (r.sport)
+			s.sport = {r.sport, r.sport};
+		s.tcp_flags = {r.flags_mask, r.flags_value};
 		if (r.action == ModelRule::Action::limit) {
 			s.rate = parse_rate(r.rate);
 			s.burst = r.burst;
@@ -139,6 +160,10 @@ public:
 		m.proto = r.proto;
 		if (r.port)
 			m.port_lo = m.port_hi = r.port;
+		if (r.sport)
+			m.sport_lo = m.sport_hi = r.sport;
+		m.flags_mask = r.flags_mask;
+		m.flags_value = r.flags_value;
 		m.action = r.action;
 		m.burst = r.burst;
 		m.ns_per_packet = r.ns_per_packet;

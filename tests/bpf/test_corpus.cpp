@@ -100,7 +100,8 @@ TEST(Corpus, EveryShapeFromEveryRole)
 					if (role == Role::limited && judged && got == XDP_PASS && ++limited_passes > 3)
 						ADD_FAILURE() << "BYPASS: pass " << limited_passes << " of a source limited to a burst of 3. "
 							      << where << o.line << "\n" << hex_dump(frame);
-					if (role == Role::port_scoped && exp.charged && got == XDP_PASS && ++charged_passes > 6)
+					if ((role == Role::port_scoped || role == Role::selected) && exp.charged &&
+					    got == XDP_PASS && ++charged_passes > 6)
 						ADD_FAILURE() << "BYPASS: pass " << charged_passes
 							      << " of traffic the port limits (bursts 3 + 3) must charge. " << where << o.line
 							      << "\n" << hex_dump(frame);

@@ -188,14 +188,24 @@ private:
 				insert_ext(f, l3, t[below(std::size(t))], log);
 			break;
 		}
-		case 10: { // destination port, where an unfragmented TCP/UDP header would be
-			static const uint16_t ports[] = {53, 123, 22, 80, 5353};
+		case 10: { // a port or TCP's flags, where an unfragmented TCP/UDP header would be
+			static const uint16_t ports[] = {53, 123, 22, 80, 5353, 11211};
+			static const uint8_t flags[] = {0x02, 0x12, 0x10, 0x18, 0x04, 0x14, 0x01, 0x11, 0x00, 0xff};
 			size_t l4 = v4 && l3.off < f.size() ? l3.off + (f[l3.off] & 15) * 4u : v6 ? l3.off + 40 : 0;
-			if (l4) {
-				uint16_t port = chance(80) ? ports[below(5)] : static_cast<uint16_t>(below(65536));
-				set16(f, l4 + 2, port);
-				log += " dport=" + std::to_string(port);
+			if (!l4)
+				break;
+			uint32_t which = below(3);
+			if (which == 2) {
+				if (l4 + 14 <= f.size()) {
+					uint8_t fl = chance(80) ? flags[below(std::size(flags))] : static_cast<uint8_t>(below(256));
+					f[l4 + 13] = fl;
+					log += " tcpflags=" + std::to_string(fl);
+				}
+				break;
 			}
+			uint16_t port = chance(80) ? ports[below(std::size(ports))] : static_cast<uint16_t>(below(65536));
+			set16(f, l4 + (which ? 0 : 2), port);
+			log += (which ? " sport=" : " dport=") + std::to_string(port);
 			break;
 		}
 		case 11: { // another source: a role's address or a neighbour of it
@@ -383,7 +393,7 @@ TEST(Fuzz, MutatedFramesKeepTheInvariants)
 				const std::string &name = put.oracle.rule(c).name;
 				denied |= name.rfind("denied", 0) == 0;
 				limited |= name.rfind("limited", 0) == 0;
-				port_scoped |= name.rfind("dns", 0) == 0;
+				port_scoped |= name.rfind("dns", 0) == 0 || name.rfind("sel-", 0) == 0;
 			}
 			if (trace && src == trace)
 				std::printf("trace %llu: %s; oracle %s %s (%s); program %s %s\n  from %s\n",
@@ -404,7 +414,9 @@ TEST(Fuzz, MutatedFramesKeepTheInvariants)
 			else if (limited && facts.kind == Kind::ip && got == XDP_PASS && ++limited_passes[src] > 3)
 				bad = "BYPASS: more passes than the burst of 3 from a limited source";
 			else if (port_scoped && !frag_unsure && exp.charged && got == XDP_PASS && ++charged_passes[src] > 6)
-				bad = "BYPASS: more passes than the bursts (3 + 3) of what the port limits must charge";
+				bad = "BYPASS: more passes than the bursts (3 + 3) of what the port or selector limits must charge";
+			else if (!frag_unsure && exp.counter == "drop_deny" && facts.kind == Kind::ip && got == XDP_PASS)
+				bad = "BYPASS: a frame a deny rule must decide passed";
 			else if (facts.kind == Kind::failopen_parse && !cands.empty() && got == XDP_PASS)
 				bad = "MALFORMED: a frame the stack drops, from a source a rule covers, passed";
 			else if (facts.kind == Kind::failopen_parse && (exp.xdp != got || exp.counter != moved.verdict))
@@ -479,7 +491,7 @@ TEST(FragmentSequences, DuplicateAndConflictingFirstFragmentsFollowTheOracle)
 	std::map<std::string, uint64_t> counters;
 	std::string first_differ;
 	for (int seq = 0; seq < sequences; seq++) {
-		const Role role = ALL_ROLES[below(4)];
+		const Role role = ALL_ROLES[below(std::size(ALL_ROLES))];
 		const bool v6 = below(2);
 		const std::string src = role_source(role, 2000 + seq, v6);
 		// One protocol per key for IPv4 (reassembly keys on it); IPv6 mixes them.
@@ -492,8 +504,14 @@ TEST(FragmentSequences, DuplicateAndConflictingFirstFragmentsFollowTheOracle)
 			if (!v6)
 				p_proto = proto;
 			PacketSpec p{.src = src, .proto = p_proto, .dport = port, .frag_id = id, .payload = 64};
+			// Source ports and TCP flags the selected role's rules name, or not.
+			static const uint16_t sports[] = {40000, 123, 11211};
+			static const uint8_t tcp_flags[] = {0x02, 0x10, 0x12, 0x04};
+			p.sport = sports[below(std::size(sports))];
+			p.tcp_flags = tcp_flags[below(std::size(tcp_flags))];
 			const size_t len = fragmentable_length(p);
-			std::string name = "datagram " + std::to_string(d) + " " + port_name_of(p_proto, port);
+			std::string name = "datagram " + std::to_string(d) + " " + port_name_of(p_proto, port) + " from " +
+					   std::to_string(p.sport) + (p_proto == 6 ? " flags " + std::to_string(p.tcp_flags) : "");
 			auto pieces = build_fragments(p, {{0, 24, true}, {24, 24, true}, {48, len - 48, false}});
 			std::vector<std::pair<std::string, std::vector<uint8_t>>> mine = {
 				{name + " first", pieces[0]}, {name + " middle", pieces[1]}, {name + " last", pieces[2]}};
@@ -506,7 +524,12 @@ TEST(FragmentSequences, DuplicateAndConflictingFirstFragmentsFollowTheOracle)
 				auto [o_proto, o_port] = ports[below(std::size(ports))];
 				q.proto = v6 ? o_proto : p_proto;
 				q.dport = o_port;
-				mine.push_back({name + " first naming " + port_name_of(q.proto, o_port),
+				if (below(2))
+					q.sport = sports[below(std::size(sports))];
+				if (below(2))
+					q.tcp_flags = tcp_flags[below(std::size(tcp_flags))];
+				mine.push_back({name + " first naming " + port_name_of(q.proto, o_port) + " from " +
+							std::to_string(q.sport) + " flags " + std::to_string(q.tcp_flags),
 						build_fragments(q, {{0, 24, true}})[0]});
 			}
 			// Mostly in order within a datagram, sometimes shuffled.

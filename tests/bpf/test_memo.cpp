@@ -325,3 +325,52 @@ TEST_F(DropMemo, ASlotRenamedForAnotherBucketIsNotCountedOnTheMemo)
 	EXPECT_EQ(rule_dropped("limit"), 4u);
 	EXPECT_EQ(rule_dropped("window"), 4u);
 }
+
+// The memo holds no drop of a rule that selects source ports or TCP flags:
+// its key (source, destination port, family, protocol) cannot tell the SYN a
+// --syn rule drops from the ACK that follows it at the same reading, nor a
+// packet from a denied source port from the next one of another.
+TEST_F(DropMemo, ASelectorRulesDropIsNotRepeatedForOtherSegmentsOrPorts)
+{
+	RuleSpec syn;
+	syn.name = "syn";
+	syn.cidr = parse_cidr("10.0.0.0/8");
+	syn.rate = parse_rate("1/h");
+	syn.burst = 1;
+	syn.algo = Algo::gcra;
+	syn.tcp_flags = SYN_ONLY;
+	syn.dport = {22, 22};
+	validate_rule(syn);
+	table_->add(syn);
+	RuleSpec amp;
+	amp.name = "memcached";
+	amp.cidr = parse_cidr("10.0.0.0/8");
+	amp.action = Action::deny;
+	amp.proto = Proto::udp;
+	amp.sport = {11211, 11211};
+	validate_rule(amp);
+	table_->add(amp);
+
+	auto tcp = [&](uint8_t flags) {
+		return kernel_->send(build_packet({.src = "10.0.0.1", .proto = 6, .dport = 22, .tcp_flags = flags}), T);
+	};
+	EXPECT_TRUE(tcp(0x02)) << "the burst";
+	EXPECT_FALSE(tcp(0x02));
+	EXPECT_FALSE(tcp(0x02));
+	EXPECT_TRUE(tcp(0x10)) << "an ACK at the same reading, same port";
+	EXPECT_TRUE(tcp(0x18));
+	EXPECT_FALSE(tcp(0x02));
+
+	auto udp = [&](uint16_t sport) {
+		return kernel_->send(build_packet({.src = "10.0.0.2", .dport = 40000, .sport = sport}), T);
+	};
+	EXPECT_FALSE(udp(11211));
+	EXPECT_FALSE(udp(11211));
+	EXPECT_TRUE(udp(11212)) << "another source port at the same reading, same destination";
+	EXPECT_FALSE(udp(11211));
+
+	EXPECT_EQ(rule_dropped("syn"), 3u);
+	EXPECT_EQ(rule_dropped("memcached"), 3u);
+	Stats s = stats();
+	EXPECT_EQ(s.global[SLUICE_CNT_PASS_NO_MATCH].packets, 3u);
+}

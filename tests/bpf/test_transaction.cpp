@@ -321,12 +321,16 @@ protected:
 			{"--burst", {"1", "3", "20", "64kB", "0"}},
 			{"--proto", {"tcp", "udp", "icmp", "47"}},
 			{"--dport", {"53", "1000-2000", "0"}},
+			{"--sport", {"123", "11211", "1024-65535", "0", "2000-1000"}},
+			{"--tcp-flags", {"syn,ack=syn", "rst=rst", "all=none", "fin=fin", "bogus=syn"}},
 			{"--per", {"0", "16", "24", "32", "64", "128", "129"}},
 			{"--name", {"web", "rule1", "rule2", "a-b", "123"}},
 			{"--algo", {"token-bucket", "fixed-window", "sliding-window", "sliding-log", "gcra"}},
 			{"--warmup", {"0", "1s", "2d"}},
 			{"--scope", {"local", "cluster"}},
 			{"--fallback", {"1/s", "0"}},
+			{"--ban", {"10min", "1s", "1h", "90s", "1500ms", "400day"}},
+			{"--ban-after", {"1", "3", "5", "1000001"}},
 		};
 		auto it = values.find(option);
 		if (it == values.end())
@@ -350,7 +354,10 @@ protected:
 				line = value_for(o) + line;
 				continue;
 			}
-			if (below(100) < (o == "--rate" ? 85u : o == "--allow" || o == "--deny" ? 8u : 20u)) {
+			// --ban-after mostly beside --ban (alone, it is refused: a few cases show that).
+			bool after_alone = o == "--ban-after" && line.find(" --ban ") == std::string::npos;
+			unsigned chance = o == "--rate" ? 85u : o == "--allow" || o == "--deny" ? 8u : after_alone ? 3u : 20u;
+			if (below(100) < chance) {
 				if (opt->get_expected_max() == 0) {
 					line += " " + o;
 				} else {

@@ -76,7 +76,7 @@ const std::map<std::string, std::vector<std::string>> RULE_SET_VALUES = {
 	{"--warmup", {"--warmup", "10s"}},  {"--per", {"--per", "16"}},        {"--name", {"--name", "exp2"}},
 	{"--shadow", {"--shadow"}},         {"--no-shadow", {"--no-shadow"}}, {"--continue", {"--continue"}},
 	{"--no-continue", {"--no-continue"}}, {"--scope", {"--scope", "cluster"}},
-	{"--fallback", {"--fallback", "5/h"}},
+	{"--fallback", {"--fallback", "5/h"}}, {"--ban", {"--ban", "10min"}}, {"--ban-after", {"--ban-after", "3"}},
 };
 
 /// A change of each policy key to BASE's rule (what `apply` of a file
@@ -87,6 +87,13 @@ const std::map<std::string, std::function<void(RuleSpec &)>> POLICY_CHANGES = {
 	{"action", [](RuleSpec &s) { s = RuleSpec{s.name, s.cidr, Action::deny, s.proto, s.dport}; }},
 	{"proto", [](RuleSpec &s) { s.proto = Proto::any; }},
 	{"dport", [](RuleSpec &s) { s.dport = {53, 53}; }},
+	{"sport", [](RuleSpec &s) { s.sport = {40000, 40000}; }},
+	// The traffic is UDP: a flag selector is refused on it, and not taken as
+	// the protocol where the pair made it any (a rule no packet meets).
+	{"tcp_flags", [](RuleSpec &s) {
+		 s.tcp_flags = SYN_ONLY;
+		 s.proto = Proto::udp;
+	 }},
 	{"rate", [](RuleSpec &s) { s.rate = parse_rate("20/h"); }},
 	{"burst", [](RuleSpec &s) { s.burst = 8; }},
 	{"algo", [](RuleSpec &s) { s.algo = Algo::gcra; }},
@@ -96,6 +103,8 @@ const std::map<std::string, std::function<void(RuleSpec &)>> POLICY_CHANGES = {
 	{"continue", [](RuleSpec &s) { s.layered = true; }},
 	{"scope", [](RuleSpec &s) { s.scope = Scope::cluster; }},
 	{"fallback", [](RuleSpec &s) { s.fallback = parse_rate("5/h"); }},
+	{"ban", [](RuleSpec &s) { s.ban.ns = 600000000000ULL; }},
+	{"ban_after", [](RuleSpec &s) { s.ban = {600000000000ULL, 3}; }},
 };
 
 /// The given fields alone and in pairs.

@@ -248,6 +248,13 @@ public:
 	const MapSet &maps() const { return full_.maps(); }
 
 	/// Frames, changes and verdicts: what the run covered.
+	/// How many frames got verdict counter `name` (the two builds agree on each).
+	uint64_t verdicts(const std::string &name) const
+	{
+		auto it = verdicts_.find(name);
+		return it == verdicts_.end() ? 0 : it->second;
+	}
+
 	void summary(double seconds) const
 	{
 		std::printf("%s: %llu frames, %llu rule changes (%llu refused by both) in %.1f s (%.1f s comparing "
@@ -418,8 +425,12 @@ public:
 			{"--burst", {"1", "2", "3", "5", "20", "100", "1500", "64kB", "0"}},
 			{"--proto", {"tcp", "udp", "icmp"}},
 			{"--dport", {"53", "80", "22", "123", "1000-2000", "0-1023", "5353"}},
+			{"--sport", {"123", "11211", "40000", "1024-65535", "0-1023", "40000-40003"}},
+			{"--tcp-flags", {"syn,ack=syn", "syn=syn", "rst=rst", "ack=ack", "fin,syn,rst,ack=ack", "all=none"}},
 			{"--per", {"0", "8", "16", "24", "28", "32", "48", "56", "64", "128"}},
 			{"--warmup", {"0", "200ms", "1s", "30s"}},
+			{"--ban", {"1s", "10s", "1min", "1h", "0"}},
+			{"--ban-after", {"1", "2", "3", "5"}},
 		};
 		if (option == "--algo")
 			return algos_[below(algos_.size())];
@@ -558,7 +569,11 @@ TEST(WalkOnly, CorpusShapesAgree)
 			line += std::string(" --proto ") + (r.proto == 6 ? "tcp" : r.proto == 17 ? "udp" : "icmp");
 		if (r.port)
 			line += " --dport " + std::to_string(r.port);
-		ASSERT_TRUE(twin.change("rule add " + line, add_rule(line)));
+		if (r.sport)
+			line += " --sport " + std::to_string(r.sport);
+		if (r.flags_mask)
+			line += " --tcp-flags " + format_tcp_flags({r.flags_mask, r.flags_value});
+		ASSERT_TRUE(twin.change("rule add " + line, add_rule(line))) << line;
 	}
 	int next_name = 0;
 	size_t accepted = 0;
@@ -679,13 +694,19 @@ TEST(WalkOnly, GeneratedMixesWithRuleChangesAgree)
 		size_t kind = g.below(100);
 		static const uint8_t protos4[] = {17, 6, 1}, protos6[] = {17, 6, 58};
 		static const uint16_t ports[] = {53, 80, 22, 123, 1500, 5353, 0};
+		static const uint16_t sports[] = {40000, 40001, 40003, 123, 11211, 1000, 0};
+		static const uint8_t flags[] = {0x02, 0x12, 0x10, 0x18, 0x04, 0x11, 0x00};
 		PacketSpec p{.src = src,
 			     .proto = v6 ? protos6[g.below(3)] : protos4[g.below(3)],
 			     .dport = ports[g.below(std::size(ports))],
+			     .tcp_flags = flags[g.below(std::size(flags))],
 			     .frag_id = static_cast<uint32_t>(1 + g.below(50)),
 			     .payload = g.chance(50) ? 32 : g.below(1400)};
 		if (p.dport == 0)
 			p.dport = static_cast<uint16_t>(g.below(65536));
+		p.sport = sports[g.below(std::size(sports))];
+		if (p.sport == 0)
+			p.sport = static_cast<uint16_t>(g.below(65536));
 		if (kind < 55) {
 			frames = {build_packet(p)};
 			what = "packet";
@@ -705,20 +726,27 @@ TEST(WalkOnly, GeneratedMixesWithRuleChangesAgree)
 			frames = s->frames(src, "");
 			what = "shape " + s->name;
 		}
-		what += " from " + src + " proto " + std::to_string(p.proto) + " dport " + std::to_string(p.dport);
+		what += " from " + src + " proto " + std::to_string(p.proto) + " sport " + std::to_string(p.sport) +
+			" dport " + std::to_string(p.dport) + " flags " + std::to_string(p.tcp_flags);
 		const size_t repeat = 1 + g.below(6);
 		for (size_t r = 0; r < repeat && !twin.failed(); r++) {
 			// A change inside the burst, at the same clock reading: what
 			// the memo remembered must not outlive the rules it was decided on.
 			if (r > 0 && g.chance(15))
 				random_change(twin, g, next_name);
-			// A plain packet's repeats change protocol, port or length now and then.
+			// A plain packet's repeats change protocol, ports, flags or
+			// length now and then: a SYN's drop says nothing of the ACK.
 			if (kind < 55 && r > 0 && g.chance(30)) {
 				p.proto = v6 ? protos6[g.below(3)] : protos4[g.below(3)];
 				p.dport = ports[g.below(std::size(ports) - 1)];
+				if (g.chance(50))
+					p.sport = sports[g.below(std::size(sports) - 1)];
+				if (g.chance(50))
+					p.tcp_flags = flags[g.below(std::size(flags))];
 				p.payload = g.below(1400);
 				frames = {build_packet(p)};
-				what += "; then proto " + std::to_string(p.proto) + " dport " + std::to_string(p.dport) +
+				what += "; then proto " + std::to_string(p.proto) + " sport " + std::to_string(p.sport) +
+					" dport " + std::to_string(p.dport) + " flags " + std::to_string(p.tcp_flags) +
 					" payload " + std::to_string(p.payload);
 			}
 			for (size_t f = 0; f < frames.size(); f++)
@@ -728,4 +756,7 @@ TEST(WalkOnly, GeneratedMixesWithRuleChangesAgree)
 	}
 	twin.summary(since(start));
 	EXPECT_TRUE(twin.failed() || twin.frames() > 5000u) << twin.frames() << " frames";
+	// Rules with --ban are generated, and sources come back: bans are made
+	// and then decide frames, in both builds alike.
+	EXPECT_TRUE(twin.failed() || twin.verdicts("drop_ban") > 0u) << "no frame was dropped by a ban";
 }

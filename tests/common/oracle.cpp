@@ -26,7 +26,13 @@ void read_transport(FrameFacts &f, const uint8_t *l4, size_t avail)
 		return;
 	if (avail >= 4) {
 		f.ports_known = true;
+		f.sport = static_cast<uint16_t>(l4[0] << 8 | l4[1]);
 		f.dport = static_cast<uint16_t>(l4[2] << 8 | l4[3]);
+		// TCP's flags: its 14th byte, when the datagram holds it.
+		if (f.proto == 6 && avail >= 14) {
+			f.flags_known = true;
+			f.tcp_flags = l4[13];
+		}
 	} else if (f.frag == FrameFacts::Frag::first) {
 		f.tiny_first = true;
 	}
@@ -189,7 +195,8 @@ std::string FrameFacts::describe() const
 	d += family == 4 ? "v4 " : "v6 ";
 	d += source_text();
 	d += proto_known ? " proto " + std::to_string(proto) : " proto ?";
-	d += ports_known ? " dport " + std::to_string(dport) : "";
+	d += ports_known ? " sport " + std::to_string(sport) + " dport " + std::to_string(dport) : "";
+	d += flags_known ? " flags " + std::to_string(tcp_flags) : "";
 	if (frag == Frag::first)
 		d += " first-fragment";
 	if (frag == Frag::later)
@@ -244,12 +251,14 @@ std::vector<size_t> Oracle::candidates(const FrameFacts &f) const
 	for (size_t i = 0; i < rules_.size(); i++)
 		if (in_prefix(rules_[i], f))
 			c.push_back(i);
-	// Longer prefix first; at one prefix a port rule (narrowest first), then a
-	// protocol rule, then a rule for any traffic; then the order of adding.
+	// Longer prefix first; at one prefix a port rule (narrowest first), then
+	// a source port rule (narrowest first), then a flag rule (more flags
+	// first), then a protocol rule, then a rule for any traffic; then the
+	// order of adding.
 	auto rank = [&](size_t i) {
 		const ModelRule &r = rules_[i].spec;
-		int cls = r.has_ports() ? 0 : r.proto ? 1 : 2;
-		return std::make_tuple(-rules_[i].len, cls, r.has_ports() ? r.port_hi - r.port_lo : 0, i);
+		return std::make_tuple(-rules_[i].len, r.port_hi - r.port_lo, r.sport_hi - r.sport_lo,
+				       -__builtin_popcount(r.flags_mask), r.proto ? 0 : 1, i);
 	};
 	std::sort(c.begin(), c.end(), [&](size_t a, size_t b) { return rank(a) < rank(b); });
 	return c;
@@ -270,7 +279,8 @@ void Oracle::remember_fragment(const FrameFacts &f)
 	    (f.ports_known || !port_proto)) {
 		auto it = frags_.find(frag_key(f));
 		if (it != frags_.end() && it->second.proto == f.proto && it->second.ports_known == f.ports_known &&
-		    (!f.ports_known || it->second.dport == f.dport)) {
+		    (!f.ports_known || (it->second.dport == f.dport && it->second.sport == f.sport &&
+					it->second.flags_known == f.flags_known && it->second.tcp_flags == f.tcp_flags))) {
 			// The same ports again relabel nothing: a live entry stays as
 			// it is; one that no longer serves later fragments (ended, or
 			// expired) is made again, keeping what later fragments did.
@@ -279,7 +289,7 @@ void Oracle::remember_fragment(const FrameFacts &f)
 		}
 		// A new entry (or, where the program lost the old one, a new
 		// datagram under its key).
-		frags_[frag_key(f)] = {f.proto, f.dport, f.ports_known};
+		frags_[frag_key(f)] = {f.proto, f.dport, f.ports_known, f.sport, f.flags_known, f.tcp_flags};
 	}
 }
 
@@ -348,7 +358,8 @@ Expected Oracle::decide(const FrameFacts &in, bool track_state)
 		auto it = frags_.find(frag_key(f));
 		if (it != frags_.end() &&
 		    (!f.proto_known || it->second.proto != f.proto || it->second.ports_known != f.ports_known ||
-		     (f.ports_known && it->second.dport != f.dport))) {
+		     (f.ports_known && (it->second.dport != f.dport || it->second.sport != f.sport ||
+					it->second.flags_known != f.flags_known || it->second.tcp_flags != f.tcp_flags)))) {
 			e.xdp = 1;
 			e.counter = "drop_malformed";
 			e.why = "first fragment of another port than its key's entry";
@@ -362,6 +373,9 @@ Expected Oracle::decide(const FrameFacts &in, bool track_state)
 			f.ports_known = it->second.ports_known;
 			f.proto = it->second.proto;
 			f.dport = it->second.dport;
+			f.sport = it->second.sport;
+			f.flags_known = it->second.flags_known;
+			f.tcp_flags = it->second.tcp_flags;
 			e.why = "later fragment judged as its first; ";
 			if (track_state)
 				follow_later_fragment(in);
@@ -384,7 +398,15 @@ Expected Oracle::decide(const FrameFacts &in, bool track_state)
 		if (r.has_ports() && f.proto_known && has_ports && f.ports_known &&
 		    (f.dport < r.port_lo || f.dport > r.port_hi))
 			continue; // NO
-		bool def = (r.proto == 0 || f.proto_known) && (!r.has_ports() || (f.ports_known && has_ports));
+		if (r.has_sport() && f.proto_known && has_ports && f.ports_known &&
+		    (f.sport < r.sport_lo || f.sport > r.sport_hi))
+			continue; // NO
+		if (r.flags_mask && f.proto_known && f.flags_known && pproto == 6 &&
+		    (f.tcp_flags & r.flags_mask) != r.flags_value)
+			continue; // NO
+		bool def = (r.proto == 0 || f.proto_known) && (!r.has_ports() || (f.ports_known && has_ports)) &&
+			   (!r.has_sport() || (f.ports_known && has_ports)) &&
+			   (!r.flags_mask || (f.flags_known && pproto == 6));
 		if (!def && r.action == ModelRule::Action::allow)
 			continue; // an allow never matches on an unknown selector
 		pool.push_back(i);

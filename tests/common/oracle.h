@@ -37,6 +37,9 @@ struct FrameFacts {
 	uint8_t proto = 0;          ///< the upper-layer IP protocol number, when known
 	bool ports_known = false;
 	uint16_t dport = 0;
+	uint16_t sport = 0;
+	bool flags_known = false;   ///< TCP: the header's first 14 bytes are in the datagram
+	uint8_t tcp_flags = 0;      ///< when flags_known
 	enum class Frag { none, first, later } frag = Frag::none;
 	uint32_t frag_id = 0;
 	bool last_frag = false;      ///< a later fragment that says no more follow
@@ -60,8 +63,11 @@ struct ModelRule {
 	uint64_t burst = 0;        ///< limit: packets that pass before the first drop
 	uint64_t ns_per_packet = 0; ///< limit: the sustained rate's cost (its strictness)
 	int per_prefix = -1;       ///< bucket prefix; -1 per IPv4 address, per IPv6 /64
+	uint16_t sport_lo = 0, sport_hi = 65535; ///< 0-65535: no source port selector
+	uint8_t flags_mask = 0, flags_value = 0; ///< TCP flags: mask 0, no flag selector (proto 6 with one)
 
 	bool has_ports() const { return !(port_lo == 0 && port_hi == 65535); }
+	bool has_sport() const { return !(sport_lo == 0 && sport_hi == 65535); }
 	uint64_t strictness() const;
 };
 
@@ -105,6 +111,9 @@ public:
 		uint8_t proto;
 		uint16_t dport;
 		bool ports_known;
+		uint16_t sport = 0;
+		bool flags_known = false;
+		uint8_t tcp_flags = 0;
 		bool judged = false;
 		bool ended = false;
 		bool expired = false;

@@ -88,7 +88,8 @@ void fill_l4_checksum(std::vector<uint8_t> &l4, uint8_t proto, const Addrs &a)
 }
 
 // The transport header and payload, checksummed as a whole datagram.
-std::vector<uint8_t> transport(uint8_t proto, uint16_t sport, uint16_t dport, size_t payload, const Addrs &a)
+std::vector<uint8_t> transport(uint8_t proto, uint16_t sport, uint16_t dport, uint8_t tcp_flags, size_t payload,
+			       const Addrs &a)
 {
 	std::vector<uint8_t> l4;
 	if (proto == IPPROTO_UDP) {
@@ -102,7 +103,7 @@ std::vector<uint8_t> transport(uint8_t proto, uint16_t sport, uint16_t dport, si
 		put32(l4, 0x01020304); // sequence
 		put32(l4, 0);
 		l4.push_back(5 << 4); // data offset 5 words
-		l4.push_back(0x02);   // SYN
+		l4.push_back(tcp_flags);
 		put16(l4, 65535);
 		put16(l4, 0);
 		put16(l4, 0);
@@ -261,7 +262,7 @@ Layout layout(const PacketSpec &s)
 		}
 		break;
 	default:
-		l4 = transport(s.proto, s.sport, s.dport, s.payload, a);
+		l4 = transport(s.proto, s.sport, s.dport, s.tcp_flags, s.payload, a);
 	}
 
 	if (!a.v6) {

@@ -35,6 +35,7 @@ struct PacketSpec {
 	std::string dst;                ///< default 198.51.100.1 or 2001:db8:ffff::1
 	uint8_t proto = 17;             ///< IP protocol: 17 UDP, 6 TCP, 1 ICMP, 58 ICMPv6
 	uint16_t dport = 53;
+	uint8_t tcp_flags = 0x02;       ///< TCP: the flags byte (SYN by default)
 	std::vector<uint16_t> vlan_tpids; ///< outermost first: 0x88a8, 0x8100
 	uint16_t vlan_id = 100;           ///< of every tag (vlan_ids overrides per tag); 0 makes priority tags
 	uint16_t ethertype = 0;           ///< set to send a non-IP frame (0x0806 ARP)

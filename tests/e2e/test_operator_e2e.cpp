@@ -243,3 +243,69 @@ TEST_F(ResetAndRelease, StatsOfOneRulePrintsThatRulesLinesOnly)
 	EXPECT_TRUE(j["sources"].empty());
 	EXPECT_EQ(j["tracked_sources"], 0u) << "the rule's own buckets";
 }
+
+// docs/recipes.md, "A repeat offender banned": a source that comes back over
+// the limit is banned for all its traffic, listed, explained, and lifted by
+// hand; a new source over the limit at its first burst is not.
+TEST_F(ResetAndRelease, ARepeatOffenderBanned)
+{
+	CommandResult r = cli({"rule", "add", "10.210.0.0/24", "--proto", "udp", "--dport", std::to_string(UDP_PORT),
+			       "--rate", "1/min", "--burst", "3", "--ban", "10min", "--name", "offender"});
+	ASSERT_EQ(r.exit_code, 0) << r.err;
+	EXPECT_NE(r.out.find("(ban 10min after 1)"), std::string::npos) << r.out;
+	auto global = [](const char *name) {
+		return cli_json({"stats", "--json"})["global"][name]["packets"].get<uint64_t>();
+	};
+
+	// A new source over the limit at once: dropped, on probation, not banned.
+	send(SECOND, 6);
+	EXPECT_EQ(source_counts(SECOND), Counts(3, 3));
+	EXPECT_EQ(cli_json({"bans", "--json"}).size(), 0u);
+
+	// One that comes back after a second and a half, and overruns: banned
+	// at its first drop, then every packet of it, to any port, is the ban's.
+	send(SOURCE, 1);
+	std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+	send(SOURCE, 4);
+	EXPECT_EQ(source_counts(SOURCE), Counts(3, 1)) << "the drop that bans is the rule's, the next the ban's";
+	json bans = cli_json({"bans", "--json"});
+	ASSERT_EQ(bans.size(), 1u) << bans.dump();
+	EXPECT_EQ(bans[0]["source"], SOURCE);
+	EXPECT_EQ(bans[0]["rule"], "offender");
+	EXPECT_GE(bans[0]["expires_in_s"].get<uint64_t>(), 590u);
+	EXPECT_LE(bans[0]["expires_in_s"].get<uint64_t>(), 600u);
+	send(SOURCE, 5);
+	ASSERT_EQ(send_udp_in(SRC_NS, SOURCE, DST, UDP_PORT + 1, 3, 64), 3);
+	EXPECT_EQ(global("drop_ban"), 9u) << "1 + 5 to the rule's port and 3 to a port no rule names";
+	EXPECT_EQ(cli_json({"bans", "--json"})[0]["drops"], 9u);
+	EXPECT_EQ(source_counts(SOURCE), Counts(3, 1)) << "banned packets never reach the rule";
+
+	r = cli({"bans"});
+	ASSERT_EQ(r.exit_code, 0) << r.err;
+	EXPECT_NE(r.out.find(SOURCE + "  offender"), std::string::npos) << r.out;
+	r = cli({"explain", SOURCE, "--proto", "udp", "--dport", "53"});
+	ASSERT_EQ(r.exit_code, 0) << r.err;
+	EXPECT_NE(r.out.find("banned: " + SOURCE + " is banned by rule 1 (offender) until "), std::string::npos) << r.out;
+	EXPECT_NE(r.out.find("verdict: drop (drop_ban)"), std::string::npos) << r.out;
+
+	// `sluice upgrade` (within this release) carries the ban, its end and its count.
+	r = run_command({"nsenter", "--net=/run/netns/" + DST_NS, SLUICE_BIN, "upgrade"});
+	ASSERT_EQ(r.exit_code, 0) << r.err;
+	bans = cli_json({"bans", "--json"});
+	ASSERT_EQ(bans.size(), 1u) << bans.dump();
+	EXPECT_EQ(bans[0]["source"], SOURCE);
+	EXPECT_GE(bans[0]["expires_in_s"].get<uint64_t>(), 580u);
+	EXPECT_EQ(bans[0]["drops"], 9u);
+	ASSERT_EQ(send_udp_in(SRC_NS, SOURCE, DST, UDP_PORT + 1, 2, 64), 2);
+	EXPECT_EQ(cli_json({"bans", "--json"})[0]["drops"], 11u) << "still banned after the upgrade";
+
+	// Lifted by hand: one line; a second time, no such ban: one line, exit 1.
+	r = cli({"ban", "del", SOURCE});
+	ASSERT_EQ(r.exit_code, 0) << r.err;
+	EXPECT_EQ(r.out, "lifted the ban of " + SOURCE + " after 11 drops\n");
+	r = cli({"ban", "del", SOURCE});
+	EXPECT_EQ(r.exit_code, 1);
+	EXPECT_EQ(r.err, "sluice: no ban covers " + SOURCE + " (see `sluice bans`)\n");
+	ASSERT_EQ(send_udp_in(SRC_NS, SOURCE, DST, UDP_PORT + 1, 3, 64), 3);
+	EXPECT_EQ(global("drop_ban"), 11u) << "it passes again";
+}

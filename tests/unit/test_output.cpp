@@ -84,6 +84,7 @@ Stats random_stats(std::mt19937_64 &rng)
 		s.sources.push_back(src);
 	}
 	s.tracked_sources = rng() % 100000;
+	s.bans = rng() % 1000;
 	for (auto &g : s.global)
 		g = {rng(), rng()};
 	return s;
@@ -127,7 +128,8 @@ ordered_json reference_document(const Stats &s, bool with_global)
 		j["passed_contention"] = c.passed_contention;
 		rules.push_back(j);
 	}
-	ordered_json doc = {{"sources", sources}, {"tracked_sources", s.tracked_sources}, {"rules", rules}};
+	ordered_json doc = {{"sources", sources}, {"tracked_sources", s.tracked_sources}, {"bans", s.bans},
+			     {"rules", rules}};
 	if (with_global) {
 		ordered_json global = ordered_json::object();
 		for (int i = 0; i < SLUICE_CNT_MAX; i++)

@@ -267,10 +267,20 @@ TEST(PolicyErrors, EachIsOneLineWithTheFileLineAndRule)
 	const Case cases[] = {
 		{"rules:\n  - name: ssh\n    cidr: 0.0.0.0/0\n    rat: 5/min\n",
 		 "sluice.yaml line 4: rule 'ssh': unknown key 'rat' (expected one of name, cidr, action, proto, "
-		 "dport, rate, burst, algo, per, warmup, shadow, continue, scope, fallback)"},
+		 "dport, sport, tcp_flags, rate, burst, algo, per, warmup, shadow, continue, scope, fallback, ban, ban_after)"},
 		{"rules:\n  - cidr: 0.0.0.0/0\n    rat: 5/min\n    name: ssh\n",
 		 "sluice.yaml line 3: rule 'ssh': unknown key 'rat' (expected one of name, cidr, action, proto, "
-		 "dport, rate, burst, algo, per, warmup, shadow, continue, scope, fallback)"},
+		 "dport, sport, tcp_flags, rate, burst, algo, per, warmup, shadow, continue, scope, fallback, ban, ban_after)"},
+		{"rules:\n  - {name: a, cidr: 10.0.0.0/8, proto: udp, tcp_flags: \"syn,ack=syn\", rate: 1/s}\n",
+		 "sluice.yaml line 2: rule 'a': --syn and --tcp-flags select TCP packets, not --proto udp"},
+		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    tcp_flags: syn\n    action: deny\n",
+		 "sluice.yaml line 4: rule 'a': TCP flags 'syn' need the form MASK=VALUE, e.g. syn,ack=syn "
+		 "(SYN set, ACK clear)"},
+		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    tcp_flags: syn=syn,ack\n    action: deny\n",
+		 "sluice.yaml line 4: rule 'a': TCP flags 'syn=syn,ack': ack in the value but not in the "
+		 "mask, so no packet could match"},
+		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    sport: 123\n    action: deny\n",
+		 "sluice.yaml line 2: rule 'a': --sport needs --proto tcp or --proto udp"},
 		{"rules: []\nrule: []\n",
 		 "sluice.yaml line 2: unknown key 'rule' (expected one of interfaces, tables, rules, sets)"},
 		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    action: deny\n  - name: a\n    cidr: 10.0.0.0/9\n"
@@ -311,7 +321,7 @@ TEST(PolicyErrors, EachIsOneLineWithTheFileLineAndRule)
 		{"rules:\n  - name: 42\n    cidr: 10.0.0.0/8\n    action: deny\n",
 		 "sluice.yaml line 2: rule '42': rule name '42' is all digits and would read as a rule id"},
 		{"rules:\n  - 10.0.0.0/8\n", "sluice.yaml line 2: rule #1: a rule is a map of keys (name, cidr, action, "
-					     "proto, dport, rate, burst, algo, per, warmup, shadow, continue, scope, fallback), not "
+					     "proto, dport, sport, tcp_flags, rate, burst, algo, per, warmup, shadow, continue, scope, fallback, ban, ban_after), not "
 					     "'10.0.0.0/8'"},
 		{"rules:\n  name: a\n", "sluice.yaml line 1: 'rules' is a list, not a map"},
 		{"", "sluice.yaml line 1: the policy is empty (write 'rules: []' for one without rules)"},
@@ -668,8 +678,9 @@ TEST(PolicyExample, TheShippedExampleParsesAndRoundTrips)
 	for (const auto &r : p.rules)
 		names.push_back(r.name);
 	EXPECT_EQ(names, (std::vector<std::string>{"office", "scanner", "ssh", "ssh-v6", "web", "dns-v6", "partner"}));
-	// A packet limit on port 22 would cut an SSH session off: the example only watches it.
-	EXPECT_TRUE(p.rules[2].shadow && p.rules[3].shadow) << "the example's SSH rules must not drop";
+	EXPECT_EQ(p.rules[2].tcp_flags, SYN_ONLY) << "SSH limits connection attempts, not a session's packets";
+	EXPECT_EQ(p.rules[3].tcp_flags, SYN_ONLY);
+	EXPECT_FALSE(p.rules[2].shadow || p.rules[3].shadow) << "the example's SSH limits are enforced";
 	EXPECT_EQ(p.rules[4].warmup_ns, 30000000000ULL);
 	EXPECT_TRUE(p.rules[5].layered);
 
@@ -917,6 +928,7 @@ public:
 				s.layered = false;
 			taken_.push_back(s);
 			s.burst = burst_written_ ? s.burst : 0; // as written: validate_rule's fill left to the reader
+			s.ban.after = ban_after_written_ ? s.ban.after : 0; // likewise the default threshold
 			return s;
 		}
 	}
@@ -990,11 +1002,27 @@ private:
 				uint16_t lo = static_cast<uint16_t>(pick(65536));
 				s.dport = {lo, pick(2) ? lo : static_cast<uint16_t>(lo + pick(65536 - lo))};
 			}
+			if (pick(3) == 0) {
+				uint16_t lo = static_cast<uint16_t>(pick(65536));
+				s.sport = {lo, pick(2) ? lo : static_cast<uint16_t>(lo + pick(65536 - lo))};
+			}
 		} else if (pick(6) == 0) {
 			s.proto = Proto::icmp;
 		}
+		// TCP flags, with --proto tcp or without (a flag selector says TCP):
+		// --syn, or any mask (all of them at times) and a value within it.
+		if ((s.proto == Proto::any || s.proto == Proto::tcp) && pick(4) == 0) {
+			if (pick(3) == 0) {
+				s.tcp_flags = SYN_ONLY;
+			} else {
+				uint8_t mask = pick(5) == 0 ? 0xff : static_cast<uint8_t>(1 + pick(255));
+				uint8_t value = pick(5) == 0 ? 0 : static_cast<uint8_t>(pick(256) & mask);
+				s.tcp_flags = {mask, value};
+			}
+		}
 		s.shadow = s.action != Action::allow && pick(4) == 0;
 		burst_written_ = false;
+		ban_after_written_ = false;
 		if (s.action != Action::limit)
 			return s;
 		s.rate = parse_rate(RATES[pick(std::size(RATES))]);
@@ -1010,6 +1038,12 @@ private:
 		if (s.algo == Algo::token_bucket && pick(3) == 0)
 			s.warmup_ns = (pick(2) ? 1500 : 30000) * 1000000ULL;
 		s.layered = pick(6) == 0;
+		if (!s.shadow && pick(4) == 0) {
+			static const uint64_t BANS[] = {1, 90, 600, 3600, 86400};
+			s.ban.ns = BANS[pick(std::size(BANS))] * 1000000000ULL;
+			ban_after_written_ = pick(3) != 0;
+			s.ban.after = static_cast<uint32_t>(ban_after_written_ ? 1 + pick(20) : 0);
+		}
 		if (s.has_burst() && !s.warmup_ns && pick(4) == 0) {
 			s.scope = Scope::cluster;
 			if (pick(2))
@@ -1025,6 +1059,7 @@ private:
 	uint32_t serial_ = 0;
 	size_t layered_ = 0;
 	bool burst_written_ = false;
+	bool ban_after_written_ = false;
 };
 
 /// `apply` into a table that holds nothing, then `export`: the rules as the
@@ -1066,6 +1101,8 @@ TEST(PolicyRoundTrip, ExportApplyExportIsExactOverGeneratedPolicies)
 	PolicyGenerator gen(0x5eed2025);
 	std::set<std::pair<int, int>> pers;         // family, per length covered
 	std::set<std::tuple<int, int, int>> kinds; // action, algo, unit
+	std::set<std::string> selectors;           // the selector kinds covered
+	std::set<std::pair<bool, bool>> bans;      // a ban, its threshold written
 	size_t checked = 0, on_sets = 0;
 	auto check = [&](const Policy &p) {
 		Applied first = apply_then_export(p);
@@ -1082,6 +1119,8 @@ TEST(PolicyRoundTrip, ExportApplyExportIsExactOverGeneratedPolicies)
 				<< first.text;
 			EXPECT_EQ(second.rules[i].spec, first.rules[i].spec);
 		}
+		for (const auto &s : p.rules)
+			bans.insert({s.ban.ns != 0, s.ban.after != 0});
 		// What was applied is what the file asked for, rule by rule.
 		std::vector<RuleSpec> asked = p.rules;
 		for (auto &s : asked)
@@ -1096,6 +1135,16 @@ TEST(PolicyRoundTrip, ExportApplyExportIsExactOverGeneratedPolicies)
 				pers.insert({it->cidr.family, it->per_prefix < 0 ? -1 : it->per_prefix});
 			kinds.insert({int(it->action), it->action == Action::limit ? int(it->algo) : -1,
 				      it->action == Action::limit ? int(it->rate.unit) : -1});
+			if (!it->sport.any())
+				selectors.insert(it->sport.lo == it->sport.hi ? "sport" : "sport range");
+			if (it->tcp_flags == SYN_ONLY)
+				selectors.insert("syn");
+			else if (it->tcp_flags.mask == 0xff)
+				selectors.insert("flags all=");
+			else if (!it->tcp_flags.any())
+				selectors.insert(it->tcp_flags.value ? "flags" : "flags =none");
+			if (!it->tcp_flags.any() && !it->dport.any() && !it->sport.any())
+				selectors.insert("flags dport sport");
 		}
 		// `apply --diff` of the export over what runs: nothing to do.
 		std::vector<RuleSpec> running;
@@ -1123,6 +1172,9 @@ TEST(PolicyRoundTrip, ExportApplyExportIsExactOverGeneratedPolicies)
 	// bytes, bits; the windows: packets, bytes; the sliding log: packets),
 	// and allow and deny.
 	EXPECT_EQ(kinds.size(), 3u + 3u + 2u + 2u + 1u + 2u);
+	EXPECT_EQ(selectors, (std::set<std::string>{"sport", "sport range", "syn", "flags all=", "flags",
+						    "flags =none", "flags dport sport"}));
+	EXPECT_EQ(bans.size(), 3u) << "rules without a ban, with one, with one and its threshold";
 	EXPECT_GT(checked, 3000u);
 	EXPECT_GT(on_sets, 300u) << "rules on address sets";
 }

@@ -538,3 +538,71 @@ TEST(ClusterRules, TheDataPlaneHoldsTheLocalShareAndTheMapsKeepScopeFallbackAndH
 	r.spec.burst = 2;
 	EXPECT_EQ(local_burst(r), 1u);
 }
+
+namespace sluice {
+namespace {
+
+/// validate_rule's one line for `spec`, or "" if it takes it.
+std::string refusal(RuleSpec spec)
+{
+	try {
+		validate_rule(spec);
+		return "";
+	} catch (const Error &e) {
+		return e.what();
+	}
+}
+
+TEST(RuleValidation, BansAreForEnforcingLimitsWithinRange)
+{
+	RuleSpec s;
+	s.cidr = parse_cidr("10.0.0.0/8");
+	s.rate = parse_rate("5/min");
+	s.ban = {600ULL * 1000000000ULL, 0};
+	EXPECT_EQ(refusal(s), "");
+	RuleSpec v = s;
+	validate_rule(v);
+	EXPECT_EQ(v.ban.after, BanSpec::DEFAULT_AFTER) << "the default threshold is filled in";
+	RuleSpec t = s;
+	t.shadow = true;
+	EXPECT_EQ(refusal(t), "--ban and --shadow do not go together: a shadow rule drops nothing");
+	t = s;
+	t.action = Action::deny;
+	t.rate = {};
+	EXPECT_EQ(refusal(t), "--ban applies to --rate rules: a deny rule has no drops to count");
+	t = s;
+	t.ban.ns = 500000000ULL;
+	EXPECT_EQ(refusal(t), "--ban 500ms is out of range (1s to 366day)");
+	t = s;
+	t.ban.ns = 1500000000ULL;
+	EXPECT_EQ(refusal(t), "--ban 1500ms is not a whole number of seconds");
+	t = s;
+	t.ban.after = BanSpec::MAX_AFTER + 1;
+	EXPECT_EQ(refusal(t), "--ban-after 1000001 is out of range (1 to 1000000)");
+	t = s;
+	t.ban = {0, 3};
+	EXPECT_EQ(refusal(t), "--ban-after needs --ban DURATION");
+}
+
+TEST(RuleMaps, ABanRoundTripsAndKeepsTheBuckets)
+{
+	InstalledRule r;
+	r.id = 3;
+	r.spec.cidr = parse_cidr("2001:db8::/32");
+	r.spec.rate = parse_rate("5/min");
+	r.spec.per_prefix = 48;
+	r.spec.ban = {3600ULL * 1000000000ULL, 4};
+	validate_rule(r.spec);
+	struct sluice_rule dp = to_datapath(r);
+	EXPECT_EQ(dp.ban.secs, 3600u);
+	EXPECT_EQ(dp.ban.after, 4u);
+	EXPECT_EQ(from_maps(dp, to_info(r)).spec.ban, r.spec.ban);
+	RuleSpec without = r.spec;
+	without.ban = {};
+	EXPECT_FALSE(same_spec(without, r.spec));
+	EXPECT_EQ(bucket_change(r.spec, without), BucketChange::keep) << "a ban's change keeps the buckets";
+	EXPECT_EQ(from_maps(to_datapath({r.id, r.slot, without}), to_info(r)).spec.ban, BanSpec{});
+}
+
+} // namespace
+} // namespace sluice

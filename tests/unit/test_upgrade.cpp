@@ -4,12 +4,14 @@
 // buckets, which must leave every bucket reading as it read with them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
 #include "sluice_settable.h"
 #include "sources.h"
 #include "upgrade.h"
+#include "upgrade_abi7.h"
 
 using namespace sluice;
 
@@ -32,6 +34,43 @@ TEST(Upgrade, TheFrozenCopyOfThePreviousLayoutHashesAsThePreviousReleaseRecords)
 {
 	EXPECT_EQ(previous_layout_hash(), 0xcff883963af7cfdeULL);
 	EXPECT_NE(previous_layout_hash(), layout_hash()) << "this release's layout record differs";
+}
+
+// A 0.2.7 rule converted selects any source port and any TCP flags (its pad
+// byte, where the flag mask is now, not read), and a 0.2.7 fragment entry
+// converted knows its datagram's destination port but neither its source
+// port nor its TCP flags (the program's PORTS_* bits: 1 is the destination
+// port alone), so a later fragment may match a --sport or --syn rule, as one
+// whose first fragment was not seen.
+TEST(Upgrade, ThePreviousReleasesRulesAndFragmentsSelectAnySourcePortAndFlags)
+{
+	std::mt19937_64 rng(7);
+	for (int i = 0; i < 1000; i++) {
+		abi7::rule o;
+		abi7::frag_info f;
+		std::generate_n(reinterpret_cast<uint8_t *>(&o), sizeof(o), [&] { return uint8_t(rng()); });
+		std::generate_n(reinterpret_cast<uint8_t *>(&f), sizeof(f), [&] { return uint8_t(rng()); });
+		o.flags &= SLUICE_RULE_SPORT - 1; // the flags 0.2.7 had
+		f.ports_known &= 1;
+		const struct sluice_rule r = now(o);
+		EXPECT_EQ(r.id, o.id);
+		EXPECT_EQ(r.dport_lo, o.dport_lo);
+		EXPECT_EQ(r.dport_hi, o.dport_hi);
+		EXPECT_EQ(r.flags, o.flags);
+		EXPECT_FALSE(r.flags & SLUICE_RULE_SPORT);
+		EXPECT_EQ(r.tcp_flags_mask, 0) << "any TCP flags, whatever 0.2.7's pad held";
+		EXPECT_EQ(r.tcp_flags_value, 0);
+		EXPECT_EQ(r.sport_lo, 0);
+		EXPECT_EQ(r.sport_hi, 0);
+		const struct sluice_frag_info n = now(f);
+		EXPECT_EQ(n.dport, f.dport);
+		EXPECT_EQ(n.proto, f.proto);
+		EXPECT_EQ(n.flags, f.flags);
+		EXPECT_EQ(n.first_ns, f.first_ns);
+		EXPECT_EQ(n.ports_known, f.ports_known) << "the destination port alone: no source port, no flags";
+		EXPECT_EQ(n.sport, 0);
+		EXPECT_EQ(n.tcp_flags, 0);
+	}
 }
 
 namespace {

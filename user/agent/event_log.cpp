@@ -9,6 +9,7 @@
 #include <cstring>
 #include <iostream>
 
+#include "bans.h"
 #include "datapath.h"
 #include "error.h"
 
@@ -137,6 +138,11 @@ void EventLog::tick()
 			} catch (const std::exception &e) {
 				log_line(std::string("events: ") + e.what());
 			}
+		}
+		try {
+			sweep_bans(*maps_, ban_clock_ns()); // bans run out of sources gone quiet: their unban
+		} catch (const std::exception &e) {
+			log_line(std::string("events: ") + e.what());
 		}
 		reader_->poll(std::chrono::milliseconds(0));
 	}

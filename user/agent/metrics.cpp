@@ -130,6 +130,10 @@ void global_counters(FamilyList &out, const Stats &s)
 	info(SLUICE_CNT_INFO_NEW_BUCKET, "sluice_buckets_created_total", "Buckets created, of every table");
 	info(SLUICE_CNT_INFO_EVENTS_LOST, "sluice_events_lost_total",
 	     "Throttle events lost: the ring buffer or the throttled-source table was full");
+	info(SLUICE_CNT_INFO_BANS, "sluice_bans_total", "Temporary bans begun (rules with --ban)");
+	info(SLUICE_CNT_INFO_BAN_TABLE_FULL, "sluice_ban_table_full_total",
+	     "Bans refused because the ban table was full (no ban is ever pushed out)");
+	out.single("sluice_bans", "Sources under a temporary ban now", MetricType::Gauge, static_cast<double>(s.bans));
 	// The data plane counts every table's evictions, and IPv6's apart.
 	auto &evicted = out.add("sluice_evictions_total", "Buckets evicted to make room for a new source",
 				MetricType::Counter);

@@ -19,6 +19,7 @@
 
 #include "agent.h"
 #include "apply.h"
+#include "bans.h"
 #include "chain.h"
 #include "cluster_args.h"
 #include "datapath.h"
@@ -64,6 +65,8 @@ std::string action_cell(const RuleSpec &s)
 		cell += " (shadow)";
 	if (s.layered)
 		cell += " (continue)";
+	if (s.ban.ns)
+		cell += " (ban " + format_duration(s.ban.ns) + " after " + std::to_string(s.ban.after) + ")";
 	return cell;
 }
 
@@ -84,6 +87,8 @@ std::vector<std::string> rule_cells(const InstalledRule &r)
 		format_source(s),
 		std::string(proto_name(s.proto)),
 		format_ports(s.dport),
+		format_ports(s.sport),
+		format_tcp_flags(s.tcp_flags),
 		action_cell(s),
 		algo_cell(s),
 		!limit ? "-" : s.scope == Scope::cluster ? format_rate(s.rate) + " (cluster)" : format_rate(s.rate),
@@ -91,7 +96,7 @@ std::vector<std::string> rule_cells(const InstalledRule &r)
 		limit ? "/" + std::to_string(s.bucket_prefix()) : "-"};
 }
 
-const std::vector<std::string> RULE_HEADER = {"ID",     "NAME", "CIDR", "PROTO", "DPORT",
+const std::vector<std::string> RULE_HEADER = {"ID",     "NAME", "CIDR", "PROTO", "DPORT", "SPORT", "FLAGS",
 					      "ACTION", "ALGO", "RATE", "BURST", "PER"};
 
 /// Opens a `rule import` file ("-" for stdin) and reads its rules.
@@ -368,13 +373,14 @@ void print_stats(const Stats &s, bool json, bool with_global, bool with_rules)
 	rows.clear();
 	for (const auto &rs : s.rules) {
 		const auto &c = rs.counters;
-		rows.push_back({rs.rule.spec.name, action_cell(rs.rule.spec), algo_cell(rs.rule.spec),
+		rows.push_back({rs.rule.spec.name, format_selector(rs.rule.spec), action_cell(rs.rule.spec),
+				algo_cell(rs.rule.spec),
 				std::to_string(rs.sources), std::to_string(c.passed_packets),
 				std::to_string(c.dropped_packets), std::to_string(c.passed_bytes),
 				std::to_string(c.dropped_bytes),
 				std::to_string(c.failopen_table)});
 	}
-	print_table({"RULE", "ACTION", "ALGO", "SOURCES", "PASSED_PKTS", "DROPPED_PKTS", "PASSED_BYTES",
+	print_table({"RULE", "SELECTOR", "ACTION", "ALGO", "SOURCES", "PASSED_PKTS", "DROPPED_PKTS", "PASSED_BYTES",
 		     "DROPPED_BYTES", "FAILOPEN"},
 		    rows);
 	if (!with_global)
@@ -386,6 +392,8 @@ void print_stats(const Stats &s, bool json, bool with_global, bool with_rules)
 		rows.push_back({counter_name(i), std::to_string(s.global[i].packets),
 				std::to_string(s.global[i].bytes)});
 	print_table({"GLOBAL", "PACKETS", "BYTES"}, rows);
+	if (s.bans)
+		std::cout << "\n" << s.bans << " sources banned now (`sluice bans`)\n";
 }
 
 /// `sluice release ADDR [--rule R]`: refills the source's buckets.
@@ -397,6 +405,77 @@ void cmd_release(const Instance &inst, const std::string &source_text, const std
 	for (const ReleasedBucket &b : release_source(maps, source, rule))
 		std::cout << "released " << b.bucket << " from rule " << b.rule << " (" << algo_name(b.algo)
 			  << "): its bucket is full again\n";
+}
+
+/// Seconds, rounded up, as a duration ("9m58s" reads "598s": one unit).
+std::string format_seconds(uint64_t ns)
+{
+	return std::to_string((ns + 999999999ULL) / 1000000000ULL) + "s";
+}
+
+/// A CLOCK_MONOTONIC time as UTC wall-clock time, to the second.
+std::string format_monotonic(uint64_t mono_ns, uint64_t mono_now)
+{
+	struct timespec real = {};
+	clock_gettime(CLOCK_REALTIME, &real);
+	int64_t wall = int64_t(real.tv_sec) - int64_t((mono_now - mono_ns) / 1000000000ULL);
+	time_t t = time_t(wall);
+	struct tm tm = {};
+	gmtime_r(&t, &tm);
+	char buf[32];
+	strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	return buf;
+}
+
+/// `sluice bans`: the bans in force, with the rule that banned each.
+void cmd_bans(const Instance &inst, bool json)
+{
+	auto lock = inst.lock(false);
+	MapSet maps = inst.maps();
+	uint64_t now = ban_clock_ns();
+	std::vector<Ban> bans = list_bans(maps, now);
+	std::unordered_map<uint32_t, InstalledRule> by_slot;
+	for (auto &r : RuleTable(maps).list())
+		by_slot.emplace(r.slot, r);
+	auto rule_of = [&](const Ban &b) {
+		auto it = by_slot.find(b.slot);
+		return it == by_slot.end() ? std::string("-") : it->second.spec.name;
+	};
+	if (json) {
+		nlohmann::ordered_json out = nlohmann::ordered_json::array();
+		for (const Ban &b : bans) {
+			auto it = by_slot.find(b.slot);
+			out.push_back({{"source", format_cidr(b.prefix)},
+				       {"rule", rule_of(b)},
+				       {"rule_id", it == by_slot.end() ? 0 : it->second.id},
+				       {"banned_at", format_monotonic(b.since_ns, now)},
+				       {"expires_in_s", (b.until_ns - now + 999999999ULL) / 1000000000ULL},
+				       {"drops", b.drops}});
+		}
+		std::cout << out.dump(2) << "\n";
+		return;
+	}
+	if (bans.empty()) {
+		std::cout << "no source is banned\n";
+		return;
+	}
+	std::vector<std::vector<std::string>> rows;
+	for (const Ban &b : bans)
+		rows.push_back({format_cidr(b.prefix), rule_of(b), format_monotonic(b.since_ns, now),
+				format_seconds(b.until_ns - now), std::to_string(b.drops)});
+	print_table({"SOURCE", "RULE", "BANNED AT", "EXPIRES IN", "DROPS"}, rows);
+}
+
+/// `sluice ban del ADDR`: lifts the ban covering ADDR.
+void cmd_ban_del(const Instance &inst, const std::string &text)
+{
+	Cidr addr = parse_cidr(text);
+	auto lock = inst.lock(true);
+	MapSet maps = inst.maps();
+	std::optional<Ban> b = remove_ban(maps, addr, ban_clock_ns());
+	if (!b)
+		throw Error("no ban covers " + format_cidr(addr) + " (see `sluice bans`)");
+	std::cout << "lifted the ban of " << format_cidr(b->prefix) << " after " << b->drops << " drops\n";
 }
 
 /// The agent's events socket, connected; empty if no agent serves it.
@@ -486,6 +565,7 @@ void cmd_events(const Instance &inst, bool json, uint64_t count, uint64_t timeou
 				break;
 			wait = std::min(wait, left);
 		}
+		sweep_bans(maps, ban_clock_ns()); // bans run out of sources gone quiet: their unban
 		reader.poll(wait);
 	}
 }
@@ -521,9 +601,18 @@ nlohmann::ordered_json explanation_json(const Explanation &e)
 	nlohmann::ordered_json pkt = {{"source", format_address(p.family, p.src.data())}, {"family", p.family}};
 	pkt["proto"] = p.proto ? nlohmann::ordered_json(*p.proto) : nlohmann::ordered_json(nullptr);
 	pkt["dport"] = p.dport ? nlohmann::ordered_json(*p.dport) : nlohmann::ordered_json(nullptr);
+	pkt["sport"] = p.sport ? nlohmann::ordered_json(*p.sport) : nlohmann::ordered_json(nullptr);
+	pkt["tcp_flags"] = p.tcp_flags ? nlohmann::ordered_json(format_tcp_flag_set(*p.tcp_flags))
+				       : nlohmann::ordered_json(nullptr);
 	pkt["bytes"] = p.bytes;
 	nlohmann::ordered_json j = {{"packet", pkt}};
 	j["prefix"] = e.walk.prefix ? nlohmann::ordered_json(format_cidr(*e.walk.prefix)) : nullptr;
+	if (e.ban) {
+		uint64_t now = ClockReading::now().coarse_ns;
+		j["ban"] = {{"source", format_cidr(e.ban->prefix)},
+			    {"until", format_monotonic(e.ban->until_ns, now)},
+			    {"expires_in_s", (e.ban->until_ns - now + 999999999ULL) / 1000000000ULL}};
+	}
 	nlohmann::ordered_json cands = nlohmann::ordered_json::array();
 	for (const auto &c : e.walk.candidates) {
 		nlohmann::ordered_json r = rule_json(c.rule);
@@ -578,6 +667,18 @@ void cmd_explain(const Instance &inst, const ExplainPacket &pkt, bool json)
 		return;
 	}
 	std::cout << "packet: " << describe_packet(pkt) << "\n";
+	if (e.ban) {
+		uint64_t now = ClockReading::now().coarse_ns;
+		auto it = std::find_if(e.walk.candidates.begin(), e.walk.candidates.end(),
+				       [&](const Candidate &c) { return c.rule.slot == e.ban->slot; });
+		std::string rule = it == e.walk.candidates.end() ? "a rule" : "rule " + std::to_string(it->rule.id) +
+			(it->rule.spec.name.empty() ? "" : " (" + it->rule.spec.name + ")");
+		std::cout << "banned: " << format_cidr(e.ban->prefix) << " is banned by " << rule << " until "
+			  << format_monotonic(e.ban->until_ns, now) << " (in " << format_seconds(e.ban->until_ns - now)
+			  << "): every packet from it is dropped before any rule is looked at\n";
+		std::cout << "verdict: drop (drop_ban)\n";
+		return;
+	}
 	if (!e.walk.prefix) {
 		std::cout << "no rule covers " << format_address(pkt.family, pkt.src.data())
 			  << ": it passes untouched (pass_no_match)\n";
@@ -589,10 +690,12 @@ void cmd_explain(const Instance &inst, const ExplainPacket &pkt, bool json)
 		auto cells = rule_cells(c.rule);
 		if (c.set_prefix)
 			cells[2] += " (" + format_cidr(*c.set_prefix) + ")";
-		rows.push_back({cells[0], cells[1], cells[2], cells[3], cells[4], cells[5], std::string(match_name(c.match)),
-				std::string(role_name(c.role))});
+		cells.resize(8); // up to ACTION
+		cells.push_back(std::string(match_name(c.match)));
+		cells.push_back(std::string(role_name(c.role)));
+		rows.push_back(std::move(cells));
 	}
-	print_table({"ID", "NAME", "CIDR", "PROTO", "DPORT", "ACTION", "MATCH", "ROLE"}, rows);
+	print_table({"ID", "NAME", "CIDR", "PROTO", "DPORT", "SPORT", "FLAGS", "ACTION", "MATCH", "ROLE"}, rows);
 	for (size_t i = 0; i < e.applied.size(); i++) {
 		const AppliedRule &a = e.applied[i];
 		const InstalledRule &r = e.walk.candidates[a.candidate].rule;
@@ -672,13 +775,16 @@ struct Args {
 	StatsQuery query;
 	std::string stats_source, release_source, release_rule;
 	bool stats_reset = false;
+	// ban del
+	std::string ban_addr;
 	// events, top, explain
 	uint64_t event_count = 0;
 	std::string event_timeout, events_from = default_events_socket();
 	TopOptions top;
 	std::string interval_text = "1", sort_text = "drop-pps";
-	std::string explain_src, explain_proto;
-	std::optional<long> explain_dport, explain_bytes;
+	std::string explain_src, explain_proto, explain_flags;
+	std::optional<long> explain_dport, explain_sport, explain_bytes;
+	bool explain_syn = false;
 	// agent
 	std::string metrics_text = agent::ListenAddress().text(), events_socket = default_events_socket();
 	size_t top_sources = agent::DEFAULT_TOP_SOURCES;
@@ -1002,6 +1108,27 @@ int run_release(Instance &inst, const CLI::App &, Args &a)
 	return 0;
 }
 
+int run_bans(Instance &inst, const CLI::App &, Args &a)
+{
+	cmd_bans(inst, a.json);
+	return 0;
+}
+
+void setup_ban_del(CLI::App &cmd, Args &a)
+{
+	cmd.add_option("ADDR", a.ban_addr, "Banned address or prefix")->required();
+}
+
+int run_ban_del(Instance &inst, const CLI::App &, Args &a)
+{
+	cmd_ban_del(inst, a.ban_addr);
+	return 0;
+}
+
+const std::vector<Command> BAN_COMMANDS = {
+	{"del", "Lift the ban covering an address (exit 1 if none)", setup_ban_del, run_ban_del},
+};
+
 void setup_events(CLI::App &cmd, Args &a)
 {
 	cmd.add_flag("--json", a.json, "One JSON object per line");
@@ -1039,6 +1166,11 @@ void setup_explain(CLI::App &cmd, Args &a)
 	cmd.add_option("SRC", a.explain_src, "Source address")->required();
 	cmd.add_option("--proto", a.explain_proto, "tcp, udp, icmp or a protocol number (default: unknown)");
 	cmd.add_option("--dport", a.explain_dport, "Destination port (with --proto tcp or udp; default: unknown)");
+	cmd.add_option("--sport", a.explain_sport, "Source port (with --proto tcp or udp; default: unknown)");
+	auto *syn = cmd.add_flag("--syn", a.explain_syn, "A connection attempt: TCP flags syn alone (--tcp-flags syn)");
+	cmd.add_option("--tcp-flags", a.explain_flags,
+		       "The packet's TCP flags: names joined by commas, e.g. syn,ack, or none (default: unknown)")
+		->excludes(syn);
 	cmd.add_option("--bytes", a.explain_bytes, "IP length charged to byte rates (default 1500)");
 	setup_json(cmd, a);
 }
@@ -1046,6 +1178,7 @@ void setup_explain(CLI::App &cmd, Args &a)
 int run_explain(Instance &inst, const CLI::App &, Args &a)
 {
 	ExplainPacket pkt = make_explain_packet(a.explain_src, a.explain_proto, a.explain_dport, a.explain_bytes);
+	add_explain_l4(pkt, a.explain_sport, a.explain_syn ? std::string("syn") : a.explain_flags);
 	cmd_explain(inst, pkt, a.json);
 	return 0;
 }
@@ -1107,6 +1240,8 @@ const std::vector<Command> COMMANDS = {
 	{"stats", "Per-source, per-rule and global counters", setup_stats, run_stats},
 	{"release", "Refill a throttled source's buckets so that it passes its burst again at once", setup_release,
 	 run_release},
+	{"bans", "List the sources under a temporary ban (rules with --ban)", setup_json, run_bans},
+	{"ban", "Manage temporary bans", setup_nothing, nullptr, &BAN_COMMANDS},
 	{"events", "Follow throttle events: a rule starts or stops dropping a source", setup_events, run_events},
 	{"top", "Live pass and drop rates per rule and per source; q quits", setup_top, run_top_command},
 	{"explain", "Which rule would decide a packet, and its bucket's state; sends nothing, changes nothing",
@@ -1181,16 +1316,18 @@ int main(int argc, char **argv)
 	}
 	auto [command, cmd] = chosen(app, COMMANDS);
 	if (!command) {
-		std::cerr << "sluice: a subcommand is required (attach, detach, status, rule, set, stats, release, top, events, "
-			     "explain, apply, export, upgrade, agent); see --help\n";
+		std::cerr << "sluice: a subcommand is required (attach, detach, status, rule, set, stats, release, bans, ban, "
+			     "top, events, explain, apply, export, upgrade, agent); see --help\n";
 		return 2;
 	}
-	if (command->subcommands) {
-		std::string parent = command->name;
+	if (const Command *parent = command; command->subcommands) {
 		std::tie(command, cmd) = chosen(*cmd, *command->subcommands);
 		if (!command) {
-			std::cerr << (parent == "set" ? "sluice: set needs a subcommand (add, del, list, show, load); see set --help\n"
-						      : "sluice: rule needs a subcommand (add, import, del, set, flush, list); see rule --help\n");
+			std::string names;
+			for (const Command &c : *parent->subcommands)
+				names += (names.empty() ? "" : ", ") + std::string(c.name);
+			std::cerr << "sluice: " << parent->name << " needs a subcommand (" << names << "); see "
+				  << parent->name << " --help\n";
 			return 2;
 		}
 	}

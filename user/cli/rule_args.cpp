@@ -22,6 +22,25 @@ void add_scope_options(CLI::App *cmd, std::string &scope, std::string &fallback)
 			"(default: the rate divided by the host count); none for the default");
 }
 
+/// --ban's value: a duration, or 0 (rule set: no ban).
+uint64_t parse_ban(const std::string &text, bool zero_ok)
+{
+	if (zero_ok && (text == "0" || text == "none"))
+		return 0;
+	return parse_duration_ns(text, "--ban");
+}
+
+/// --ban-after's value: a count of drops, 1 or more.
+uint32_t parse_ban_after(const std::string &text)
+{
+	uint64_t n = 0;
+	if (text.empty() || text.size() > 7 || !std::all_of(text.begin(), text.end(), ::isdigit) ||
+	    (n = std::stoull(text)) < 1 || n > BanSpec::MAX_AFTER)
+		throw Error("--ban-after '" + text + "' is not a count of drops from 1 to " +
+			    std::to_string(BanSpec::MAX_AFTER));
+	return uint32_t(n);
+}
+
 /// --fallback's value: a rate, or "none" (amount 0) for the default share.
 Rate parse_fallback(const std::string &text)
 {
@@ -41,6 +60,12 @@ void add_rule_options(CLI::App *cmd, RuleArgs &a)
 	allow->excludes(deny);
 	cmd->add_option("--proto", a.proto, "tcp, udp or icmp");
 	cmd->add_option("--dport", a.dport, "Destination port or range P-Q (needs --proto tcp|udp)");
+	cmd->add_option("--sport", a.sport, "Source port or range P-Q (needs --proto tcp|udp)");
+	auto *syn = cmd->add_flag("--syn", a.syn, "TCP connection attempts: SYN set, ACK clear (--tcp-flags syn,ack=syn)");
+	cmd->add_option("--tcp-flags", a.tcp_flags,
+			"TCP packets whose flags in MASK equal VALUE: MASK=VALUE, e.g. syn,ack=syn "
+			"(fin syn rst psh ack urg ece cwr, all, none)")
+		->excludes(syn);
 	cmd->add_option("--per", a.per, "Bucket per prefix of this length (default: per IPv4 address, per IPv6 /64)");
 	cmd->add_option("--name", a.name, "Rule name (default rule<ID>)");
 	cmd->add_option("--algo", a.algo,
@@ -50,6 +75,8 @@ void add_rule_options(CLI::App *cmd, RuleArgs &a)
 	cmd->add_flag("--continue", a.layered,
 		      "Layered limit: a packet it passes goes on to the next matching rule");
 	add_scope_options(cmd, a.scope, a.fallback);
+	cmd->add_option("--ban", a.ban, "Limit: ban a source this rule drops (see --ban-after) for this long: 10min, 1h");
+	cmd->add_option("--ban-after", a.ban_after, "Limit with --ban: drops within the ban's duration that ban (default 1)");
 }
 
 void add_edit_options(CLI::App *cmd, RuleEditArgs &a)
@@ -65,6 +92,8 @@ void add_edit_options(CLI::App *cmd, RuleEditArgs &a)
 	auto *layered = cmd->add_flag("--continue", a.layered, "Make it a layered limit");
 	cmd->add_flag("--no-continue", a.no_layered, "Make it decide the packets it matches")->excludes(layered);
 	add_scope_options(cmd, a.scope, a.fallback);
+	cmd->add_option("--ban", a.ban, "New ban duration (0 for none: lifts the rule's bans)");
+	cmd->add_option("--ban-after", a.ban_after, "New ban threshold in drops");
 }
 
 RuleEdit to_edit(const RuleEditArgs &a, const CLI::App &cmd, bool rate_counts_bytes)
@@ -97,10 +126,14 @@ RuleEdit to_edit(const RuleEditArgs &a, const CLI::App &cmd, bool rate_counts_by
 		e.scope = parse_scope(a.scope);
 	if (!a.fallback.empty())
 		e.fallback = parse_fallback(a.fallback);
+	if (!a.ban.empty())
+		e.ban.ns = parse_ban(a.ban, true);
+	if (!a.ban_after.empty())
+		e.ban.after = parse_ban_after(a.ban_after);
 	if (!e.name && !e.rate && !e.burst && !e.algo && !e.warmup_ns && !e.per_prefix && !e.shadow && !e.layered &&
-	    !e.scope && !e.fallback)
+	    !e.scope && !e.fallback && !e.ban.ns && !e.ban.after)
 		throw Error("rule set needs something to change: --rate, --burst, --algo, --warmup, --per, --name, "
-			    "--shadow/--no-shadow, --continue/--no-continue, --scope or --fallback");
+			    "--shadow/--no-shadow, --continue/--no-continue, --scope, --fallback, --ban or --ban-after");
 	return e;
 }
 
@@ -123,6 +156,12 @@ RuleSpec to_spec(const RuleArgs &a, bool per_given)
 		spec.proto = parse_proto(a.proto);
 	if (!a.dport.empty())
 		spec.dport = parse_port_range(a.dport);
+	if (!a.sport.empty())
+		spec.sport = parse_port_range(a.sport);
+	if (a.syn)
+		spec.tcp_flags = SYN_ONLY;
+	if (!a.tcp_flags.empty())
+		spec.tcp_flags = parse_tcp_flags(a.tcp_flags);
 	if (!a.algo.empty())
 		spec.algo = parse_algo(a.algo);
 	if (!a.warmup.empty())
@@ -136,6 +175,10 @@ RuleSpec to_spec(const RuleArgs &a, bool per_given)
 		spec.scope = parse_scope(a.scope);
 	if (!a.fallback.empty())
 		spec.fallback = parse_fallback(a.fallback);
+	if (!a.ban.empty())
+		spec.ban.ns = parse_ban(a.ban, false);
+	if (!a.ban_after.empty())
+		spec.ban.after = parse_ban_after(a.ban_after);
 	return spec;
 }
 

@@ -20,8 +20,9 @@ namespace sluice {
 
 /// The options of `rule add`, as typed, before any of them is parsed.
 struct RuleArgs {
-	std::string cidr, rate, burst, proto, dport, name, algo, warmup, scope, fallback;
-	bool allow = false, deny = false, shadow = false, layered = false;
+	std::string cidr, rate, burst, proto, dport, sport, tcp_flags, name, algo, warmup, scope, fallback, ban,
+		ban_after;
+	bool allow = false, deny = false, shadow = false, layered = false, syn = false;
 	int per = -1;
 };
 
@@ -34,7 +35,7 @@ RuleSpec to_spec(const RuleArgs &a, bool per_given);
 
 /// The options of `rule set`, as typed.
 struct RuleEditArgs {
-	std::string rate, burst, algo, warmup, name, scope, fallback;
+	std::string rate, burst, algo, warmup, name, scope, fallback, ban, ban_after;
 	int per = -1;
 	bool shadow = false, no_shadow = false, layered = false, no_layered = false;
 };

@@ -170,6 +170,10 @@ ThrottleEvent EventNamer::name(const struct sluice_event &e)
 {
 	ThrottleEvent out;
 	out.throttled = e.kind == SLUICE_EVENT_THROTTLED;
+	out.kind = e.kind == SLUICE_EVENT_THROTTLED ? ThrottleEvent::Kind::throttled
+		   : e.kind == SLUICE_EVENT_BAN     ? ThrottleEvent::Kind::ban
+		   : e.kind == SLUICE_EVENT_UNBAN   ? ThrottleEvent::Kind::unban
+						    : ThrottleEvent::Kind::released;
 	out.unix_ns = to_unix_ns(e.ns);
 	out.since_unix_ns = to_unix_ns(e.since_ns);
 	if (!by_bucket_.count(e.key.bucket_id))
@@ -186,13 +190,36 @@ ThrottleEvent EventNamer::name(const struct sluice_event &e)
 		out.shadow = it->second.spec.shadow;
 		c.prefix_len = it->second.spec.bucket_prefix();
 	}
+	if (e.kind == SLUICE_EVENT_BAN || e.kind == SLUICE_EVENT_UNBAN)
+		c.prefix_len = std::min<int>(int(e.pad), c.max_len()); // the ban's own prefix
 	out.source = format_cidr(c);
 	return out;
 }
 
+namespace {
+
+const char *kind_name(ThrottleEvent::Kind k)
+{
+	switch (k) {
+	case ThrottleEvent::Kind::throttled: return "throttled";
+	case ThrottleEvent::Kind::released: return "released";
+	case ThrottleEvent::Kind::ban: return "ban";
+	default: return "unban";
+	}
+}
+
+} // namespace
+
 std::string format_event(const ThrottleEvent &e)
 {
 	std::string rule = e.rule_id ? "rule " + e.rule + " (" + std::to_string(e.rule_id) + ")" : "a deleted rule";
+	if (e.kind == ThrottleEvent::Kind::ban)
+		return iso_time(e.unix_ns) + " banned " + e.source + " by " + rule;
+	if (e.kind == ThrottleEvent::Kind::unban) {
+		char buf[48];
+		std::snprintf(buf, sizeof(buf), " after %.1f s", double(e.unix_ns - e.since_unix_ns) / 1e9);
+		return iso_time(e.unix_ns) + " unbanned " + e.source + " (banned by " + rule + ")" + buf;
+	}
 	std::string line = iso_time(e.unix_ns) + (e.throttled ? " throttled " : " released ") + e.source + " by " + rule;
 	if (e.shadow)
 		line += " (shadow: would-be drops, all passed)";
@@ -208,13 +235,15 @@ std::string event_json(const ThrottleEvent &e)
 {
 	nlohmann::ordered_json j;
 	j["time"] = iso_time(e.unix_ns);
-	j["event"] = e.throttled ? "throttled" : "released";
+	j["event"] = kind_name(e.kind);
 	j["source"] = e.source;
 	j["rule"] = e.rule_id ? nlohmann::ordered_json(e.rule) : nlohmann::ordered_json(nullptr);
 	j["rule_id"] = e.rule_id;
 	j["shadow"] = e.shadow;
 	j["since"] = iso_time(e.since_unix_ns);
-	if (!e.throttled)
+	if (e.kind == ThrottleEvent::Kind::unban)
+		j["banned_seconds"] = std::round(double(e.unix_ns - e.since_unix_ns) / 1e6) / 1e3;
+	else if (e.kind == ThrottleEvent::Kind::released)
 		j["throttled_seconds"] = std::round(double(e.unix_ns - e.since_unix_ns) / 1e6) / 1e3;
 	j["unix_ns"] = e.unix_ns;
 	j["since_unix_ns"] = e.since_unix_ns;
@@ -226,7 +255,12 @@ ThrottleEvent event_from_json(const std::string &line)
 	try {
 		auto j = nlohmann::json::parse(line);
 		ThrottleEvent e;
-		e.throttled = j.at("event").get<std::string>() == "throttled";
+		std::string kind = j.at("event").get<std::string>();
+		e.throttled = kind == "throttled";
+		e.kind = kind == "throttled" ? ThrottleEvent::Kind::throttled
+			 : kind == "ban"     ? ThrottleEvent::Kind::ban
+			 : kind == "unban"   ? ThrottleEvent::Kind::unban
+					     : ThrottleEvent::Kind::released;
 		e.source = j.at("source").get<std::string>();
 		e.rule_id = j.at("rule_id").get<uint32_t>();
 		e.rule = j.at("rule").is_null() ? "" : j.at("rule").get<std::string>();

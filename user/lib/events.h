@@ -22,7 +22,11 @@ namespace sluice {
 
 /// One event as a user reads it.
 struct ThrottleEvent {
-	bool throttled = true;      ///< false: released
+	/// What happened: a rule began or stopped dropping the source, or banned
+	/// it (a rule with --ban), or its ban ran out.
+	enum class Kind : uint8_t { throttled, released, ban, unban };
+	bool throttled = true;      ///< false: released (or a ban's event)
+	Kind kind = Kind::throttled;
 	int64_t unix_ns = 0;        ///< when, on the wall clock
 	int64_t since_unix_ns = 0;  ///< when the episode began
 	std::string source;         ///< the bucket's address or prefix ("203.0.113.7", "2001:db8:1::/64")

@@ -103,6 +103,18 @@ Match rule_match(const RuleSpec &r, const ExplainPacket &p)
 		else if (*p.dport < r.dport.lo || *p.dport > r.dport.hi)
 			return Match::no;
 	}
+	if (!r.sport.any()) {
+		if (!p.sport)
+			m = Match::maybe;
+		else if (*p.sport < r.sport.lo || *p.sport > r.sport.hi)
+			return Match::no;
+	}
+	if (!r.tcp_flags.any()) {
+		if (!p.tcp_flags)
+			m = Match::maybe;
+		else if (!r.tcp_flags.matches(*p.tcp_flags))
+			return Match::no;
+	}
 	return m;
 }
 
@@ -162,6 +174,24 @@ ExplainPacket make_explain_packet(std::string_view src, std::string_view proto, 
 	return p;
 }
 
+void add_explain_l4(ExplainPacket &p, std::optional<long> sport, const std::string &tcp_flags)
+{
+	if (!tcp_flags.empty()) {
+		if (p.proto && *p.proto != SLUICE_PROTO_TCP)
+			throw Error("--syn and --tcp-flags describe a TCP packet, not --proto " +
+				    std::string(proto_name(static_cast<Proto>(*p.proto))));
+		p.proto = SLUICE_PROTO_TCP;
+		p.tcp_flags = parse_tcp_flag_set(tcp_flags, "--tcp-flags");
+	}
+	if (sport) {
+		if (!p.proto || (*p.proto != SLUICE_PROTO_TCP && *p.proto != SLUICE_PROTO_UDP))
+			throw Error("--sport needs --proto tcp or --proto udp");
+		if (*sport < 0 || *sport > 65535)
+			throw Error("port " + std::to_string(*sport) + " is out of range (0-65535)");
+		p.sport = static_cast<uint16_t>(*sport);
+	}
+}
+
 std::string describe_packet(const ExplainPacket &p)
 {
 	std::string out = format_address(p.family, p.src.data()) + ", ";
@@ -173,6 +203,10 @@ std::string describe_packet(const ExplainPacket &p)
 		out += "protocol " + std::to_string(*p.proto);
 	if (p.proto && (*p.proto == SLUICE_PROTO_TCP || *p.proto == SLUICE_PROTO_UDP))
 		out += p.dport ? " port " + std::to_string(*p.dport) : " port unknown";
+	if (p.sport)
+		out += " from port " + std::to_string(*p.sport);
+	if (p.tcp_flags)
+		out += ", flags " + format_tcp_flag_set(*p.tcp_flags);
 	return out + ", " + std::to_string(p.bytes) + " bytes";
 }
 
@@ -411,6 +445,12 @@ Explanation explain(const MapSet &maps, const ExplainPacket &pkt, const ClockRea
 	e.packet = pkt;
 	RuleTable table(maps);
 	e.walk = walk_rules(table.list(), pkt);
+	Cidr src{pkt.family, pkt.src, pkt.family == 4 ? 32 : 128};
+	// Bans are kept on the coarse clock: the program reads jiffies.
+	if ((e.ban = covering_ban(maps, src, clock.coarse_ns))) {
+		e.verdict = SLUICE_CNT_DROP_BAN;
+		return e;
+	}
 	if (!e.walk.prefix)
 		return e;
 

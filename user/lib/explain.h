@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "bans.h"
 #include "maps.h"
 #include "rule.h"
 #include "sets.h"
@@ -25,6 +26,8 @@ struct ExplainPacket {
 	std::array<uint8_t, 16> src{}; ///< network order; IPv4 in the first 4 bytes
 	std::optional<uint8_t> proto;  ///< as rules name it (SLUICE_PROTO_ICMP for ICMP and ICMPv6), or the IP protocol
 	std::optional<uint16_t> dport; ///< TCP and UDP only
+	std::optional<uint16_t> sport; ///< TCP and UDP only
+	std::optional<uint8_t> tcp_flags; ///< TCP only: SLUICE_TCP_* bits
 	uint64_t bytes = DEFAULT_BYTES; ///< its IP length: what a byte rate charges
 
 	/// A full-size packet on a 1,500-byte MTU: the largest such packet, so
@@ -38,7 +41,12 @@ struct ExplainPacket {
 ExplainPacket make_explain_packet(std::string_view src, std::string_view proto, std::optional<long> dport,
 				  std::optional<long> bytes);
 
-/// "10.1.2.3, udp port 53, 1500 bytes".
+/// Adds the source port and the TCP flags (names joined by commas, or
+/// "none"; empty: unknown) to a packet make_explain_packet built. Flags make
+/// it a TCP packet, as they make a rule a TCP rule. Throws Error with one line.
+void add_explain_l4(ExplainPacket &pkt, std::optional<long> sport, const std::string &tcp_flags);
+
+/// "10.1.2.3, udp port 53, 1500 bytes"; "10.1.2.3, tcp port 22 from port 40000, flags syn, 60 bytes".
 std::string describe_packet(const ExplainPacket &p);
 
 /// How a rule's selectors meet the packet (the program's rule_matches).
@@ -152,6 +160,9 @@ struct Explanation {
 	std::optional<size_t> decided_by; ///< index into applied: the rule whose verdict the packet gets
 	/// The global counter the packet would land in (SLUICE_CNT_PASS_*, DROP_*).
 	int verdict = SLUICE_CNT_PASS_NO_MATCH;
+	/// The ban the source is under: the packet is dropped (drop_ban) before
+	/// any rule is looked at, and `applied` is empty.
+	std::optional<Ban> ban;
 	bool dropped() const { return (SLUICE_DROP_VERDICTS >> verdict) & 1; }
 };
 

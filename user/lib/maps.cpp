@@ -60,6 +60,11 @@ const MapRef MAP_REFS[] = {
 	{SLUICE_STR(SLUICE_MAP_OWED), &MapSet::owed, BPF_MAP_TYPE_PERCPU_ARRAY, 4, sizeof(struct sluice_owed)},
 	{SLUICE_STR(SLUICE_MAP_GRANTS), &MapSet::grants, BPF_MAP_TYPE_LRU_HASH, sizeof(struct sluice_grant_key),
 	 sizeof(struct sluice_grant)},
+	{SLUICE_STR(SLUICE_MAP_BANS), &MapSet::bans, BPF_MAP_TYPE_LPM_TRIE, sizeof(struct sluice_ban_key),
+	 sizeof(struct sluice_ban)},
+	{SLUICE_STR(SLUICE_MAP_STRIKES), &MapSet::strikes, BPF_MAP_TYPE_LRU_HASH, sizeof(struct sluice_throttle_key),
+	 sizeof(struct sluice_strike)},
+	{SLUICE_STR(SLUICE_MAP_BANS_ON), &MapSet::bans_on, BPF_MAP_TYPE_ARRAY, 4, 4},
 };
 
 

@@ -2,6 +2,7 @@
 #include "rule.h"
 
 #include <algorithm>
+#include <bit>
 #include <cctype>
 #include <charconv>
 #include <cstring>
@@ -106,6 +107,110 @@ std::string format_ports(const PortRange &p)
 	return std::to_string(p.lo) + "-" + std::to_string(p.hi);
 }
 
+namespace {
+
+const std::pair<const char *, uint8_t> TCP_FLAG_NAMES[] = {
+	{"fin", SLUICE_TCP_FIN}, {"syn", SLUICE_TCP_SYN}, {"rst", SLUICE_TCP_RST}, {"psh", SLUICE_TCP_PSH},
+	{"ack", SLUICE_TCP_ACK}, {"urg", SLUICE_TCP_URG}, {"ece", SLUICE_TCP_ECE}, {"cwr", SLUICE_TCP_CWR},
+};
+
+/// Flag names joined by commas (`all`; `none` where allowed) as a bit set.
+uint8_t parse_flag_names(std::string_view list, std::string_view whole, bool none_ok)
+{
+	std::string lower(list);
+	std::transform(lower.begin(), lower.end(), lower.begin(),
+		       [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+	if (lower == "all")
+		return 0xff;
+	if (lower == "none") {
+		if (!none_ok)
+			throw Error("a TCP flag mask of none in '" + std::string(whole) + "' selects nothing: leave "
+				    "--tcp-flags out for any flags");
+		return 0;
+	}
+	uint8_t bits = 0;
+	std::string_view rest = lower;
+	for (;;) {
+		size_t comma = rest.find(',');
+		std::string_view name = rest.substr(0, comma);
+		auto it = std::find_if(std::begin(TCP_FLAG_NAMES), std::end(TCP_FLAG_NAMES),
+				       [&](const auto &f) { return name == f.first; });
+		if (it == std::end(TCP_FLAG_NAMES))
+			throw Error("unknown TCP flag '" + std::string(name) + "' in '" + std::string(whole) +
+				    "' (fin, syn, rst, psh, ack, urg, ece, cwr, all" + (none_ok ? ", none)" : ")"));
+		if (bits & it->second)
+			throw Error("TCP flag '" + std::string(name) + "' twice in '" + std::string(whole) + "'");
+		bits |= it->second;
+		if (comma == std::string_view::npos)
+			break;
+		rest.remove_prefix(comma + 1);
+	}
+	return bits;
+}
+
+std::string flag_names(uint8_t bits)
+{
+	std::string out;
+	for (const auto &[name, bit] : TCP_FLAG_NAMES)
+		if (bits & bit)
+			out += (out.empty() ? "" : ",") + std::string(name);
+	return out;
+}
+
+} // namespace
+
+TcpFlags parse_tcp_flags(std::string_view text)
+{
+	size_t eq = text.find('=');
+	if (eq == std::string_view::npos)
+		throw Error("TCP flags '" + std::string(text) + "' need the form MASK=VALUE, e.g. syn,ack=syn "
+			    "(SYN set, ACK clear)");
+	TcpFlags f;
+	f.mask = parse_flag_names(text.substr(0, eq), text, false);
+	f.value = parse_flag_names(text.substr(eq + 1), text, true);
+	if (f.value & ~f.mask)
+		throw Error("TCP flags '" + std::string(text) + "': " + flag_names(f.value & ~f.mask) +
+			    " in the value but not in the mask, so no packet could match");
+	return f;
+}
+
+std::string format_tcp_flags(const TcpFlags &f)
+{
+	if (f.any())
+		return "any";
+	return (f.mask == 0xff ? std::string("all") : flag_names(f.mask)) + "=" +
+	       (f.value == 0 ? std::string("none") : f.value == 0xff ? std::string("all") : flag_names(f.value));
+}
+
+std::string format_selector(const RuleSpec &spec)
+{
+	std::string s;
+	auto add = [&s](const std::string &word) { s += (s.empty() ? "" : " ") + word; };
+	if (spec.proto != Proto::any)
+		add(std::string(proto_name(spec.proto)));
+	if (!spec.dport.any())
+		add("dport " + format_ports(spec.dport));
+	if (!spec.sport.any())
+		add("sport " + format_ports(spec.sport));
+	if (!spec.tcp_flags.any())
+		add("flags " + format_tcp_flags(spec.tcp_flags));
+	return s.empty() ? "any" : s;
+}
+
+uint8_t parse_tcp_flag_set(std::string_view text, std::string_view what)
+{
+	try {
+		return parse_flag_names(text, text, true);
+	} catch (const Error &e) {
+		throw Error(std::string(what) + ": " + e.what());
+	}
+}
+
+std::string format_tcp_flag_set(uint8_t flags)
+{
+	return flags ? flag_names(flags) : "none";
+}
+
 void check_rule_name(std::string_view name)
 {
 	bool all_digits = !name.empty();
@@ -153,6 +258,35 @@ void resolve_set_family(RuleSpec &spec, int family)
 			    std::to_string(family) + " prefixes)");
 }
 
+namespace {
+
+/// A rule's ban options: an enforcing limit's, within range; the default
+/// threshold filled in.
+void validate_ban(RuleSpec &spec)
+{
+	if (!spec.ban.ns) {
+		if (spec.ban.after)
+			throw Error("--ban-after needs --ban DURATION");
+		return;
+	}
+	if (spec.action != Action::limit)
+		throw Error("--ban applies to --rate rules: a " + std::string(action_name(spec.action)) +
+			    " rule has no drops to count");
+	if (spec.shadow)
+		throw Error("--ban and --shadow do not go together: a shadow rule drops nothing");
+	if (spec.ban.ns < 1000000000ULL || spec.ban.ns > SLUICE_MAX_BAN_NS)
+		throw Error("--ban " + format_duration(spec.ban.ns) + " is out of range (1s to 366day)");
+	if (spec.ban.ns % 1000000000ULL)
+		throw Error("--ban " + format_duration(spec.ban.ns) + " is not a whole number of seconds");
+	if (spec.ban.after > BanSpec::MAX_AFTER)
+		throw Error("--ban-after " + std::to_string(spec.ban.after) + " is out of range (1 to " +
+			    std::to_string(BanSpec::MAX_AFTER) + ")");
+	if (!spec.ban.after)
+		spec.ban.after = BanSpec::DEFAULT_AFTER;
+}
+
+} // namespace
+
 void validate_rule(RuleSpec &spec)
 {
 	if (!spec.set.empty()) {
@@ -162,8 +296,20 @@ void validate_rule(RuleSpec &spec)
 	}
 	if (!spec.name.empty())
 		check_rule_name(spec.name);
+	if (!spec.tcp_flags.any()) {
+		// A flag selector selects TCP packets: it says the protocol.
+		if (spec.proto != Proto::any && spec.proto != Proto::tcp)
+			throw Error("--syn and --tcp-flags select TCP packets, not --proto " +
+				    std::string(proto_name(spec.proto)));
+		spec.proto = Proto::tcp;
+		if (spec.tcp_flags.value & ~spec.tcp_flags.mask)
+			throw Error("TCP flags " + format_tcp_flag_set(spec.tcp_flags.value) +
+				    " in the value but not in the mask: no packet could match");
+	}
 	if (!spec.dport.any() && spec.proto != Proto::tcp && spec.proto != Proto::udp)
 		throw Error("--dport needs --proto tcp or --proto udp");
+	if (!spec.sport.any() && spec.proto != Proto::tcp && spec.proto != Proto::udp)
+		throw Error("--sport needs --proto tcp or --proto udp");
 	if (spec.shadow && spec.action == Action::allow)
 		throw Error("--shadow applies to --rate and --deny rules: an allow rule drops nothing");
 	if (spec.layered && spec.action != Action::limit)
@@ -194,6 +340,7 @@ void validate_rule(RuleSpec &spec)
 					    format_rate(spec.rate) + ": it is this host's share of it");
 		}
 	}
+	validate_ban(spec);
 	if (spec.action != Action::limit) {
 		if (spec.rate.amount)
 			throw Error("--rate applies to limit rules, not --" + std::string(action_name(spec.action)));
@@ -246,7 +393,8 @@ void validate_rule(RuleSpec &spec)
 
 bool same_selector(const RuleSpec &a, const RuleSpec &b)
 {
-	return a.cidr == b.cidr && a.set == b.set && a.proto == b.proto && a.dport == b.dport;
+	return a.cidr == b.cidr && a.set == b.set && a.proto == b.proto && a.dport == b.dport && a.sport == b.sport &&
+	       a.tcp_flags == b.tcp_flags;
 }
 
 size_t SelectorHash::operator()(const RuleSpec *s) const
@@ -260,6 +408,8 @@ size_t SelectorHash::operator()(const RuleSpec *s) const
 	mix(b);
 	mix(uint64_t(s->cidr.prefix_len) << 8 | uint64_t(s->cidr.family) << 16 | uint64_t(s->proto) << 24 |
 	    uint64_t(s->dport.lo) << 32 | uint64_t(s->dport.hi) << 48);
+	mix(uint64_t(s->sport.lo) | uint64_t(s->sport.hi) << 16 | uint64_t(s->tcp_flags.mask) << 32 |
+	    uint64_t(s->tcp_flags.value) << 40);
 	if (!s->set.empty())
 		mix(std::hash<std::string>{}(s->set));
 	return h ^ (h >> 29);
@@ -267,6 +417,8 @@ size_t SelectorHash::operator()(const RuleSpec *s) const
 
 RuleSpec canonical(RuleSpec s)
 {
+	if (!s.tcp_flags.any())
+		s.proto = Proto::tcp; // a flag selector is a TCP selector
 	if (s.action != Action::limit) {
 		RuleSpec defaults;
 		s.rate = defaults.rate;
@@ -275,6 +427,7 @@ RuleSpec canonical(RuleSpec s)
 		s.per_prefix = defaults.per_prefix;
 		s.warmup_ns = defaults.warmup_ns;
 		s.layered = defaults.layered;
+		s.ban = defaults.ban;
 		s.scope = defaults.scope;
 		s.fallback = defaults.fallback;
 		return s;
@@ -291,6 +444,10 @@ RuleSpec canonical(RuleSpec s)
 		s.warmup_ns = 0;
 	if (s.scope == Scope::local)
 		s.fallback = {};
+	if (!s.ban.ns)
+		s.ban.after = 0;
+	else if (!s.ban.after)
+		s.ban.after = BanSpec::DEFAULT_AFTER;
 	return s;
 }
 
@@ -407,12 +564,23 @@ struct sluice_rule to_datapath(const InstalledRule &r)
 	dp.flags = (s.shadow ? SLUICE_RULE_SHADOW : 0) | (s.layered ? SLUICE_RULE_CONTINUE : 0);
 	if (s.scope == Scope::cluster && s.action == Action::limit)
 		dp.flags |= SLUICE_RULE_CLUSTER; // its buckets take the cluster sync's grants
+	if (!s.sport.any()) {
+		dp.flags |= SLUICE_RULE_SPORT;
+		dp.sport_lo = s.sport.lo;
+		dp.sport_hi = s.sport.hi;
+	}
+	dp.tcp_flags_mask = s.tcp_flags.mask;
+	dp.tcp_flags_value = s.tcp_flags.value & s.tcp_flags.mask;
 	dp.strictness = strictness(s);
 	if (s.action != Action::limit)
 		return dp;
 	dp.algo = static_cast<__u8>(s.algo);
 	dp.unit = s.rate.counts_bytes() ? SLUICE_UNIT_BYTES : SLUICE_UNIT_PACKETS;
 	dp.per_prefix = static_cast<__u8>(s.bucket_prefix());
+	if (s.ban.ns) {
+		dp.ban.secs = static_cast<__u32>(s.ban.ns / 1000000000ULL); // whole seconds (validate_ban)
+		dp.ban.after = s.ban.after ? s.ban.after : BanSpec::DEFAULT_AFTER;
+	}
 	if (s.has_burst()) {
 		LimitParams p = compile_limit(local_rate(r), local_burst(r));
 		dp.bucket.inc_mult = p.inc_mult;
@@ -501,6 +669,10 @@ InstalledRule from_maps(const struct sluice_rule &dp, const struct sluice_rule_i
 	s.action = static_cast<Action>(dp.action);
 	s.proto = static_cast<Proto>(dp.proto);
 	s.dport = {dp.dport_lo, dp.dport_hi};
+	if (dp.flags & SLUICE_RULE_SPORT)
+		s.sport = {dp.sport_lo, dp.sport_hi};
+	if (dp.tcp_flags_mask)
+		s.tcp_flags = {dp.tcp_flags_mask, static_cast<uint8_t>(dp.tcp_flags_value & dp.tcp_flags_mask)};
 	s.shadow = dp.flags & SLUICE_RULE_SHADOW;
 	s.layered = dp.flags & SLUICE_RULE_CONTINUE;
 	if (s.action == Action::limit) {
@@ -510,6 +682,7 @@ InstalledRule from_maps(const struct sluice_rule &dp, const struct sluice_rule_i
 		s.per_prefix = dp.per_prefix == s.default_bucket_prefix() ? -1 : dp.per_prefix;
 		if (s.algo == Algo::token_bucket)
 			s.warmup_ns = dp.bucket.warmup >> SLUICE_TICK_SHIFT;
+		s.ban = {uint64_t(dp.ban.secs) * 1000000000ULL, dp.ban.secs ? dp.ban.after : 0};
 		s.scope = info.scope == SLUICE_SCOPE_CLUSTER ? Scope::cluster : Scope::local;
 		s.fallback = {info.fallback_amount, info.fallback_period_ns, static_cast<RateUnit>(info.fallback_unit)};
 		r.cluster_hosts = std::max<uint32_t>(info.cluster_hosts, 1);
@@ -567,6 +740,12 @@ bool match_order(const InstalledRule &a, const InstalledRule &b)
 	int wx = x.dport.hi - x.dport.lo, wy = y.dport.hi - y.dport.lo;
 	if (wx != wy)
 		return wx < wy;
+	int sx = x.sport.hi - x.sport.lo, sy = y.sport.hi - y.sport.lo;
+	if (sx != sy)
+		return sx < sy;
+	int fx = std::popcount(x.tcp_flags.mask), fy = std::popcount(y.tcp_flags.mask);
+	if (fx != fy)
+		return fx > fy;
 	if ((x.proto != Proto::any) != (y.proto != Proto::any))
 		return x.proto != Proto::any;
 	return a.id < b.id;

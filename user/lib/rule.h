@@ -37,19 +37,48 @@ struct PortRange {
 	bool operator==(const PortRange &) const = default;
 };
 
+/// The TCP flags a rule selects, as nft's `tcp flags & MASK == VALUE`: a TCP
+/// packet matches when its flags masked by `mask` equal `value` (a subset of
+/// the mask). Mask 0: any flags, any protocol.
+struct TcpFlags {
+	uint8_t mask = 0;
+	uint8_t value = 0;
+
+	bool any() const { return mask == 0; }
+	bool matches(uint8_t flags) const { return (flags & mask) == value; }
+	bool operator==(const TcpFlags &) const = default;
+};
+/// `--syn`: SYN set and ACK clear, a connection attempt.
+inline constexpr TcpFlags SYN_ONLY{SLUICE_TCP_SYN | SLUICE_TCP_ACK, SLUICE_TCP_SYN};
+
 /// A rule as the operator states it.
+/// A limit rule's temporary ban (bpf/lib/bans.h, docs/packets.md): a
+/// source this rule drops `after` times within `ns` (counted from the
+/// first), its bucket off probation, is banned for `ns`: all its traffic
+/// is dropped. ns 0: the rule bans no one.
+struct BanSpec {
+	uint64_t ns = 0;
+	uint32_t after = 0; ///< 0 with ns: the default, DEFAULT_AFTER
+	static constexpr uint32_t DEFAULT_AFTER = 1;
+	static constexpr uint32_t MAX_AFTER = 1000000;
+	bool operator==(const BanSpec &) const = default;
+};
+
 struct RuleSpec {
 	std::string name;
 	Cidr cidr;
 	Action action = Action::limit;
 	Proto proto = Proto::any;
 	PortRange dport;
+	PortRange sport;    ///< TCP and UDP: the source port range
+	TcpFlags tcp_flags; ///< TCP only (a rule with flags is a TCP rule)
 	Rate rate;          ///< limit rules only
 	Algo algo = Algo::token_bucket; ///< limit rules only
 	uint64_t burst = 0; ///< token bucket and GCRA: packets, or bytes for byte rates
 	uint64_t warmup_ns = 0; ///< token bucket only: warm-up period, 0 for none
 	int per_prefix = -1; ///< limit rules only: bucket prefix length; -1 = the default (default_bucket_prefix)
 	bool shadow = false; ///< count would-be drops but pass them
+	BanSpec ban;         ///< limit rules only
 	/// `--continue` (limit rules only): a packet this rule passes goes on to
 	/// the next matching rule instead of being decided here.
 	bool layered = false;
@@ -133,6 +162,20 @@ std::string_view proto_name(Proto p);
 /// "80" or "8000-8080".
 PortRange parse_port_range(std::string_view text);
 std::string format_ports(const PortRange &p);
+/// `--tcp-flags`' value, MASK=VALUE: each side flag names joined by commas
+/// (fin, syn, rst, psh, ack, urg, ece, cwr, in any case), `all` for every
+/// flag, `none` (the value only) for none; the value within the mask.
+/// "syn,ack=syn" is `--syn`. Throws Error with one line.
+TcpFlags parse_tcp_flags(std::string_view text);
+/// The canonical form parse_tcp_flags reads back: names in the header's bit
+/// order, `all` for a full mask, `none` for an empty value; "any" for no selector.
+std::string format_tcp_flags(const TcpFlags &f);
+/// What a rule selects beyond its prefix, in words: "tcp dport 22 flags
+/// syn,ack=syn", "udp sport 123", or "any".
+std::string format_selector(const RuleSpec &spec);
+/// A packet's flags, for `explain`: names joined by commas, or `none`.
+uint8_t parse_tcp_flag_set(std::string_view text, std::string_view what);
+std::string format_tcp_flag_set(uint8_t flags);
 std::string_view action_name(Action a);
 /// Rule names: 1-31 characters of letters, digits, '.', '_' and '-', not all digits.
 void check_rule_name(std::string_view name);
@@ -161,8 +204,8 @@ template <class Rules> std::vector<std::string> sets_used(const Rules &rules, au
 /// in defaults. Throws Error with the first problem found.
 void validate_rule(RuleSpec &spec);
 
-/// True if two rules select exactly the same traffic (same prefix, protocol
-/// and ports): the second one could never match.
+/// True if two rules select exactly the same traffic (same prefix, protocol,
+/// ports and TCP flags): the second one could never match.
 bool same_selector(const RuleSpec &a, const RuleSpec &b);
 /// Hash and equality of rules' selectors (prefix, protocol, ports) as
 /// same_selector compares them: for finding duplicate selectors in one pass.
@@ -181,7 +224,7 @@ bool same_spec(const RuleSpec &a, const RuleSpec &b);
 /// edits (docs: "Which edits keep buckets").
 enum class BucketChange : uint8_t {
 	keep,          ///< the buckets stay as they are: a rule's state is read the same way
-	selector,      ///< prefix, protocol or ports: other traffic lands in the buckets
+	selector,      ///< prefix, protocol, ports or TCP flags: other traffic lands in the buckets
 	action,        ///< to or from limit
 	per,           ///< the aggregation prefix: a bucket is another set of addresses
 	algorithm,     ///< another algorithm stores another state
@@ -226,8 +269,10 @@ InstalledRule from_maps(const struct sluice_rule &dp, const struct sluice_rule_i
 
 /// True if rule a comes before rule b in match order (IPv4 rules, then
 /// IPv6 rules, which never meet a packet of the other): a longer prefix first,
-/// then a port selector (narrower first), then a protocol selector, then the
-/// older rule. A packet meets the rules that cover it in this order.
+/// then a destination port selector (narrower first), then a source port
+/// selector (narrower first), then a TCP flag selector (more flags first),
+/// then a protocol selector, then the older rule. A packet meets the rules
+/// that cover it in this order.
 bool match_order(const InstalledRule &a, const InstalledRule &b);
 
 /// The match lists of a rule set as the data plane walks them (see struct

@@ -26,6 +26,11 @@ struct RuleEdit {
 	std::optional<Scope> scope;
 	std::optional<Rate> fallback;          ///< amount 0: back to the default share
 	std::optional<uint32_t> cluster_hosts; ///< the agent's: the host count it learnt
+	/// The ban: its duration (0: no ban) and threshold (0: the default).
+	struct {
+		std::optional<uint64_t> ns;
+		std::optional<uint32_t> after;
+	} ban;
 };
 
 /// What a transaction did, rule by rule.

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
 #include "stats.h"
+#include "bans.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -32,9 +33,10 @@ const char *const COUNTER_NAMES[] = {
 	"pass_not_ip",     "pass_no_match",  "pass_allow",    "pass_limit",
 	"pass_shadow",     "pass_contention", "drop_rate",    "drop_deny",
 	"failopen_parse",  "failopen_rule",  "failopen_table", "drop_malformed",
+	"drop_ban",
 	"fragments",       "l4_unknown",     "new_buckets",   "evicted",
 	"evicted_active",  "encapsulated",  "events_lost",   "evicted_v6",
-	"evicted_active_v6",
+	"evicted_active_v6", "bans",          "ban_table_full",
 };
 static_assert(std::size(COUNTER_NAMES) == SLUICE_CNT_MAX, "a name for every counter");
 
@@ -109,6 +111,7 @@ Stats collect_stats(const MapSet &maps, const StatsQuery &query)
 	RuleTable table(maps);
 	if (!query.rule.empty())
 		table.find(query.rule); // a clear error for an unknown rule
+	s.bans = list_bans(maps, ban_clock_ns()).size();
 
 	for (auto &r : table.list())
 		s.rules.push_back({r, table.counters(r.slot), 0});
@@ -198,6 +201,8 @@ nlohmann::ordered_json rule_json(const InstalledRule &r)
 		{"action", action_name(s.action)},
 		{"proto", proto_name(s.proto)},
 		{"dport", format_ports(s.dport)},
+		{"sport", format_ports(s.sport)},
+		{"tcp_flags", format_tcp_flags(s.tcp_flags)},
 	};
 	j["shadow"] = s.shadow;
 	if (s.action == Action::limit) {
@@ -211,6 +216,8 @@ nlohmann::ordered_json rule_json(const InstalledRule &r)
 		if (s.warmup_ns)
 			j["warmup"] = format_duration(s.warmup_ns);
 		j["per"] = s.bucket_prefix();
+		if (s.ban.ns)
+			j["ban"] = {{"duration", format_duration(s.ban.ns)}, {"after", s.ban.after}};
 		j["scope"] = scope_name(s.scope);
 		if (s.scope == Scope::cluster) {
 			j["fallback"] = s.fallback.amount ? format_rate(s.fallback) : "default";
@@ -335,6 +342,7 @@ void write_stats_json(std::ostream &out, const Stats &s, bool with_global)
 	}
 	nlohmann::ordered_json doc = {{"sources", nlohmann::ordered_json::array()},
 				      {"tracked_sources", s.tracked_sources},
+				      {"bans", s.bans},
 				      {"rules", rules}};
 	if (with_global) {
 		nlohmann::ordered_json global = nlohmann::ordered_json::object();

@@ -54,6 +54,7 @@ struct Stats {
 	std::vector<SourceTableUsage> tables; ///< every bucket table, IPv4 first
 	std::vector<RuleStats> rules;
 	std::array<struct sluice_counter, SLUICE_CNT_MAX> global{};
+	uint64_t bans = 0; ///< sources under a temporary ban now (`sluice bans`)
 };
 
 struct StatsQuery {

@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "bans.h"
 #include "dir4.h"
 #include "sets.h"
 #include "events.h"
@@ -115,11 +116,18 @@ struct StagedRules {
 	std::unordered_set<uint32_t> edited; ///< ids of running rules an edit step named
 	/// Running rules of `after` by selector, for import (built on demand;
 	/// cleared by any step that moves rules).
-	std::map<std::tuple<Cidr, std::string, Proto, uint16_t, uint16_t>, size_t> by_selector;
+	std::map<std::tuple<Cidr, std::string, Proto, uint16_t, uint16_t, uint16_t, uint16_t, uint8_t, uint8_t>, size_t> by_selector;
 	bool indexed = false;
 };
 
 namespace {
+
+/// What an import compares of a rule to find it running already: its selector.
+auto selector_key(const RuleSpec &r)
+{
+	return std::tuple{r.cidr, r.set, r.proto, r.dport.lo, r.dport.hi, r.sport.lo, r.sport.hi, r.tcp_flags.mask,
+			  r.tcp_flags.value};
+}
 
 template <class Key> Key lpm_key(const Cidr &c, uint32_t set)
 {
@@ -302,6 +310,12 @@ InstalledRule edited(const InstalledRule &r, const RuleEdit &e, uint32_t &next_i
 		spec.per_prefix = *e.per_prefix;
 	if (e.scope)
 		spec.scope = *e.scope;
+	if (e.ban.ns)
+		spec.ban.ns = *e.ban.ns;
+	if (e.ban.after)
+		spec.ban.after = *e.ban.after;
+	if (!spec.ban.ns)
+		spec.ban.after = 0; // the ban removed: its threshold with it
 	if (e.fallback)
 		spec.fallback = *e.fallback;
 	else if (spec.scope == Scope::local)
@@ -504,11 +518,11 @@ void stage_add(StagedRules &s, const TransactionStep &step)
 			for (size_t i = 0; i < s.after.size(); i++) {
 				const RuleSpec &r = s.after[i].spec;
 				if (s.after[i].id != 0)
-					s.by_selector[{r.cidr, r.set, r.proto, r.dport.lo, r.dport.hi}] = i;
+					s.by_selector[selector_key(r)] = i;
 			}
 			s.indexed = true;
 		}
-		auto same = s.by_selector.find({spec.cidr, spec.set, spec.proto, spec.dport.lo, spec.dport.hi});
+		auto same = s.by_selector.find(selector_key(spec));
 		if (same != s.by_selector.end()) {
 			const RuleSpec &running = s.after[same->second].spec;
 			RuleSpec named = spec;
@@ -811,6 +825,8 @@ std::optional<ChangeSummary> Transaction::commit_one_edit(const TransactionStep 
 	}
 	write_one_slot(maps_, active, infos, upto, after);
 	fail_point("rules-written");
+	if (after.spec.ban.ns)
+		bans_before_switch(maps_, {after});
 
 	// The switch. The rule set left idle is the old one: it differs in this
 	// slot. The lookups stay, and so does what is known of their idle set.
@@ -820,6 +836,8 @@ std::optional<ChangeSummary> Transaction::commit_one_edit(const TransactionStep 
 	next.slots[idle] = active.slots[live];
 	next.sync = (active.sync & SLUICE_SYNC_LOOKUPS) | SLUICE_SYNC_RULES | (slot + 1);
 	map_update(maps_.active.get(), &zero, &next, "the live rule set's number");
+	if (before.spec.ban.ns && !after.spec.ban.ns)
+		bans_after_switch(maps_, table_.list()); // its bans are lifted with its --ban
 
 	Snapshot was;
 	was.meta = meta;
@@ -859,7 +877,9 @@ void Transaction::write(const StagedRules &s, const CompiledRules &c, bool unuse
 	write_idle_rules(s, unused, rules, infos, c.rules_set, upto, high);
 	write_idle_lookups(c);
 	fail_point("rules-written");
+	bans_before_switch(maps_, s.after);
 	switch_sets(s, c, unused, rules, infos, bound, high);
+	bans_after_switch(maps_, s.after); // a deleted rule's bans go with it
 	retire_buckets(before, s.after);
 }
 

@@ -61,6 +61,14 @@ struct CompiledRules;
 /// maps and its rules through restore(); loading writes the configuration
 /// and metadata of maps no program reads yet, and attaching writes an
 /// interface's MTU and the program arrays (`--then`, `--prog-array`).
+/// Bans (bans.h) are the data plane's entries, as buckets are: a commit
+/// sets the ban switch (sluice_banon) before the switch when a rule bans and
+/// lifts the bans of rules that no longer ban after it; outside a commit,
+/// `ban del` (remove_ban) deletes one entry, the agent and `sluice events`
+/// delete entries run out (sweep_bans), `upgrade` writes the carried ones
+/// into the new program's empty table (restore_bans), and each lifted ban's
+/// UNBAN goes into the ring buffer through bpf/event_note.bpf.c: none is a
+/// rule or the live-set word.
 class Transaction {
 public:
 	explicit Transaction(const MapSet &maps);

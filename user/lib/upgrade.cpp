@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
 #include "upgrade.h"
+#include "bans.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -257,6 +258,7 @@ void read_current(const std::string &dir, CarriedState &s)
 			    m.meta.get(), m.config.get(), m.src4.get(), m.src6.get(), m.logs4.get(), m.logs6.get(),
 			    m.pending.get(), m.owed.get(), m.frags.get(), m.iface_mtu.get()},
 			   s);
+	s.bans = read_ban_entries(m.bans.get());
 }
 
 // ---------------------------------------------------------------------------
@@ -527,6 +529,16 @@ std::vector<std::string> restore_state(CarriedState &state, const MapSet &fresh)
 		if (state.counters.size() == size_t(SLUICE_CNT_MAX) * cpus)
 			map_update_batch(fresh.counters.get(), keys.data(), state.counters.data(), keys.size(),
 					 "counters");
+	}
+	// Bans follow their rule's slot; the strikes towards one start afresh.
+	{
+		std::vector<std::pair<struct sluice_ban_key, struct sluice_ban>> bans;
+		for (auto [k, v] : state.bans)
+			if (auto it = new_slot.find(v.slot); it != new_slot.end()) {
+				v.slot = it->second;
+				bans.emplace_back(k, v);
+			}
+		restore_bans(fresh, bans);
 	}
 	for (const auto &[k, v] : state.frags)
 		map_update(fresh.frags.get(), &k, &v, "a fragment entry");

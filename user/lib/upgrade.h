@@ -45,6 +45,9 @@ struct CarriedState {
 	std::vector<struct sluice_owed> owed;
 	std::vector<std::pair<struct sluice_frag_key, struct sluice_frag_info>> frags;
 	std::vector<std::pair<uint32_t, uint32_t>> iface_mtu; ///< ifindex -> frame size recorded
+	/// Temporary bans (this release's state only: 0.2.7 had none), with
+	/// their times on CLOCK_MONOTONIC, which an upgrade does not move.
+	std::vector<std::pair<struct sluice_ban_key, struct sluice_ban>> bans;
 };
 
 /// The layout hash the previous release records (its maps as upgrade.cpp's

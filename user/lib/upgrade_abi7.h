@@ -220,11 +220,12 @@ inline struct sluice_rule now(const abi7::rule &o)
 	r.dport_hi = o.dport_hi;
 	r.inc_shift = o.inc_shift;
 	r.algo = o.algo;
-	r.flags = o.flags;
+	r.flags = o.flags; // no SLUICE_RULE_SPORT: any source port
 	r.strictness = o.strictness;
 	r.bucket.inc_mult = o.params[0]; // or window.limit: the same words
 	r.bucket.capacity = o.params[1];
 	r.bucket.warmup = o.params[2];
+	// tcp_flags_mask 0 (0.2.7's pad byte is not read): any TCP flags.
 	return r;
 }
 
@@ -359,7 +360,7 @@ inline struct sluice_frag_info now(const abi7::frag_info &o)
 	f.first_ns = o.first_ns;
 	f.dport = o.dport;
 	f.proto = o.proto;
-	f.ports_known = o.ports_known;
+	f.ports_known = o.ports_known; // 1: the destination port (PORTS_KNOWN); the source port and TCP flags unknown
 	f.flags = o.flags;
 	return f;
 }

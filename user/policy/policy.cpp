@@ -35,13 +35,13 @@ const std::vector<std::string> SET_KEYS = {"name", "prefixes", "file", "family"}
 const std::vector<std::string> INTERFACE_KEYS = {"name", "mode"};
 const std::vector<std::string> TABLE_KEYS = {"max_rules", "max_sources", "max_log_sources"};
 // rule add's options, in the order write_policy prints them.
-const std::vector<std::string> RULE_KEYS = {"name",  "cidr", "action", "proto",  "dport",  "rate",
-					    "burst", "algo", "per",    "warmup", "shadow", "continue",
-					    "scope", "fallback"};
+const std::vector<std::string> RULE_KEYS = {"name",  "cidr",      "action", "proto", "dport",  "sport",
+					    "tcp_flags", "rate", "burst", "algo",  "per",    "warmup",
+					    "shadow", "continue", "scope", "fallback", "ban", "ban_after"};
 // Their places in RULE_KEYS.
 enum RuleKey {
-	K_NAME, K_CIDR, K_ACTION, K_PROTO, K_DPORT, K_RATE, K_BURST, K_ALGO, K_PER, K_WARMUP, K_SHADOW, K_CONTINUE,
-	K_SCOPE, K_FALLBACK
+	K_NAME, K_CIDR, K_ACTION, K_PROTO, K_DPORT, K_SPORT, K_TCP_FLAGS, K_RATE, K_BURST, K_ALGO, K_PER, K_WARMUP,
+	K_SHADOW, K_CONTINUE, K_SCOPE, K_FALLBACK, K_BAN, K_BAN_AFTER
 };
 
 std::string join(const std::vector<std::string> &words)
@@ -63,8 +63,8 @@ struct Entry {
 	uint32_t value = Doc::NONE;
 };
 
-/// A map's keys by their place in the list of known keys (at most 14: a rule's).
-using Entries = std::array<Entry, 14>;
+/// A map's keys by their place in the list of known keys (at most 18: a rule's).
+using Entries = std::array<Entry, 18>;
 
 /// What an error names before its reason: "rule 'ssh': ", "rule #3: ",
 /// "tables: " or nothing. Written out only when there is an error.
@@ -318,6 +318,10 @@ RuleSpec read_rule(const Reader &rd, uint32_t node, size_t index,
 		spec.proto = rd.parsed("proto", *e, context, parse_proto);
 	if (auto e = key(K_DPORT))
 		spec.dport = rd.parsed("dport", *e, context, parse_port_range);
+	if (auto e = key(K_SPORT))
+		spec.sport = rd.parsed("sport", *e, context, parse_port_range);
+	if (auto e = key(K_TCP_FLAGS))
+		spec.tcp_flags = rd.parsed("tcp_flags", *e, context, parse_tcp_flags);
 	if (auto e = key(K_ALGO))
 		spec.algo = rd.parsed("algo", *e, context, parse_algo);
 	if (auto e = key(K_PER))
@@ -334,6 +338,12 @@ RuleSpec read_rule(const Reader &rd, uint32_t node, size_t index,
 		spec.scope = rd.parsed("scope", *e, context, parse_scope);
 	if (auto e = key(K_FALLBACK))
 		spec.fallback = rd.parsed("fallback", *e, context, parse_rate);
+	if (auto e = key(K_BAN))
+		spec.ban.ns = rd.parsed("ban", *e, context, [](std::string_view v) -> uint64_t {
+			return v == "none" ? 0 : parse_duration_ns(v, "ban");
+		});
+	if (auto e = key(K_BAN_AFTER))
+		spec.ban.after = static_cast<uint32_t>(rd.number("ban_after", *e, context, BanSpec::MAX_AFTER));
 
 	try {
 		validate_rule(spec);
@@ -680,6 +690,8 @@ const RuleField RULE_FIELDS[] = {
 	{"action", [](const RuleSpec &s) { return std::string(action_name(s.action)); }, "limit"},
 	{"proto", [](const RuleSpec &s) { return std::string(proto_name(s.proto)); }, "any"},
 	{"dport", [](const RuleSpec &s) { return format_ports(s.dport); }, "any"},
+	{"sport", [](const RuleSpec &s) { return format_ports(s.sport); }, "any"},
+	{"tcp_flags", [](const RuleSpec &s) { return format_tcp_flags(s.tcp_flags); }, "any"},
 	{"rate", [](const RuleSpec &s) { return s.rate.amount ? format_rate(s.rate) : "none"; }, "none"},
 	{"burst", [](const RuleSpec &s) { return s.burst ? std::to_string(s.burst) : "none"; }, "none"},
 	{"algo", [](const RuleSpec &s) { return std::string(algo_name(s.algo)); }, "token-bucket"},
@@ -691,6 +703,8 @@ const RuleField RULE_FIELDS[] = {
 	{"scope", [](const RuleSpec &s) { return std::string(scope_name(s.scope)); }, "local"},
 	{"fallback", [](const RuleSpec &s) { return s.fallback.amount ? format_rate(s.fallback) : "default"; },
 	 "default"},
+	{"ban", [](const RuleSpec &s) { return s.ban.ns ? format_duration(s.ban.ns) : "none"; }, "none"},
+	{"ban_after", [](const RuleSpec &s) { return s.ban.ns ? std::to_string(s.ban.after) : "none"; }, "none"},
 };
 
 // The burst a file need not state: the one validate_rule fills in.
@@ -771,10 +785,8 @@ std::string describe_rule(const RuleSpec &spec)
 {
 	RuleSpec n = canonical(spec);
 	std::string s = format_source(n);
-	if (n.proto != Proto::any)
-		s += " " + std::string(proto_name(n.proto));
-	if (!n.dport.any())
-		s += " dport " + format_ports(n.dport);
+	if (std::string sel = format_selector(n); sel != "any")
+		s += " " + sel;
 	s += " " + std::string(action_name(n.action));
 	if (n.action == Action::limit) {
 		s += " " + format_rate(n.rate);
@@ -792,6 +804,8 @@ std::string describe_rule(const RuleSpec &spec)
 			s += " cluster";
 		if (n.fallback.amount)
 			s += " fallback " + format_rate(n.fallback);
+		if (n.ban.ns)
+			s += " ban " + format_duration(n.ban.ns) + " after " + std::to_string(n.ban.after);
 	}
 	if (n.shadow)
 		s += " shadow";

@@ -17,7 +17,7 @@
 //       algo: sliding-log
 //
 // A rule's keys are `rule add`'s options, parsed by the same functions:
-// name, cidr, action (limit|allow|deny), proto, dport, rate, burst, algo, per,
+// name, cidr, action (limit|allow|deny), proto, dport, sport, tcp_flags, rate, burst, algo, per,
 // warmup, shadow, continue. A rule on an address set has cidr: "@NAME".
 //
 //   sets:                     # optional: address sets, made equal to these

@@ -167,7 +167,8 @@ void parse_general(std::string_view text, Doc &out)
 // What it reads: one document, a block map at column 0; block maps and block
 // lists nested by indentation (a list may sit at its key's column); list
 // items that are a map begun on the dash's line; keys that are words; values
-// on the key's line: plain scalars of [A-Za-z0-9._/:-] (yaml-cpp's null
+// on the key's line: plain scalars of [A-Za-z0-9._/:-] (and '=', and in a
+// block ',', after the first character; yaml-cpp's null
 // words read as null), quoted scalars without escapes, [] and {}, and a
 // one-line flow map of such scalars; comments; blank lines. Everything else
 // (and every text yaml-cpp would reject) is declined.
@@ -305,6 +306,10 @@ private:
 			q++;
 		if (q == p)
 			return false;
+		// After its first character, a block scalar may hold '=' and ','
+		// (TCP flags: "syn,ack=syn"); a flow one '=' alone (',' ends it).
+		while (q < end && (plain_char(*q) || *q == '=' || (!flow && *q == ',')))
+			q++;
 		// "-x" and "::/0" are plain scalars to yaml-cpp; "-", ":" alone and
 		// anything ending in ':' are indicators. In a flow map, keep to
 		// what cannot begin an indicator at all.
