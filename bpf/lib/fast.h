@@ -41,7 +41,8 @@
  *    would take it too, and finds it taken) and the walk decides with every
  *    try;
  *  - a cluster rule's drop is not remembered (memo.h): the memo would not
- *    see a grant waiting.
+ *    see a grant waiting; and its bucket never goes on account (owed.h):
+ *    a grant moves the offset, which an account does not follow.
  * One difference is allowed, and bounded: a pass of a bucket that other
  * CPUs write too may go on this CPU's account (owed.h, struct sluice_owed)
  * rather than into the bucket's word and counters; every later decision on
