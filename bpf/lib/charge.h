@@ -104,8 +104,8 @@ static __always_inline int charge_v4_attempt(struct charge_req *req, struct slui
 		return res;
 	}
 	if (tries < SLUICE_CAS_RETRIES || sluice_gcra_form(rule)) {
-		/* The walk (a constant: the fast path leaves cluster rules to it). */
-		if (tries >= SLUICE_CAS_RETRIES && (rule->flags & SLUICE_RULE_CLUSTER))
+		/* A cluster rule's bucket takes its grant first, on either path. */
+		if ((rule->flags & SLUICE_RULE_CLUSTER) && grant_waits(req, &set->way[w]))
 			sluice_take_grant(req);
 		return charge_gcra(&set->way[w], &set->tag, w, NULL, rule, req, tries, 1);
 	}
@@ -179,9 +179,9 @@ __noinline int sluice_charge_v6(const struct sluice_rule *rule, struct charge_re
 		return w;
 	if (!sluice_gcra_form(rule))
 		return LOOKUP_LOCKED;
-	if (rule->flags & SLUICE_RULE_CLUSTER)
-		sluice_take_grant(req); /* the walk: the fast path leaves cluster rules to it */
 	set = found;
+	if ((rule->flags & SLUICE_RULE_CLUSTER) && grant_waits(req, &set->way[w]))
+		sluice_take_grant(req);
 	res = charge_gcra(&set->way[w], &set->tag, w, &set->addr[w], rule, req, SLUICE_CAS_RETRIES, 0);
 	return res < 0 ? LOOKUP_RETRY : res; /* -1: evicted under us */
 }

@@ -12,13 +12,13 @@
  * The common case, decided without the walk: a packet that is not a
  * fragment, not encapsulated and shows its protocol and port, whose source's
  * first match list begins with a terminal rule that matches it: an allow, a
- * deny, or a GCRA-form limit of local scope (a cluster rule's grants are
- * taken by the walk: grants.h), its bucket charged or made at one attempt,
- * made from the same live sets in registers: no walk state, one rule lookup,
- * one attempt at the bucket, and, for an IPv4 bucket that exists, no call of
- * a function of the program's own (each costs about 12 ns on the test VM,
- * where every return goes through a return thunk; IPv6 makes one,
- * sluice_charge_v6). Anything else, untouched, is left to the walk
+ * deny, or a GCRA-form limit (a cluster rule's bucket takes a grant waiting
+ * for it first, as in the walk: grants.h), its bucket charged or made at one
+ * attempt, made from the same live sets in registers: no walk state, one rule
+ * lookup, one attempt at the bucket, and, for an IPv4 bucket that exists (and
+ * no grant waiting), no call of a function of the program's own (each costs
+ * about 12 ns on the test VM, where every return goes through a return thunk;
+ * IPv6 makes one, sluice_charge_v6). Anything else, untouched, is left to the walk
  * (VERDICT_WALK). `family` is a constant. Inline in the program: its frame
  * and the deepest chain of calls below walk_step (sluice_init_source keeps
  * the new-bucket arithmetic out of the insert's frame) fit in 512 bytes.
@@ -35,8 +35,14 @@
  *    before it, and no source is covered on one path and not the other
  *    (PASS_NO_MATCH on both);
  *  - a limit is charged by the walk's own code (apply_rule, charge_gcra),
- *    with fewer compare-and-swaps (FAST_TRIES): where they would not do,
- *    nothing has been written and the walk decides with every try.
+ *    a cluster rule's after the same grant is taken (grant_waits,
+ *    sluice_take_grant), with fewer compare-and-swaps (FAST_TRIES): where
+ *    they would not do, nothing but the grant has been written (the walk
+ *    would take it too, and finds it taken) and the walk decides with every
+ *    try;
+ *  - a cluster rule's drop is not remembered (memo.h): the memo would not
+ *    see a grant waiting; and its bucket never goes on account (owed.h):
+ *    a grant moves the offset, which an account does not follow.
  * One difference is allowed, and bounded: a pass of a bucket that other
  * CPUs write too may go on this CPU's account (owed.h, struct sluice_owed)
  * rather than into the bucket's word and counters; every later decision on
@@ -71,14 +77,15 @@ static __always_inline __u32 decide_fast_family(struct xdp_md *ctx, struct packe
 	slot = list->slots[0];
 	index = sluice_rule_index(slot, set);
 	rule = bpf_map_lookup_elem(&SLUICE_MAP_RULES, &index);
-	if (!rule || !rule->id || (rule->flags & (SLUICE_RULE_CONTINUE | SLUICE_RULE_CLUSTER)) ||
+	if (!rule || !rule->id || (rule->flags & SLUICE_RULE_CONTINUE) ||
 	    rule_matches(rule, pkt) != MATCH_YES ||
 	    (rule->action == SLUICE_ACTION_LIMIT && !sluice_gcra_form(rule)))
 		return VERDICT_WALK;
 	verdict = apply_rule(ctx, pkt, rule, slot, 1);
 	if (verdict != VERDICT_WALK)
 		pkt->flags |= PKT_COVERED;
-	if (verdict == SLUICE_CNT_DROP_RATE || verdict == SLUICE_CNT_DROP_DENY)
+	if ((verdict == SLUICE_CNT_DROP_RATE || verdict == SLUICE_CNT_DROP_DENY) &&
+	    !(rule->flags & SLUICE_RULE_CLUSTER))
 		remember_drop(pkt, rule, slot, word, verdict);
 	return verdict;
 }

@@ -3,7 +3,8 @@
  * The cluster sync's grants (struct sluice_grant in sluice_abi.h): taken by
  * the program into its own bucket, once each, so that a bucket's words have
  * one writer. Only cluster rules' buckets take them (SLUICE_RULE_CLUSTER),
- * and only in the walk: the fast path leaves those rules to it.
+ * before each charge, on the fast path and in the walk alike; where no grant
+ * waits (grant_waits), with one lookup of the grants map and no call.
  */
 #ifndef SLUICE_LIB_GRANTS_H
 #define SLUICE_LIB_GRANTS_H
@@ -43,18 +44,48 @@ static __always_inline int grant_move(struct sluice_source_state *st, const stru
 	return 0;
 }
 
+/* The grants map's entry for req's bucket, or NULL; its key built in the
+ * request (off the stack). */
+static __always_inline const struct sluice_grant *grant_entry(struct charge_req *req)
+{
+	struct sluice_grant_key *k = &req->grant_key;
+
+	k->want = req->want;
+	k->table = req->table;
+	k->pad = 0;
+	k->addr.hi = req->table == SLUICE_TABLE_V6 ? req->addr.hi : 0;
+	k->addr.lo = req->table == SLUICE_TABLE_V6 ? req->addr.lo : 0;
+	return bpf_map_lookup_elem(&SLUICE_MAP_GRANTS, k);
+}
+
+/* Whether a grant may wait for req's bucket `st` (a cluster rule's, about to
+ * be charged): its key has an entry, and the bucket's record is not that
+ * entry's grant taken (generation << 48 | seq). Where it is, or there is no
+ * entry, sluice_take_grant would take nothing: the charge goes on without
+ * its call. */
+static __always_inline int grant_waits(struct charge_req *req, const struct sluice_source_state *st)
+{
+	const struct sluice_grant *g = grant_entry(req);
+	__u64 taken;
+
+	if (!g)
+		return 0;
+	taken = (sluice_load_relaxed(&g->name) >> 48 << 48) | (sluice_load_relaxed(&g->seq) & SLUICE_GRANT_SEQ_MASK);
+	return sluice_load_relaxed(&st->algo.gcra.granted) != taken;
+}
+
 /*
  * Takes the grant waiting for req's bucket (a cluster rule's, found by the
- * walk in way req->way of set req->set_idx, about to be charged): if the entry names the
+ * charge in way req->way of set req->set_idx, about to be charged): if the entry names the
  * way as it is (set, way, table, generation) and follows the grant the
  * bucket took last (base), a compare-and-swap of the bucket's record from
  * base to the entry's seq takes it, on one CPU only; then its ticks move the
  * bucket's arrival time. 1 if a grant was taken. A global function: only
- * cluster rules call it, and the walk's frame stays as it was.
+ * cluster rules call it, where grant_waits, and the callers' frames stay as
+ * they were.
  */
 __noinline int sluice_take_grant(struct charge_req *req)
 {
-	struct sluice_grant_key *k;
 	const struct sluice_grant *g;
 	struct sluice_source_state *st;
 	const struct sluice_addr6 *addr = NULL;
@@ -67,13 +98,7 @@ __noinline int sluice_take_grant(struct charge_req *req)
 
 	if (!req)
 		return 0; /* the verifier: arguments of a global function may be NULL */
-	k = &req->grant_key;
-	k->want = req->want;
-	k->table = req->table;
-	k->pad = 0;
-	k->addr.hi = req->table == SLUICE_TABLE_V6 ? req->addr.hi : 0;
-	k->addr.lo = req->table == SLUICE_TABLE_V6 ? req->addr.lo : 0;
-	g = bpf_map_lookup_elem(&SLUICE_MAP_GRANTS, k);
+	g = grant_entry(req);
 	if (!g)
 		return 0;
 	/* Keys in the request, and the entry read after the last lookup: few

@@ -139,7 +139,7 @@ struct {
 } SLUICE_MAP_OWED SEC(".maps");
 
 /* The cluster sync's grants to cluster rules' buckets (struct sluice_grant),
- * applied by the program when the walk charges the bucket (grants.h). */
+ * applied by the program before it charges the bucket (grants.h). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, SLUICE_GRANTS_MAX);

@@ -55,8 +55,8 @@
  * way); the pending slot naming another bucket (a drop of another source
  * that hashes to it), or its note growing stale; another drop remembered in
  * the slot. The walk-only build (SLUICE_WALK_ONLY) has no memo. A cluster
- * rule's drop is never remembered (the fast path leaves those rules to the
- * walk): a grant waiting for its bucket (grants.h) moves no word it checks.
+ * rule's drop is never remembered (decide_fast leaves it out): a grant
+ * waiting for its bucket (grants.h) moves no word the memo checks.
  */
 
 /* A packet's port, family and protocol as one word (struct packet_info keeps

@@ -15,6 +15,10 @@
 // a new option fails this test until the generator gives it values. Every
 // algorithm is taken from the Algo enum.
 //
+// Cluster rules' buckets are granted credit or withheld refill now and then,
+// the same grant written to both builds' grants maps as the cluster sync
+// writes it (Twin::grant): the fast path takes a grant as the walk does.
+//
 // The seed is printed; SLUICE_WALK_SEED=N replays a run, and a mismatch is
 // reported with the seed, the frame's index, both rule sets, both verdicts
 // and the changes before it.
@@ -36,9 +40,12 @@
 
 #include "adversarial.h"
 #include "corpus_shapes.h"
+#include "grants.h"
+#include "net.h"
 #include "policy.h"
 #include "replay.h"
 #include "rule_args.h"
+#include "sluice_algos.h"
 #include "sluice_walk_test_bpf.skel.h"
 
 using namespace sluice;
@@ -242,8 +249,53 @@ public:
 			compare_counts(last_, "at the end of the step this frame ended (frames since the last change or step)");
 	}
 
+	/// A grant of `ticks` (negative: refill withheld) to every cluster
+	/// rule's bucket of `src`, written to both builds as the cluster sync
+	/// writes it (each build's own way and record, each its own ledger);
+	/// how many grants were written to the full build.
+	int grant(const std::string &src, int64_t ticks)
+	{
+		Cidr host = parse_cidr(src);
+		int written = 0;
+		for (ProgramUnderTest *p : {&full_, &walk_}) {
+			uint32_t zero = 0;
+			struct sluice_config cfg = {};
+			if (bpf_map_lookup_elem(p->maps().config.get(), &zero, &cfg) != 0)
+				throw Error("cannot read the config map");
+			std::vector<struct sluice_grant_key> keys;
+			std::vector<struct sluice_grant> grants;
+			for (const auto &r : RuleTable(p->maps()).list()) {
+				if (r.spec.scope != Scope::cluster || r.spec.cidr.family != host.family)
+					continue;
+				std::array<uint8_t, 16> addr = host.addr;
+				mask_address(addr, r.spec.bucket_prefix());
+				uint32_t id = r.bucket_id ? r.bucket_id : r.id;
+				auto place = host.family == 4
+						     ? SourceTable4(p->maps().src4.get()).grant_place(id, addr.data(), cfg.hash_seed)
+						     : SourceTable6(p->maps().src6.get()).grant_place(id, addr.data(), cfg.hash_seed);
+				if (!place)
+					continue;
+				taken_ += p == &full_ && place->taken != 0;
+				keys.push_back(place->key);
+				grants.push_back(ledgers_[{p == &walk_, std::to_string(id) + " " + src}].grant(
+					place->name, place->taken, ticks));
+			}
+			if (!keys.empty())
+				write_grants(p->maps().grants.get(), keys, grants);
+			if (p == &full_)
+				written = static_cast<int>(keys.size());
+		}
+		grants_ += written;
+		note("before frame " + std::to_string(frames_) + ": " + std::to_string(written) + " grants of " +
+		     std::to_string(ticks) + " ticks to " + src);
+		return written;
+	}
+
 	bool failed() const { return failed_; }
 	uint64_t frames() const { return frames_; }
+	uint64_t grants() const { return grants_; }
+	/// Grants written to buckets that had taken one before (full build).
+	uint64_t grants_taken() const { return taken_; }
 	uint64_t now() const { return now_; }
 	const MapSet &maps() const { return full_.maps(); }
 
@@ -257,10 +309,11 @@ public:
 
 	void summary(double seconds) const
 	{
-		std::printf("%s: %llu frames, %llu rule changes (%llu refused by both) in %.1f s (%.1f s comparing "
-			    "counters); verdicts:",
+		std::printf("%s: %llu frames, %llu rule changes (%llu refused by both), %llu grants (%llu to buckets that "
+			    "had taken one) in %.1f s (%.1f s comparing counters); verdicts:",
 			    test_.c_str(), (unsigned long long)frames_, (unsigned long long)changes_,
-			    (unsigned long long)refused_, seconds, compare_s_);
+			    (unsigned long long)refused_, (unsigned long long)grants_, (unsigned long long)taken_, seconds,
+			    compare_s_);
 		for (const auto &[name, n] : verdicts_)
 			std::printf(" %s %llu", name.c_str(), (unsigned long long)n);
 		Stats st = collect_stats(full_.maps(), {0, ""});
@@ -333,7 +386,8 @@ private:
 	std::string test_;
 	uint64_t seed_;
 	ProgramUnderTest full_, walk_;
-	uint64_t now_ = 0, frames_ = 0, changes_ = 0, refused_ = 0;
+	uint64_t now_ = 0, frames_ = 0, changes_ = 0, refused_ = 0, grants_ = 0, taken_ = 0;
+	std::map<std::pair<bool, std::string>, GrantLedger> ledgers_; ///< per build, per bucket
 	int cpu_ = 0;
 	bool failed_ = false;
 	std::string last_frame_;
@@ -734,6 +788,12 @@ TEST(WalkOnly, GeneratedMixesWithRuleChangesAgree)
 			// the memo remembered must not outlive the rules it was decided on.
 			if (r > 0 && g.chance(15))
 				random_change(twin, g, next_name);
+			// A grant to the source's cluster buckets, before the burst or
+			// inside it: credit or withheld refill of up to 2 s.
+			if (g.chance(r == 0 ? 20 : 10)) {
+				int64_t ticks = int64_t(1000000 * (1 + g.below(2000))) << SLUICE_TICK_SHIFT;
+				twin.grant(src, g.chance(40) ? -ticks : ticks);
+			}
 			// A plain packet's repeats change protocol, ports, flags or
 			// length now and then: a SYN's drop says nothing of the ACK.
 			if (kind < 55 && r > 0 && g.chance(30)) {
@@ -759,4 +819,6 @@ TEST(WalkOnly, GeneratedMixesWithRuleChangesAgree)
 	// Rules with --ban are generated, and sources come back: bans are made
 	// and then decide frames, in both builds alike.
 	EXPECT_TRUE(twin.failed() || twin.verdicts("drop_ban") > 0u) << "no frame was dropped by a ban";
+	EXPECT_TRUE(twin.failed() || (twin.grants() > 20u && twin.grants_taken() > 0u))
+		<< twin.grants() << " grants, " << twin.grants_taken() << " to buckets that had taken one";
 }

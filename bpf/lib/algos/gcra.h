@@ -27,7 +27,8 @@
  * slot, with the word written. On the fast path (tries below
  * SLUICE_CAS_RETRIES) a bucket that slot names, shared with another CPU or
  * with passes or doubt in the slot, is charged by sluice_charge_owed (struct
- * sluice_owed); the walk pays the slot's account first (sluice_owed_pay), so
+ * sluice_owed), unless it is a cluster rule's: grants move its offset, which
+ * an account made on the word does not follow, so it never owes; the walk pays the slot's account first (sluice_owed_pay), so
  * that every path decides with this CPU's own account, and it never owes.
  * IPv6 charges the word alone. The drop memo repeats a drop only while the
  * word it was decided on stands, and an account only makes a drop surer.
@@ -47,7 +48,9 @@ static __always_inline int charge_gcra(struct sluice_source_state *st, struct sl
 	if (owes) {
 		req->count_gen = sluice_load_acquire(gen);
 		if (tries < SLUICE_CAS_RETRIES) {
-			if (owed_due(req, w))
+			/* A cluster rule's bucket, which grants move, is never
+			 * charged on account. */
+			if (!(rule->flags & SLUICE_RULE_CLUSTER) && owed_due(req, w))
 				return sluice_charge_owed(st, t, rule, req);
 		} else if (sluice_owed_pay(req)) {
 			/* The walk: this CPU's account was paid first, so that
