@@ -339,5 +339,34 @@ TEST_F(Bans, SpoofedFloodCannotPushBansOut)
 	EXPECT_EQ(send("10.1.0.10", t + 11 * S), "pass_limit") << "refused, not banned";
 }
 
+// `attach --max-bans 8`: the table holds eight bans; the ninth source that
+// earns one is refused, counted, and held to its rule's limit; none of the
+// eight is pushed out, and a lifted one makes room again.
+TEST_F(Bans, MaxBansSizesTheTable)
+{
+	reader_.reset();
+	table_.reset();
+	put_ = std::make_unique<ProgramUnderTest>(TableSizes{4096, 256, 0, 8}, test_clock_object());
+	table_ = std::make_unique<RuleTable>(put_->maps());
+	ASSERT_EQ(put_->maps().max_bans(), 8u);
+	add("10.0.0.0/8", 600);
+	auto earn = [this](const std::string &src, uint64_t t) {
+		settle(src, t);
+		for (int i = 0; i < 3; i++)
+			send(src, t);
+	};
+	for (int i = 1; i <= 9; i++)
+		earn("10.1.0." + std::to_string(i), T0);
+	EXPECT_EQ(bans(T0).size(), 8u);
+	EXPECT_EQ(put_->read_counters()[SLUICE_CNT_INFO_BAN_TABLE_FULL], 1u);
+	for (int i = 1; i <= 8; i++)
+		EXPECT_EQ(send("10.1.0." + std::to_string(i), T0), "drop_ban") << i;
+	EXPECT_EQ(send("10.1.0.9", T0), "drop_rate") << "refused a ban, still over its limit";
+	ASSERT_TRUE(remove_ban(put_->maps(), parse_cidr("10.1.0.1"), T0 + S));
+	earn("10.1.0.10", T0 + 10 * S);
+	EXPECT_EQ(bans(T0 + 10 * S).size(), 8u) << "a lifted ban makes room";
+	EXPECT_EQ(send("10.1.0.10", T0 + 11 * S), "drop_ban");
+}
+
 } // namespace
 } // namespace sluice::test

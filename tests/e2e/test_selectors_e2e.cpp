@@ -508,3 +508,37 @@ TEST_F(Recipes, ARepeatOffenderBanned)
 	}
 	EXPECT_EQ(events[1]["since"], events[0]["time"]) << "the unban names when its ban began";
 }
+
+// `attach --max-bans N` sizes the ban table like the other tables: status
+// and export show it, another size on a loaded program is refused in one
+// line, and the exported policy applies as no change.
+TEST_F(Selectors, MaxBansIsATableSize)
+{
+	ASSERT_EQ(cli({"detach", "--all"}).exit_code, 0);
+	auto attach = [](const std::string &n) {
+		return run_command({"nsenter", "--net=/run/netns/" + DST_NS, SLUICE_BIN, "attach", DST_IF, "--mode",
+				    "native", "--max-bans", n});
+	};
+	CommandResult r = attach("8");
+	ASSERT_EQ(r.exit_code, 0) << r.err;
+	r = cli({"status", "--json"});
+	ASSERT_EQ(r.exit_code, 0) << r.err;
+	EXPECT_EQ(json::parse(r.out)["max_bans"], 8u);
+	r = cli({"status"});
+	EXPECT_NE(r.out.find("bans: 0 of 8\n"), std::string::npos) << r.out;
+	r = run_command({"nsenter", "--net=/run/netns/" + DST_NS, SLUICE_BIN, "export"});
+	ASSERT_EQ(r.exit_code, 0) << r.err;
+	EXPECT_NE(r.out.find("tables:\n  max_bans: 8\n"), std::string::npos) << r.out;
+	std::string policy = run_dir() + "-policy.yaml";
+	std::ofstream(policy) << r.out;
+	CommandResult applied = run_command({"nsenter", "--net=/run/netns/" + DST_NS, SLUICE_BIN, "apply", policy});
+	EXPECT_EQ(applied.exit_code, 0) << applied.err;
+	EXPECT_EQ(applied.out, "no changes\n");
+	unlink(policy.c_str());
+	r = run_command({"nsenter", "--net=/run/netns/" + DST_NS, SLUICE_BIN, "detach", DST_IF});
+	ASSERT_EQ(r.exit_code, 0) << r.err; // the program stays loaded, its tables with it
+	r = attach("16");
+	EXPECT_EQ(r.exit_code, 1);
+	EXPECT_EQ(r.err, "sluice: sluice is loaded with --max-bans 8; change it with `sluice apply` (tables:), which "
+			 "keeps the rules, or remove everything with `sluice detach --all`\n");
+}

@@ -220,6 +220,7 @@ TEST(PolicyPeek, ABlockStyleTablesSectionIsReadAsTheParseReadsIt)
 		rules,
 		"tables:\n  max_rules: 64\n" + rules,
 		rules + "tables:\n  max_sources: 4096   # for the lab\n  max_log_sources: 512\n",
+		"tables:\n  max_bans: 100\n  max_rules: 64\n" + rules,
 		"# sizes\ntables:   # all three\n  max_log_sources: 8\n\n  # rules\n  max_rules: 16\r\n  max_sources: 1024\n" +
 			rules,
 		"tables:\n" + rules,
@@ -231,7 +232,9 @@ TEST(PolicyPeek, ABlockStyleTablesSectionIsReadAsTheParseReadsIt)
 		EXPECT_EQ(guess->max_rules, parsed.max_rules) << text;
 		EXPECT_EQ(guess->max_sources, parsed.max_sources) << text;
 		EXPECT_EQ(guess->max_log_sources, parsed.max_log_sources) << text;
+		EXPECT_EQ(guess->max_bans, parsed.max_bans) << text;
 	}
+	EXPECT_EQ(parse("tables:\n  max_bans: 100\n" + rules).tables.max_bans, 100u);
 	EXPECT_EQ(peek_table_sizes("tables:\n  max_rules: 64\n" + rules)->max_rules, 64u);
 
 	const std::vector<std::string> declined = {
@@ -345,7 +348,7 @@ TEST(PolicyErrors, EachIsOneLineWithTheFileLineAndRule)
 		{"interfaces: eth0\nrules: []\n", "sluice.yaml line 1: 'interfaces' is a list, not 'eth0'"},
 		{"tables:\n  max_rule: 10\nrules: []\n",
 		 "sluice.yaml line 2: tables: unknown key 'max_rule' (expected one of max_rules, max_sources, "
-		 "max_log_sources)"},
+		 "max_log_sources, max_bans)"},
 		{"tables:\n  max_sources: 1e6\nrules: []\n",
 		 "sluice.yaml line 2: tables: 'max_sources' is a number from 0 to 4294967295, not '1e6'"},
 		{"tables:\n  max_rules: 1\nrules:\n  - {name: a, cidr: 10.0.0.0/8, action: deny}\n"
@@ -714,6 +717,7 @@ void expect_both_parsers_agree(const std::string &text)
 	EXPECT_EQ(a.tables.max_rules, b.tables.max_rules);
 	EXPECT_EQ(a.tables.max_sources, b.tables.max_sources);
 	EXPECT_EQ(a.tables.max_log_sources, b.tables.max_log_sources);
+	EXPECT_EQ(a.tables.max_bans, b.tables.max_bans);
 	ASSERT_EQ(a.rules.size(), b.rules.size());
 	for (size_t i = 0; i < a.rules.size(); i++)
 		EXPECT_TRUE(same_spec(a.rules[i], b.rules[i])) << a.rules[i].name;

@@ -198,6 +198,7 @@ nlohmann::ordered_json status_json(const Instance &inst, const Status &s)
 		j["max_sources"] = s.max_sources;
 		j["max_log_sources"] = s.max_log_sources;
 		j["max_rules"] = s.max_rules;
+		j["max_bans"] = s.max_bans;
 		j["map_memory_bytes"] = s.map_memory_bytes;
 		j["rules"] = RuleTable(inst.maps()).list().size();
 		j["attached"] = !s.links.empty() || !s.arrays.empty();
@@ -273,6 +274,7 @@ void cmd_status(const Instance &inst, bool json)
 	std::cout << "rules: " << st.rules.size() << " of " << s.max_rules << "\n";
 	std::cout << "sources: " << st.tracked_sources << " tracked, tables of " << s.max_sources
 		  << " buckets and " << s.max_log_sources << " sliding-log buckets per address family\n";
+	std::cout << "bans: " << st.bans << " of " << s.max_bans << "\n";
 	std::cout << "map memory: " << human_bytes(s.map_memory_bytes) << "\n";
 	std::cout << "packets: " << t.passed << " passed, " << t.dropped << " dropped, " << t.failopen
 		  << " passed by fail-open\n";
@@ -758,7 +760,7 @@ struct Args {
 	std::string pin_dir, run_dir;
 	// attach, detach
 	std::string ifname, mode_text = "native", then_prog, prog_array_path;
-	uint32_t max_sources = 0, max_rules = 0, max_log_sources = 0, prog_array_index = 0;
+	uint32_t max_sources = 0, max_rules = 0, max_log_sources = 0, max_bans = 0, prog_array_index = 0;
 	bool multiprog = false, detach_all = false;
 	int priority = 50;
 	// rule
@@ -801,7 +803,7 @@ struct Command {
 	const std::vector<Command> *subcommands = nullptr; ///< chosen among after parsing
 };
 
-TableSizes table_sizes(const Args &a) { return {a.max_sources, a.max_rules, a.max_log_sources}; }
+TableSizes table_sizes(const Args &a) { return {a.max_sources, a.max_rules, a.max_log_sources, a.max_bans}; }
 
 void setup_attach(CLI::App &cmd, Args &a)
 {
@@ -825,6 +827,8 @@ void setup_attach(CLI::App &cmd, Args &a)
 	cmd.add_option("--max-rules", a.max_rules, "Rule table size (default 16384)");
 	cmd.add_option("--max-log-sources", a.max_log_sources,
 		       "Sliding-log buckets per address family (default 16384, 576 bytes each for IPv4, 592 for IPv6)");
+	cmd.add_option("--max-bans", a.max_bans,
+		       "Ban table size: sources under a temporary ban at once (default 65536; full, a new ban is refused)");
 }
 
 int run_attach(Instance &inst, const CLI::App &, Args &a)

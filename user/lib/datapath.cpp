@@ -294,6 +294,7 @@ struct bpf_object *open_sized(ObjectImage image, const TableSizes &sizes)
 	// Every source table is an array of sets: the sizes round up to whole sets.
 	size_maps({SLUICE_STR(SLUICE_MAP_SOURCES_V4), SLUICE_STR(SLUICE_MAP_SOURCES_V6)}, source_sets(sizes.max_sources));
 	size_maps({SLUICE_STR(SLUICE_MAP_LOGS_V4), SLUICE_STR(SLUICE_MAP_LOGS_V6)}, log_sets(sizes.max_log_sources));
+	size_maps({SLUICE_STR(SLUICE_MAP_BANS)}, sizes.max_bans ? sizes.max_bans : SLUICE_DEFAULT_MAX_BANS);
 	if (!bpf_object__find_program_by_name(obj, SLUICE_STR(SLUICE_PROG_NAME)))
 		throw Error("BPF object has no program " SLUICE_STR(SLUICE_PROG_NAME));
 	close_obj.dismiss();
@@ -682,6 +683,7 @@ void Instance::check_sizes(const MapSet &m, const TableSizes &sizes)
 	differs(sets_of(sizes.max_sources), m.max_sources(), "--max-sources");
 	differs(sizes.max_rules, m.max_rules(), "--max-rules");
 	differs(sets_of(sizes.max_log_sources), m.max_log_sources(), "--max-log-sources");
+	differs(sizes.max_bans, m.max_bans(), "--max-bans");
 }
 
 bool Instance::attached_in(uint64_t netns, uint32_t ifindex, XdpMode mode) const
@@ -1021,7 +1023,8 @@ std::vector<std::string> Instance::upgrade(const TableSizes &sizes)
 	CarriedState state = read_state(dir_);
 	TableSizes want = {sizes.max_sources ? sizes.max_sources : state.max_sources,
 			   sizes.max_rules ? sizes.max_rules : state.max_rules,
-			   sizes.max_log_sources ? sizes.max_log_sources : state.max_log_sources};
+			   sizes.max_log_sources ? sizes.max_log_sources : state.max_log_sources,
+			   sizes.max_bans ? sizes.max_bans : state.max_bans};
 	LoadedProgram fresh(want);
 	std::vector<std::string> restarted = restore_state(state, fresh.maps());
 	// A native link's frames are wire packets (record_frame_size), whatever
@@ -1208,6 +1211,7 @@ Status Instance::status() const
 	s.max_sources = m.max_sources();
 	s.max_log_sources = m.max_log_sources();
 	s.max_rules = m.max_rules();
+	s.max_bans = m.max_bans();
 	m.for_each([&s](const char *, int fd) { s.map_memory_bytes += fd_memlock(fd); });
 	uint32_t zero = 0;
 	struct sluice_meta meta = {};

@@ -23,6 +23,7 @@ struct TableSizes {
 	uint32_t max_sources = 0;
 	uint32_t max_rules = 0;
 	uint32_t max_log_sources = 0;
+	uint32_t max_bans = 0; ///< the ban table (bans.h)
 
 	bool operator==(const TableSizes &) const = default;
 };
@@ -101,6 +102,7 @@ struct Status {
 	uint32_t max_sources = 0;
 	uint32_t max_log_sources = 0;
 	uint32_t max_rules = 0;
+	uint32_t max_bans = 0;
 	uint64_t map_memory_bytes = 0; ///< the kernel's own account of the maps
 	uint64_t loaded_ns = 0;
 	uint32_t abi_version = 0; ///< of the binary that loaded the program (struct sluice_meta)

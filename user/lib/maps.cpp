@@ -202,6 +202,7 @@ void MapSet::for_each(const std::function<void(const char *, int)> &f) const
 uint32_t MapSet::max_rules() const { return map_max_entries(rule_counters.get()); }
 uint32_t MapSet::max_sources() const { return map_max_entries(src6.get()) * SLUICE_SET_WAYS; }
 uint32_t MapSet::max_log_sources() const { return map_max_entries(logs4.get()) * SLUICE_SET_WAYS; }
+uint32_t MapSet::max_bans() const { return map_max_entries(bans.get()); }
 
 int possible_cpus()
 {

@@ -37,6 +37,7 @@ struct MapSet {
 	uint32_t max_rules() const;       ///< rules of one set (each map holds two)
 	uint32_t max_sources() const;     ///< per family, as configured, rounded up to whole sets
 	uint32_t max_log_sources() const; ///< per family, rounded up to whole sets
+	uint32_t max_bans() const;        ///< the ban table's size
 };
 
 /// A map's layout as struct sluice_meta's layout_hash covers it.

@@ -259,6 +259,7 @@ void read_current(const std::string &dir, CarriedState &s)
 			    m.pending.get(), m.owed.get(), m.frags.get(), m.iface_mtu.get()},
 			   s);
 	s.bans = read_ban_entries(m.bans.get());
+	s.max_bans = m.max_bans();
 }
 
 // ---------------------------------------------------------------------------

@@ -30,6 +30,7 @@ struct CarriedState {
 	uint32_t abi = 0; ///< of the state read: SLUICE_ABI_VERSION, or PREVIOUS_RELEASE_ABI
 	uint32_t next_rule_id = 1;
 	uint32_t max_rules = 0, max_sources = 0, max_log_sources = 0;
+	uint32_t max_bans = 0; ///< 0: none carried (the previous release has no bans): the default
 	std::vector<InstalledRule> rules;
 	/// Every CPU's counters of each rule slot that holds a rule: [slot] -> one per CPU.
 	std::vector<std::pair<uint32_t, std::vector<struct sluice_rule_counters>>> rule_counters;

@@ -23,17 +23,19 @@ TableSizes wanted_sizes(const TableSizes &asked, const TableSizes &base)
 {
 	return {asked.max_sources ? asked.max_sources : base.max_sources,
 		asked.max_rules ? asked.max_rules : base.max_rules,
-		asked.max_log_sources ? asked.max_log_sources : base.max_log_sources};
+		asked.max_log_sources ? asked.max_log_sources : base.max_log_sources,
+		asked.max_bans ? asked.max_bans : base.max_bans};
 }
 
 TableSizes default_sizes()
 {
-	return {SLUICE_DEFAULT_MAX_SOURCES, SLUICE_DEFAULT_MAX_RULES, SLUICE_DEFAULT_MAX_LOG_SOURCES};
+	return {SLUICE_DEFAULT_MAX_SOURCES, SLUICE_DEFAULT_MAX_RULES, SLUICE_DEFAULT_MAX_LOG_SOURCES,
+		SLUICE_DEFAULT_MAX_BANS};
 }
 
 TableSizes loaded_sizes(const MapSet &maps)
 {
-	return {maps.max_sources(), maps.max_rules(), maps.max_log_sources()};
+	return {maps.max_sources(), maps.max_rules(), maps.max_log_sources(), maps.max_bans()};
 }
 
 /// MemAvailable of /proc/meminfo, in bytes; 0 if it cannot be read.
@@ -99,8 +101,8 @@ std::vector<std::string> diff_sets(const Instance &inst, const Policy &p)
 
 bool ApplyPlan::empty() const
 {
-	return !load && !resize.max_sources && !resize.max_rules && !resize.max_log_sources && rules.empty() &&
-	       attach.empty() && move.empty() && detach.empty() && sets.empty();
+	return !load && !resize.max_sources && !resize.max_rules && !resize.max_log_sources && !resize.max_bans &&
+	       rules.empty() && attach.empty() && move.empty() && detach.empty() && sets.empty();
 }
 
 std::string ApplyPlan::format() const
@@ -112,7 +114,8 @@ std::string ApplyPlan::format() const
 		out += "+ load the program (nothing is loaded)\n";
 	const std::pair<const char *, uint32_t> sizes[] = {{"max_rules", resize.max_rules},
 							    {"max_sources", resize.max_sources},
-							    {"max_log_sources", resize.max_log_sources}};
+							    {"max_log_sources", resize.max_log_sources},
+							    {"max_bans", resize.max_bans}};
 	for (auto [key, n] : sizes)
 		if (n)
 			out += "~ tables " + std::string(key) + " -> " + std::to_string(n) +
@@ -166,6 +169,8 @@ ApplyPlan make_plan(const Instance &inst, const Policy &stated, const ApplyOptio
 			plan.resize.max_rules = want.max_rules;
 		if (want.max_log_sources != have.max_log_sources)
 			plan.resize.max_log_sources = want.max_log_sources;
+		if (want.max_bans != have.max_bans)
+			plan.resize.max_bans = want.max_bans;
 	}
 	plan.rules = diff_rules(specs_of(running), p.rules);
 	// The rules must fit the tables they will have; ids and slots are the
@@ -325,7 +330,8 @@ ApplyPlan apply_policy(Instance &inst, const Policy &stated, ProgramPreload prel
 			inst.attach(i.name, i.mode, {});
 			undo.emplace_back("detach " + i.name, [&inst, i] { inst.detach(i.name); });
 		}
-		if (!plan.load && (plan.resize.max_sources || plan.resize.max_rules || plan.resize.max_log_sources)) {
+		if (!plan.load && (plan.resize.max_sources || plan.resize.max_rules || plan.resize.max_log_sources ||
+				   plan.resize.max_bans)) {
 			TableSizes have = loaded_sizes(inst.maps());
 			TableSizes want = wanted_sizes(p.tables, have);
 			Transaction::check_fits(p.rules, want.max_rules, &sets);
@@ -360,6 +366,7 @@ Policy export_policy(const Instance &inst)
 	p.tables.max_rules = have.max_rules == def.max_rules ? 0 : have.max_rules;
 	p.tables.max_sources = have.max_sources == def.max_sources ? 0 : have.max_sources;
 	p.tables.max_log_sources = have.max_log_sources == def.max_log_sources ? 0 : have.max_log_sources;
+	p.tables.max_bans = have.max_bans == def.max_bans ? 0 : have.max_bans;
 	p.rules = specs_of(RuleTable(maps).list());
 	SetStore store(inst.run_dir());
 	for (const auto &name : store.names())

@@ -33,7 +33,7 @@ using yaml::Kind;
 const std::vector<std::string> TOP_KEYS = {"interfaces", "tables", "rules", "sets"};
 const std::vector<std::string> SET_KEYS = {"name", "prefixes", "file", "family"};
 const std::vector<std::string> INTERFACE_KEYS = {"name", "mode"};
-const std::vector<std::string> TABLE_KEYS = {"max_rules", "max_sources", "max_log_sources"};
+const std::vector<std::string> TABLE_KEYS = {"max_rules", "max_sources", "max_log_sources", "max_bans"};
 // rule add's options, in the order write_policy prints them.
 const std::vector<std::string> RULE_KEYS = {"name",  "cidr",      "action", "proto", "dport",  "sport",
 					    "tcp_flags", "rate", "burst", "algo",  "per",    "warmup",
@@ -264,11 +264,11 @@ TableSizes read_tables(const Reader &rd, const Entry &section)
 		return t;
 	Entries keys = rd.entries(section.value, TABLE_KEYS, "tables: ", "'tables'");
 	// In the order of their names, as the checks always went.
-	for (size_t k : {2, 0, 1}) { // max_log_sources, max_rules, max_sources
+	uint32_t *fields[] = {&t.max_rules, &t.max_sources, &t.max_log_sources, &t.max_bans};
+	for (size_t k : {3, 2, 0, 1}) { // max_bans, max_log_sources, max_rules, max_sources
 		if (!keys[k].given)
 			continue;
-		uint32_t n = static_cast<uint32_t>(rd.number(TABLE_KEYS[k], keys[k], "tables: ", UINT32_MAX));
-		(k == 0 ? t.max_rules : k == 1 ? t.max_sources : t.max_log_sources) = n;
+		*fields[k] = static_cast<uint32_t>(rd.number(TABLE_KEYS[k], keys[k], "tables: ", UINT32_MAX));
 	}
 	return t;
 }
@@ -643,6 +643,8 @@ std::optional<TableSizes> peek_table_sizes(std::string_view text)
 			t.max_sources = n;
 		else if (key == "max_log_sources")
 			t.max_log_sources = n;
+		else if (key == "max_bans")
+			t.max_bans = n;
 		else
 			return std::nullopt;
 	}
@@ -736,7 +738,8 @@ std::string write_policy(const Policy &p)
 	}
 	const std::pair<const char *, uint32_t> tables[] = {{"max_rules", p.tables.max_rules},
 							     {"max_sources", p.tables.max_sources},
-							     {"max_log_sources", p.tables.max_log_sources}};
+							     {"max_log_sources", p.tables.max_log_sources},
+							     {"max_bans", p.tables.max_bans}};
 	std::string sizes;
 	for (auto [key, n] : tables)
 		if (n)
