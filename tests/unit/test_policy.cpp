@@ -662,140 +662,51 @@ TEST(PolicyExample, TheShippedExampleParsesAndRoundTrips)
 	EXPECT_EQ(write_policy(back), text);
 }
 
-// ---- The two parsers: the fast path (block style) and yaml-cpp's, which
-// stays the reference and the fallback.
+// ---- YAML as yaml-cpp reads it: every form, not only the block style.
 
-namespace {
-
-/// The fast path's document and yaml-cpp's are the same (kinds, scalars,
-/// lines), and so are the policies read from them.
-void expect_both_parsers_agree(const std::string &text)
+TEST(PolicyParsers, EveryYamlFormReadsAsItsBlockStyle)
 {
-	yaml::Doc fast, general;
-	ASSERT_TRUE(yaml::parse_fast(text, fast)) << "the fast path declined:\n" << text;
-	yaml::parse_general(text, general);
-	ASSERT_EQ(fast.roots().size(), 1u);
-	ASSERT_EQ(general.roots().size(), 1u);
-	std::string why;
-	EXPECT_TRUE(yaml::Doc::same(fast, fast.roots()[0], general, general.roots()[0], &why)) << why << "\n" << text;
-	Policy a = yaml::parse_policy_text(text, "x", yaml::Parser::fast);
-	Policy b = yaml::parse_policy_text(text, "x", yaml::Parser::general);
-	EXPECT_EQ(a.interfaces, b.interfaces);
-	EXPECT_EQ(a.tables.max_rules, b.tables.max_rules);
-	EXPECT_EQ(a.tables.max_sources, b.tables.max_sources);
-	EXPECT_EQ(a.tables.max_log_sources, b.tables.max_log_sources);
-	ASSERT_EQ(a.rules.size(), b.rules.size());
-	for (size_t i = 0; i < a.rules.size(); i++)
-		EXPECT_TRUE(same_spec(a.rules[i], b.rules[i])) << a.rules[i].name;
-	EXPECT_EQ(write_policy(a), write_policy(b));
-}
-
-std::string slurp(const char *path)
-{
-	std::ifstream in(path);
-	std::stringstream s;
-	s << in.rdbuf();
-	return s.str();
-}
-
-} // namespace
-
-TEST(PolicyParsers, TheFastPathReadsWhatYamlCppReads)
-{
-	expect_both_parsers_agree(EXAMPLE);
-	expect_both_parsers_agree(CANONICAL);
-	expect_both_parsers_agree(slurp(SLUICE_POLICY_EXAMPLE));
-	expect_both_parsers_agree(write_policy(parse(CANONICAL)));
-	// Comments, blank lines, indentation of any depth, a list at its key's
-	// column, quoted and flow-map rules, null words and empty sections.
-	expect_both_parsers_agree(R"(# a policy
-interfaces:     # none here
-
-tables:
-    max_rules: 512     # four times the default would do
-    max_sources: 100000
-rules:
-- name: a
-  cidr: 10.0.0.0/8
-  rate: 100/s
-  # a comment inside a rule
-  burst: 200
-
--   name: 'b'
-    cidr: "2001:db8::/32"
-    action: deny
-    shadow: true
-- {name: c, cidr: 192.0.2.0/24, proto: tcp, dport: 8000-8080, rate: 5/min, algo: sliding-log}
--
-  name: d
-  cidr: ::/0
-  rate: 1.5KiB/s
-  continue: true
-- {name: e,cidr: '198.51.100.7', action: allow}
-- name: "its"
-  cidr: 203.0.113.0/24
-  action: deny
-)");
-	expect_both_parsers_agree("interfaces:\n  - name: 'lab''0'\n    mode: generic\n  - {name: \"#x\"}\nrules: []\n");
-	// Every shape of the benchmark's generated policy, line for line.
-	std::string many = "rules:\n";
-	for (int i = 0; i < 200; i++)
-		many += "  - name: r" + std::to_string(i) + "\n    cidr: 10." + std::to_string(i / 256) + "." +
-			std::to_string(i % 256) + ".0/24\n    rate: " + std::to_string(i + 1) + "/s\n" +
-			(i % 3 ? "    per: 24\n" : "    proto: udp\n    dport: 53\n");
-	expect_both_parsers_agree(many);
-}
-
-TEST(PolicyParsers, WhatTheFastPathDeclinesYamlCppStillReads)
-{
-	// Each of these is valid and was accepted before the fast path existed.
-	const char *files[] = {
-		"rules: [{name: a, cidr: 10.0.0.0/8, action: deny}]\n",             // a flow list
-		"rules:\n  - &r {name: a, cidr: 10.0.0.0/8, action: deny}\n",       // an anchor
-		"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    rate: &r 5/s\n"
-		"  - name: b\n    cidr: 10.0.0.0/9\n    rate: *r\n",                 // an alias
-		"---\nrules: []\n",                                                 // a document marker
-		"rules:\n\t[]\n",                                                   // a tab
-		"rules:\r\n  - {name: a, cidr: 10.0.0.0/8, action: deny}\r\n",      // CRLF
-		"rules:\n  - name: \"a\\x2db\"\n    cidr: 10.0.0.0/8\n    action: deny\n", // an escape
-		"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    action: !!str deny\n",   // a tag
-		"rules:\n  - name: >-\n      a\n    cidr: 10.0.0.0/8\n    action: deny\n", // a folded scalar
-		"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    rate:\n      5/s\n",       // a scalar on its own line
-		"rules:\n  - {name: a, cidr: 10.0.0.0/8, action: deny, }\n",         // a trailing comma
-		"\"rules\": []\n",                                                   // a quoted key
+	// Each of these is valid YAML, and means what the block style beside it means.
+	const std::string deny = "rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    action: deny\n";
+	const std::string rate = "rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    rate: 5/s\n";
+	const std::vector<std::pair<std::string, std::string>> files = {
+		{"rules: [{name: a, cidr: 10.0.0.0/8, action: deny}]\n", deny},       // a flow list
+		{"rules:\n  - &r {name: a, cidr: 10.0.0.0/8, action: deny}\n", deny}, // an anchor
+		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    rate: &r 5/s\n"
+		 "  - name: b\n    cidr: 10.0.0.0/9\n    rate: *r\n",
+		 rate + "  - name: b\n    cidr: 10.0.0.0/9\n    rate: 5/s\n"},                // an alias
+		{"---\nrules: []\n", "rules: []\n"},                                           // a document marker
+		{"rules:\n\t[]\n", "rules: []\n"},                                             // a tab
+		{"rules:\r\n  - {name: a, cidr: 10.0.0.0/8, action: deny}\r\n", deny},          // CRLF
+		{"rules:\n  - name: \"a\\x2db\"\n    cidr: 10.0.0.0/8\n    action: deny\n",
+		 "rules:\n  - name: a-b\n    cidr: 10.0.0.0/8\n    action: deny\n"},          // an escape
+		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    action: !!str deny\n", deny},   // a tag
+		{"rules:\n  - name: >-\n      a\n    cidr: 10.0.0.0/8\n    action: deny\n", deny}, // a folded scalar
+		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    rate:\n      5/s\n", rate},       // a scalar on its own line
+		{"rules:\n  - {name: a, cidr: 10.0.0.0/8, action: deny, }\n", deny},         // a trailing comma
+		{"\"rules\": []\n", "rules: []\n"},                                           // a quoted key
 	};
-	for (const char *text : files) {
-		yaml::Doc doc;
-		EXPECT_FALSE(yaml::parse_fast(text, doc)) << text;
-		Policy p = parse(text);
-		Policy ref = yaml::parse_policy_text(text, "sluice.yaml", yaml::Parser::general);
-		EXPECT_EQ(write_policy(p), write_policy(ref)) << text;
-	}
-	EXPECT_EQ(parse(files[2]).rules.at(1).rate, parse_rate("5/s")) << "the alias is the anchored value";
-	EXPECT_EQ(parse(files[6]).rules.at(0).name, "a-b");
+	for (const auto &[text, block] : files)
+		EXPECT_EQ(write_policy(parse(text)), write_policy(parse(block))) << text;
 }
 
-TEST(PolicyParsers, ErrorsAreYamlCppsWhicheverParserReadTheFile)
+TEST(PolicyParsers, ErrorsNameTheFileTheLineAndWhatIsWrong)
 {
-	// The fast path reads these, and finds them wrong: the message comes
-	// from yaml-cpp's reading, lines of nulls included.
-	const char *files[] = {
-		"rules:\n  -\n  - name: a\n    cidr: 10.0.0.0/8\n    action: deny\n",
-		"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    rate:\n",
-		"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    null: x\n",
-		"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    action: deny\n  - name: a\n    cidr: 10.0.0.0/9\n"
-		"    action: deny\n",
+	// Nulls, keys that are null and duplicates: placed where yaml-cpp places them.
+	const std::vector<std::pair<std::string, std::string>> files = {
+		{"rules:\n  -\n  - name: a\n    cidr: 10.0.0.0/8\n    action: deny\n",
+		 "sluice.yaml line 3: rule #1: a rule is a map of keys (name, cidr, action, proto, dport, rate, burst, algo, "
+		 "per, warmup, shadow, continue, scope, fallback), not empty"},
+		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    rate:\n", "sluice.yaml line 4: rule 'a': 'rate' takes one value, not empty"},
+		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    null: x\n",
+		 "sluice.yaml line 4: rule 'a': a key of a rule must be a word, not empty"},
+		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    action: deny\n  - name: a\n    cidr: 10.0.0.0/9\n"
+		 "    action: deny\n",
+		 "sluice.yaml line 5: rule 'a': another rule has this name (line 2)"},
+		{"rules:\n  - name: a\n    cidr: [10.0.0.0/8\n", "sluice.yaml line 4: end of sequence flow not found"},
 	};
-	for (const char *text : files) {
-		std::string general;
-		try {
-			yaml::parse_policy_text(text, "sluice.yaml", yaml::Parser::general);
-		} catch (const Error &e) {
-			general = e.what();
-		}
-		EXPECT_FALSE(general.empty()) << text;
-		EXPECT_EQ(parse_error(text), general) << text;
-	}
+	for (const auto &[text, message] : files)
+		EXPECT_EQ(parse_error(text), message) << text;
 }
 
 // `scope: cluster` and `fallback:` read as `--scope cluster` and `--fallback`
