@@ -46,6 +46,13 @@ if ! mount | grep -q ' /sys/fs/bpf type bpf'; then
 fi
 
 echo "== building"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_WERROR=ON >/dev/null
+# ccache, where installed, keeps what an earlier build on this machine
+# compiled, in any clone (paths taken relative to the clone's root).
+launcher=()
+if command -v ccache >/dev/null; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+  export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=true
+fi
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_WERROR=ON "${launcher[@]}" >/dev/null
 cmake --build build -j"$(nproc)" >/dev/null
 echo "== built build/sluice"
