@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0-only
 #include "policy_doc.h"
 
+#include <yaml.h>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <sstream>
+#include <string>
+#include <unordered_map>
 
 namespace sluice::yaml {
 
@@ -119,7 +122,7 @@ private:
 
 } // namespace
 
-void parse_document(std::string_view text, Doc &out)
+void parse_with_yaml_cpp(std::string_view text, Doc &out)
 {
 	out.clear();
 	std::istringstream in{std::string(text)};
@@ -131,6 +134,147 @@ void parse_document(std::string_view text, Doc &out)
 	} catch (const YAML::Exception &e) {
 		throw SyntaxError{e.mark.line, e.msg};
 	}
+}
+
+// ---- libyaml, through its events, into the nodes yaml-cpp's events give.
+
+namespace {
+
+/// What yaml-cpp reads as null: a plain scalar with no tag that is empty,
+/// ~, null, Null or NULL (yaml-cpp's IsNullString).
+bool is_null(const yaml_event_t &e)
+{
+	if (e.data.scalar.tag || e.data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+		return false;
+	std::string_view v(reinterpret_cast<const char *>(e.data.scalar.value), e.data.scalar.length);
+	return v.empty() || v == "~" || v == "null" || v == "Null" || v == "NULL";
+}
+
+class LibyamlParser {
+public:
+	LibyamlParser() { yaml_parser_initialize(&parser_); }
+	~LibyamlParser() { yaml_parser_delete(&parser_); }
+	LibyamlParser(const LibyamlParser &) = delete;
+	LibyamlParser &operator=(const LibyamlParser &) = delete;
+	yaml_parser_t *get() { return &parser_; }
+
+private:
+	yaml_parser_t parser_;
+};
+
+class Event {
+public:
+	Event() = default;
+	~Event() { yaml_event_delete(&event_); }
+	Event(const Event &) = delete;
+	Event &operator=(const Event &) = delete;
+	yaml_event_t *get() { return &event_; }
+
+private:
+	yaml_event_t event_{};
+};
+
+std::string_view anchor_of(const yaml_char_t *anchor)
+{
+	return anchor ? std::string_view(reinterpret_cast<const char *>(anchor)) : std::string_view();
+}
+
+} // namespace
+
+bool parse_with_libyaml(std::string_view text, Doc &out)
+{
+	out.clear();
+	LibyamlParser parser;
+	yaml_parser_set_input_string(parser.get(), reinterpret_cast<const unsigned char *>(text.data()), text.size());
+	std::unordered_map<std::string, uint32_t> anchors;
+	auto anchor_as = [&](const yaml_char_t *anchor, uint32_t n) {
+		if (anchor)
+			anchors[std::string(anchor_of(anchor))] = n;
+	};
+	struct Open {
+		bool flow;
+		bool map;
+		uint32_t items; ///< a map's keys and values
+	};
+	std::vector<Open> open;
+	auto placed = [&] {
+		if (!open.empty())
+			open.back().items++;
+	};
+	// An empty node (nothing written, not even an anchor or a tag) is a
+	// null whose line yaml-cpp takes from the token after it: the next
+	// event's. Where libyaml and yaml-cpp place it otherwise (in a flow
+	// collection, as a key, a key with no ':', a document of nothing),
+	// yaml-cpp reads the file.
+	uint32_t pending = Doc::NONE;
+	for (;;) {
+		Event event;
+		if (!yaml_parser_parse(parser.get(), event.get()))
+			return false;
+		const yaml_event_t &e = *event.get();
+		int line = static_cast<int>(e.start_mark.line);
+		if (pending != Doc::NONE) {
+			out.set_line(pending, line);
+			pending = Doc::NONE;
+		}
+		switch (e.type) {
+		case YAML_STREAM_END_EVENT:
+			return true;
+		case YAML_DOCUMENT_START_EVENT:
+			anchors.clear();
+			break;
+		case YAML_SCALAR_EVENT:
+			if (e.start_mark.index == e.end_mark.index && !e.data.scalar.anchor && !e.data.scalar.tag) {
+				if (open.empty() || open.back().flow)
+					return false;
+				if (open.back().map) {
+					bool after_colon = e.start_mark.index > 0 && text[e.start_mark.index - 1] == ':';
+					if (open.back().items % 2 == 0 || !after_colon)
+						return false;
+				}
+				pending = out.add_null(line);
+			} else if (is_null(e)) {
+				anchor_as(e.data.scalar.anchor, out.add_null(line));
+			} else {
+				anchor_as(e.data.scalar.anchor,
+					  out.add_scalar(line, std::string_view(reinterpret_cast<const char *>(e.data.scalar.value),
+										e.data.scalar.length)));
+			}
+			placed();
+			break;
+		case YAML_ALIAS_EVENT: {
+			auto it = anchors.find(std::string(anchor_of(e.data.alias.anchor)));
+			if (it == anchors.end())
+				return false; // yaml-cpp names the error
+			out.add_existing(it->second);
+			placed();
+			break;
+		}
+		case YAML_SEQUENCE_START_EVENT:
+			anchor_as(e.data.sequence_start.anchor, out.open(Kind::list, line));
+			placed();
+			open.push_back({e.data.sequence_start.style == YAML_FLOW_SEQUENCE_STYLE, false, 0});
+			break;
+		case YAML_MAPPING_START_EVENT:
+			anchor_as(e.data.mapping_start.anchor, out.open(Kind::map, line));
+			placed();
+			open.push_back({e.data.mapping_start.style == YAML_FLOW_MAPPING_STYLE, true, 0});
+			break;
+		case YAML_SEQUENCE_END_EVENT:
+		case YAML_MAPPING_END_EVENT:
+			out.close();
+			open.pop_back();
+			break;
+		default:
+			break;
+		}
+	}
+}
+
+void parse_document(std::string_view text, Doc &out)
+{
+	if (!parse_with_libyaml(text, out))
+		parse_with_yaml_cpp(text, out);
 }
 
 } // namespace sluice::yaml

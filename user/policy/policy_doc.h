@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only
 // A YAML document as the policy reader sees it: nulls, scalars, lists and
-// maps, each with the line it starts on, filled by yaml-cpp's parser through
-// its event interface (the nodes of YAML::Load's tree, without that tree and
-// with the line of every node, which the messages name).
+// maps, each with the line it starts on, as yaml-cpp's parser gives them
+// through its event interface (the nodes of YAML::Load's tree, without that
+// tree and with the line of every node, which the messages name); filled by
+// libyaml's event parser where it reads the text, by yaml-cpp's where not.
 // Internal to sluice_policy (and its tests).
 #pragma once
 
@@ -49,6 +50,8 @@ public:
 	void close();
 	/// Adds an existing node (an alias) where a new one would go.
 	void add_existing(uint32_t n) { place(n); }
+	/// Places a node at another line (a null's line is known only later).
+	void set_line(uint32_t n, int line) { nodes_[n].line = line; }
 	void clear();
 
 private:
@@ -79,6 +82,15 @@ struct SyntaxError {
 
 /// yaml-cpp's reading of `text`, every document of it. Throws SyntaxError.
 void parse_document(std::string_view text, Doc &out);
+
+/// The two readers parse_document is made of. libyaml's events, about eight
+/// times faster than yaml-cpp's, fill the same nodes at the same lines; it
+/// returns false where libyaml refuses the text (or names an anchor never
+/// defined), and yaml-cpp then reads it: into the same nodes where yaml-cpp
+/// accepts what libyaml does not (a tab before a flow list), else into
+/// yaml-cpp's one-line message. So files mean, and fail, as yaml-cpp says.
+bool parse_with_libyaml(std::string_view text, Doc &out);
+void parse_with_yaml_cpp(std::string_view text, Doc &out);
 
 /// parse_policy on text already read (for tests and the benchmark).
 Policy parse_policy_text(std::string_view text, const std::string &source);
