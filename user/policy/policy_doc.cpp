@@ -184,6 +184,14 @@ std::string_view anchor_of(const yaml_char_t *anchor)
 bool parse_with_libyaml(std::string_view text, Doc &out)
 {
 	out.clear();
+	// A text whose last line is not ended, or a carriage return alone (a
+	// line break to libyaml, not to yaml-cpp), ends differently in each:
+	// yaml-cpp reads it.
+	if (!text.empty() && text.back() != '\n')
+		return false;
+	for (size_t cr = text.find('\r'); cr != std::string_view::npos; cr = text.find('\r', cr + 1))
+		if (cr + 1 == text.size() || text[cr + 1] != '\n')
+			return false;
 	LibyamlParser parser;
 	yaml_parser_set_input_string(parser.get(), reinterpret_cast<const unsigned char *>(text.data()), text.size());
 	std::unordered_map<std::string, uint32_t> anchors;
@@ -201,22 +209,32 @@ bool parse_with_libyaml(std::string_view text, Doc &out)
 		if (!open.empty())
 			open.back().items++;
 	};
-	// An empty node (nothing written, not even an anchor or a tag) is a
-	// null whose line yaml-cpp takes from the token after it: the next
-	// event's. Where libyaml and yaml-cpp place it otherwise (in a flow
-	// collection, as a key, a key with no ':', a document of nothing),
-	// yaml-cpp reads the file.
-	uint32_t pending = Doc::NONE;
+	// An empty node (nothing written, not even an anchor or a tag) in a
+	// block collection is a null that yaml-cpp places at the token after
+	// it: the next thing written, past blanks, line breaks and comments.
+	// Where libyaml and yaml-cpp place it otherwise (in a flow collection,
+	// as a key, a key with no ':', a document of nothing), yaml-cpp reads
+	// the file.
+	auto line_of_next_token = [&](const yaml_mark_t &mark) {
+		int line = static_cast<int>(mark.line);
+		for (size_t i = mark.index; i < text.size(); i++) {
+			char c = text[i];
+			if (c == '\n')
+				line++;
+			else if (c == '#')
+				while (i + 1 < text.size() && text[i + 1] != '\n')
+					i++;
+			else if (c != ' ' && c != '\t' && c != '\r')
+				break;
+		}
+		return line;
+	};
 	for (;;) {
 		Event event;
 		if (!yaml_parser_parse(parser.get(), event.get()))
 			return false;
 		const yaml_event_t &e = *event.get();
 		int line = static_cast<int>(e.start_mark.line);
-		if (pending != Doc::NONE) {
-			out.set_line(pending, line);
-			pending = Doc::NONE;
-		}
 		switch (e.type) {
 		case YAML_STREAM_END_EVENT:
 			return true;
@@ -232,7 +250,11 @@ bool parse_with_libyaml(std::string_view text, Doc &out)
 					if (open.back().items % 2 == 0 || !after_colon)
 						return false;
 				}
-				pending = out.add_null(line);
+				out.add_null(line_of_next_token(e.start_mark));
+			} else if (!open.empty() && open.back().flow && e.data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+				   std::string_view(reinterpret_cast<const char *>(e.data.scalar.value), e.data.scalar.length)
+						   .find('?') != std::string_view::npos) {
+				return false; // yaml-cpp refuses a '?' in a plain scalar in a flow collection
 			} else if (is_null(e)) {
 				anchor_as(e.data.scalar.anchor, out.add_null(line));
 			} else {

@@ -50,8 +50,6 @@ public:
 	void close();
 	/// Adds an existing node (an alias) where a new one would go.
 	void add_existing(uint32_t n) { place(n); }
-	/// Places a node at another line (a null's line is known only later).
-	void set_line(uint32_t n, int line) { nodes_[n].line = line; }
 	void clear();
 
 private:
