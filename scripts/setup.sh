@@ -13,6 +13,7 @@ packages=(
   libxdp-dev                             # attach --multiprog: libxdp's dispatcher shares the XDP hook
   libcli11-dev nlohmann-json3-dev libgtest-dev
   libyaml-cpp-dev                        # policy files (sluice apply, export)
+  libyaml-dev                            # policy files: libyaml reads them fast, yaml-cpp where libyaml refuses
   iproute2 util-linux procps             # ip netns/veth, nsenter, pgrep (tests, demo)
   tmux                                   # sluice top's end-to-end test (a terminal to drive and capture)
   iperf3                                 # one TCP flow through a byte limit (e2e.TcpThroughAByteLimit*, bench)
