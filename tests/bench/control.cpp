@@ -4,7 +4,7 @@
 // of 100,000 rules of mixed shapes: scattered IPv4 /32s, /24s, IPv6 /64s,
 // port-scoped rules, layered aggregates, allows and denies. It times
 //   - reading the file with plain read() (the baseline) and parsing it in
-//     this process (yaml-cpp);
+//     this process (libyaml, yaml-cpp where libyaml refuses);
 //   - `sluice apply` of it (loading the program), again with no change, and
 //     with one rule changed; `apply --check`; `sluice export`;
 //   - `sluice rule set` with 10, 20,000 and 100,000 rules installed, the first
@@ -360,7 +360,7 @@ int main(int argc, char **argv)
 			  << with_commas(static_cast<uint64_t>(st.st_size)) << " bytes), in this process\n\n"
 			  << "| step | wall ms | CPU ms | against | |\n| --- | ---: | ---: | --- | --- |\n";
 		row("plain read() of the file (baseline)", read_t, "1×");
-		row("parse (yaml-cpp) and check", parse_t, ratio(parse_t.wall, read_t.wall) + " the read");
+		row("parse (libyaml) and check", parse_t, ratio(parse_t.wall, read_t.wall) + " the read");
 
 		// ---- 2. apply, export.
 		std::vector<Timing> version;
