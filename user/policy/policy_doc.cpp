@@ -229,12 +229,31 @@ bool parse_with_libyaml(std::string_view text, Doc &out)
 		}
 		return line;
 	};
+	// An anchor's or alias's name ends, for yaml-cpp, at a blank, a line
+	// break or one of ",[]{}" (libyaml: at any character but a letter, a
+	// digit, '-' or '_'). Where the two ends differ (`&a: x`), yaml-cpp reads.
+	auto name_ends_alike = [&](size_t at, const yaml_char_t *name) {
+		size_t end = at + 1 + anchor_of(name).size();
+		if (at >= text.size() || (text[at] != '&' && text[at] != '*'))
+			return false; // a tag before the anchor: not worth finding
+		if (end >= text.size())
+			return true;
+		char c = text[end];
+		return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == ',' || c == ']' || c == '}';
+	};
 	for (;;) {
 		Event event;
 		if (!yaml_parser_parse(parser.get(), event.get()))
 			return false;
 		const yaml_event_t &e = *event.get();
 		int line = static_cast<int>(e.start_mark.line);
+		const yaml_char_t *anchor = e.type == YAML_SCALAR_EVENT		? e.data.scalar.anchor
+			 : e.type == YAML_ALIAS_EVENT		? e.data.alias.anchor
+			 : e.type == YAML_SEQUENCE_START_EVENT ? e.data.sequence_start.anchor
+			 : e.type == YAML_MAPPING_START_EVENT	? e.data.mapping_start.anchor
+								: nullptr;
+		if (anchor && !name_ends_alike(e.start_mark.index, anchor))
+			return false;
 		switch (e.type) {
 		case YAML_STREAM_END_EVENT:
 			return true;
