@@ -13,6 +13,7 @@ packages=(
   libxdp-dev                             # attach --multiprog: libxdp's dispatcher shares the XDP hook
   libcli11-dev nlohmann-json3-dev libgtest-dev
   libyaml-cpp-dev                        # policy files (sluice apply, export)
+  libyaml-dev                            # policy files: libyaml reads them fast, yaml-cpp where libyaml refuses
   iproute2 util-linux procps             # ip netns/veth, nsenter, pgrep (tests, demo)
   tmux                                   # sluice top's end-to-end test (a terminal to drive and capture)
   iperf3                                 # one TCP flow through a byte limit (e2e.TcpThroughAByteLimit*, bench)
@@ -46,6 +47,13 @@ if ! mount | grep -q ' /sys/fs/bpf type bpf'; then
 fi
 
 echo "== building"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_WERROR=ON >/dev/null
+# ccache, where installed, keeps what an earlier build on this machine
+# compiled, in any clone (paths taken relative to the clone's root).
+launcher=()
+if command -v ccache >/dev/null; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+  export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=true
+fi
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_WERROR=ON "${launcher[@]}" >/dev/null
 cmake --build build -j"$(nproc)" >/dev/null
 echo "== built build/sluice"

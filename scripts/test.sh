@@ -26,4 +26,6 @@ echo "== fuzz: parsers, 60 s each"
 ./scripts/fuzz.sh 60
 
 # Last, so that its closing line ("N% tests passed, 0 tests failed out of N") ends the run.
-ctest --test-dir build --output-on-failure
+# One test per CPU: the kernel tests (and the CPU-bound stress test) take the
+# resource lock "kernel" and run one at a time; the others run beside them.
+ctest --test-dir build --output-on-failure -j"$(nproc)"

@@ -11,7 +11,9 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <iostream>
 #include <map>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -24,6 +26,7 @@
 #include "policy.h"
 #include "rates.h"
 #include "rule_args.h"
+#include "rule_lines.h"
 
 using namespace sluice;
 using namespace sluice::test;
@@ -55,28 +58,14 @@ RuleEdit rule_set_edit(const std::vector<std::string> &args, bool rate_counts_by
 	return to_edit(a, app, rate_counts_bytes);
 }
 
-/// The `rule set` options, as the CLI declares them.
-std::vector<std::string> rule_set_options()
-{
-	CLI::App app;
-	RuleEditArgs a;
-	add_edit_options(&app, a);
-	std::vector<std::string> names;
-	for (const CLI::Option *o : app.get_options())
-		for (const auto &n : o->get_lnames())
-			names.push_back("--" + n);
-	names.erase(std::remove(names.begin(), names.end(), "--help"), names.end());
-	return names;
-}
-
-/// A new value for each `rule set` option, from BASE: one that keeps the
-/// rule a limit on SOURCE. A new option fails the test until it has one.
-const std::map<std::string, std::vector<std::string>> RULE_SET_VALUES = {
-	{"--rate", {"--rate", "20/h"}},     {"--burst", {"--burst", "8"}},     {"--algo", {"--algo", "gcra"}},
-	{"--warmup", {"--warmup", "10s"}},  {"--per", {"--per", "16"}},        {"--name", {"--name", "exp2"}},
-	{"--shadow", {"--shadow"}},         {"--no-shadow", {"--no-shadow"}}, {"--continue", {"--continue"}},
-	{"--no-continue", {"--no-continue"}}, {"--scope", {"--scope", "cluster"}},
-	{"--fallback", {"--fallback", "5/h"}}, {"--ban", {"--ban", "10min"}}, {"--ban-after", {"--ban-after", "3"}},
+/// A new value for each `rule set` option that takes one, from BASE: one
+/// that keeps the rule a limit on SOURCE. A new option fails the test until
+/// it has one; a new flag is given as itself.
+const OptionValues RULE_SET_VALUES = {
+	{"--rate", {"20/h"}},	 {"--burst", {"8"}},	     {"--algo", {"gcra"}},
+	{"--warmup", {"10s"}},	 {"--per", {"16"}},	     {"--name", {"exp2"}},
+	{"--scope", {"cluster"}}, {"--fallback", {"5/h"}},	     {"--ban", {"10min"}},
+	{"--ban-after", {"3"}},
 };
 
 /// A change of each policy key to BASE's rule (what `apply` of a file
@@ -108,9 +97,9 @@ const std::map<std::string, std::function<void(RuleSpec &)>> POLICY_CHANGES = {
 };
 
 /// The given fields alone and in pairs.
-std::vector<std::vector<std::string>> singles_and_pairs(const std::vector<std::string> &fields)
+template <typename Field> std::vector<std::vector<Field>> singles_and_pairs(const std::vector<Field> &fields)
 {
-	std::vector<std::vector<std::string>> out;
+	std::vector<std::vector<Field>> out;
 	for (size_t i = 0; i < fields.size(); i++) {
 		out.push_back({fields[i]});
 		for (size_t j = i + 1; j < fields.size(); j++)
@@ -286,16 +275,19 @@ protected:
 TEST_F(Views, EveryRuleSetEditKeepsTheLimitedSourceInView)
 {
 	// The option list comes from the CLI: each has a value here.
-	std::vector<std::string> options = rule_set_options();
+	std::vector<DeclaredOption> options = rule_set_options();
 	ASSERT_GE(options.size(), 10u);
-	for (const auto &o : options)
-		ASSERT_TRUE(RULE_SET_VALUES.count(o)) << "no value for `rule set " << o << "`: add one";
+	std::mt19937_64 rng; // one value per option: nothing is left to chance
+	RuleLines lines(rng, RULE_SET_VALUES);
+	for (const auto &o : lines.missing(options))
+		ADD_FAILURE() << "no value for `rule set " << o << "`: add one";
+	ASSERT_FALSE(HasFailure());
 
 	size_t applied = 0, refused = 0;
 	for (const auto &fields : singles_and_pairs(options)) {
 		std::vector<std::string> args;
 		for (const auto &f : fields)
-			for (const auto &a : RULE_SET_VALUES.at(f))
+			for (const auto &a : lines.words_for(f))
 				args.push_back(a);
 		std::string what = "rule set exp " + joined(args);
 		table_->flush();
@@ -326,6 +318,7 @@ TEST_F(Views, EveryRuleSetEditKeepsTheLimitedSourceInView)
 		uint64_t dropped_after = send(SOURCE, 20);
 		expect_views(what, before, *after, true, dropped_before, dropped_after, pre);
 	}
+	std::cout << "rule set edits applied " << applied << ", refused " << refused << "\n";
 	EXPECT_GT(applied, 3 * refused) << "most combinations apply";
 }
 
@@ -365,6 +358,7 @@ TEST_F(Views, EveryApplyChangeKeepsTheLimitedSourceInView)
 		uint64_t dropped_after = send(SOURCE, 20);
 		expect_views(what, before, *after, same_rule, dropped_before, dropped_after, pre);
 	}
+	std::cout << "policy changes applied " << applied << ", refused " << refused << "\n";
 	EXPECT_GT(applied, 2 * refused) << "most combinations apply";
 }
 

@@ -46,6 +46,7 @@
 #include "replay.h"
 #include "rule_args.h"
 #include "sluice_algos.h"
+#include "rule_lines.h"
 #include "sluice_walk_test_bpf.skel.h"
 
 using namespace sluice;
@@ -409,103 +410,40 @@ std::string pool_source(std::mt19937_64 &rng, bool v6)
 	return buf;
 }
 
-/// Random `rule add` and `rule set` lines from the options the CLI declares.
-class RuleLines {
-public:
-	explicit RuleLines(std::mt19937_64 &rng) : rng_(rng)
-	{
-		for (int i = 0; i < 256; i++)
-			if (algo_name(static_cast<Algo>(i)) != "unknown")
-				algos_.emplace_back(algo_name(static_cast<Algo>(i)));
-		for (Scope s : {Scope::local, Scope::cluster})
-			scopes_.emplace_back(scope_name(s));
-	}
+/// The values the generated rule lines give each option: prefixes over
+/// pool_source's networks, and values the program takes.
+OptionValues walk_values()
+{
+	OptionValues v = {
+		{"CIDR",
+		 {"0.0.0.0/0", "10.0.0.0/8", "10.0.0.0/16", "10.0.0.0/24", "10.0.0.1/32", "10.1.0.0/16", "10.2.0.0/16",
+		  "10.3.0.0/16", "10.4.0.0/16", "10.1.0.0/24", "10.1.1.0/24", "10.3.0.0/24", "10.2.0.3/32",
+		  "10.1.0.1/32", "10.4.1.4/32", "::/0", "2001:db8::/32", "2001:db8:1::/48", "2001:db8:2::/48",
+		  "2001:db8:3::/48", "2001:db8:4::/48", "2001:db8:1::/64", "2001:db8:3:1::/64", "2001:db8:2::2/128",
+		  "2001:db8:1:1::/64"}},
+		{"--rate",
+		 {"1/s", "10/s", "100/s", "1000/s", "100000/s", "5/min", "1/h", "100/10s", "3/100ms", "10kbit/s",
+		  "1kB/s", "1MB/s", "100kB/10s"}},
+		{"--fallback", {"1/s", "50/s", "5/min", "1kB/s", "0"}},
+		{"--burst", {"1", "2", "3", "5", "20", "100", "1500", "64kB", "0"}},
+		{"--proto", {"tcp", "udp", "icmp"}},
+		{"--dport", {"53", "80", "22", "123", "1000-2000", "0-1023", "5353"}},
+		{"--sport", {"123", "11211", "40000", "1024-65535", "0-1023", "40000-40003"}},
+		{"--tcp-flags", {"syn,ack=syn", "syn=syn", "rst=rst", "ack=ack", "fin,syn,rst,ack=ack", "all=none"}},
+		{"--ban", {"1s", "10s", "1min", "1h", "0"}},
+		{"--ban-after", {"1", "2", "3", "5"}},
+		{"--per", {"0", "8", "16", "24", "28", "32", "48", "56", "64", "128"}},
+		{"--warmup", {"0", "200ms", "1s", "30s"}},
+		{"--algo", algo_names()},
+		{"--scope", scope_names()},
+	};
+	for (int i = 0; i < 1000; i++)
+		v["--name"].push_back("renamed" + std::to_string(i));
+	return v;
+}
 
-	/// A `rule add` argument line for a rule named `name`.
-	std::string add_line(const std::string &name)
-	{
-		CLI::App app;
-		RuleArgs a;
-		add_rule_options(&app, a);
-		std::string line;
-		for (const CLI::Option *opt : app.get_options()) {
-			std::string o = opt->get_name();
-			if (o == "--help")
-				continue;
-			if (o == "--name") {
-				line += " --name " + name;
-				continue;
-			}
-			if (opt->get_positional()) {
-				line = value_for(o) + line;
-				continue;
-			}
-			if (chance(o == "--rate" ? 85 : o == "--allow" || o == "--deny" ? 10 : 25))
-				line += " " + o + (opt->get_expected_max() == 0 ? "" : " " + value_for(o));
-		}
-		return line;
-	}
-
-	/// A `rule set` option line (without the rule's key); may be empty.
-	std::string set_line()
-	{
-		CLI::App app;
-		RuleEditArgs a;
-		add_edit_options(&app, a);
-		std::string line;
-		for (const CLI::Option *opt : app.get_options()) {
-			std::string o = opt->get_name();
-			if (o != "--help" && chance(20))
-				line += " " + o + (opt->get_expected_max() == 0 ? "" : " " + value_for(o));
-		}
-		return line;
-	}
-
-	/// The values every option is given; an option the CLI declares and this
-	/// does not know fails the test: give it values here.
-	std::string value_for(const std::string &option)
-	{
-		static const std::map<std::string, std::vector<std::string>> values = {
-			{"CIDR",
-			 {"0.0.0.0/0", "10.0.0.0/8", "10.0.0.0/16", "10.0.0.0/24", "10.0.0.1/32", "10.1.0.0/16", "10.2.0.0/16",
-			  "10.3.0.0/16", "10.4.0.0/16", "10.1.0.0/24", "10.1.1.0/24", "10.3.0.0/24", "10.2.0.3/32",
-			  "10.1.0.1/32", "10.4.1.4/32", "::/0", "2001:db8::/32", "2001:db8:1::/48", "2001:db8:2::/48",
-			  "2001:db8:3::/48", "2001:db8:4::/48", "2001:db8:1::/64", "2001:db8:3:1::/64", "2001:db8:2::2/128",
-			  "2001:db8:1:1::/64"}},
-			{"--rate",
-			 {"1/s", "10/s", "100/s", "1000/s", "100000/s", "5/min", "1/h", "100/10s", "3/100ms", "10kbit/s",
-			  "1kB/s", "1MB/s", "100kB/10s"}},
-			{"--fallback", {"1/s", "50/s", "5/min", "1kB/s", "0"}},
-			{"--burst", {"1", "2", "3", "5", "20", "100", "1500", "64kB", "0"}},
-			{"--proto", {"tcp", "udp", "icmp"}},
-			{"--dport", {"53", "80", "22", "123", "1000-2000", "0-1023", "5353"}},
-			{"--sport", {"123", "11211", "40000", "1024-65535", "0-1023", "40000-40003"}},
-			{"--tcp-flags", {"syn,ack=syn", "syn=syn", "rst=rst", "ack=ack", "fin,syn,rst,ack=ack", "all=none"}},
-			{"--per", {"0", "8", "16", "24", "28", "32", "48", "56", "64", "128"}},
-			{"--warmup", {"0", "200ms", "1s", "30s"}},
-			{"--ban", {"1s", "10s", "1min", "1h", "0"}},
-			{"--ban-after", {"1", "2", "3", "5"}},
-		};
-		if (option == "--algo")
-			return algos_[below(algos_.size())];
-		if (option == "--scope")
-			return scopes_[below(scopes_.size())];
-		if (option == "--name")
-			return "renamed" + std::to_string(below(1000));
-		auto it = values.find(option);
-		if (it == values.end())
-			throw std::logic_error("the generator gives option " + option +
-					       " no values: add them to RuleLines::value_for");
-		return it->second[below(it->second.size())];
-	}
-
-	size_t below(size_t n) { return static_cast<size_t>(rng_() % n); }
-	bool chance(int percent) { return below(100) < static_cast<size_t>(percent); }
-
-private:
-	std::mt19937_64 &rng_;
-	std::vector<std::string> algos_, scopes_;
-};
+const OptionChances ADD_CHANCES{25, {{"--rate", 85}, {"--allow", 10}, {"--deny", 10}}};
+const OptionChances SET_CHANCES{20, {}};
 
 /// `rule add LINE`, as the CLI does it.
 std::function<void(RuleTable &)> add_rule(const std::string &line)
@@ -542,13 +480,13 @@ void random_change(Twin &twin, RuleLines &lines, int &next_name)
 	size_t roll = lines.below(100);
 	if (rules.empty() || roll < 45 || (rules.size() < 4 && roll < 70)) {
 		std::string name = "g" + std::to_string(next_name++);
-		std::string line = lines.add_line(name);
+		std::string line = lines.add_line(ADD_CHANCES, name);
 		twin.change("rule add" + line, add_rule(line));
 		return;
 	}
 	const std::string key = rules[lines.below(rules.size())].spec.name;
 	if (roll < 85 || rules.size() < 3) {
-		std::string line = lines.set_line();
+		std::string line = lines.set_line(SET_CHANCES);
 		twin.change("rule set " + key + line, set_rule(key, line));
 	} else {
 		twin.change("rule del " + key, [key](RuleTable &t) { t.remove(key); });
@@ -611,7 +549,7 @@ TEST(WalkOnly, CorpusShapesAgree)
 	const uint64_t seed = seed_for("WalkOnly.CorpusShapesAgree");
 	const auto start = std::chrono::steady_clock::now();
 	std::mt19937_64 rng(seed);
-	RuleLines g(rng);
+	RuleLines g(rng, walk_values());
 	Twin twin("WalkOnly.CorpusShapesAgree", seed, 512);
 	for (const auto &r : role_rules()) {
 		std::string line = std::string(r.cidr) + " --name " + r.name;
@@ -670,7 +608,7 @@ TEST(WalkOnly, ReplayedTracesAgree)
 	const uint64_t seed = seed_for("WalkOnly.ReplayedTracesAgree");
 	const auto start = std::chrono::steady_clock::now();
 	std::mt19937_64 rng(seed);
-	RuleLines g(rng);
+	RuleLines g(rng, walk_values());
 	const int cpus = std::min(2, libbpf_num_possible_cpus());
 	const uint64_t tick_ns = 4000000;
 	Twin twin("WalkOnly.ReplayedTracesAgree", seed, 512);
@@ -727,7 +665,7 @@ TEST(WalkOnly, GeneratedMixesWithRuleChangesAgree)
 	const uint64_t seed = seed_for("WalkOnly.GeneratedMixesWithRuleChangesAgree");
 	const auto start = std::chrono::steady_clock::now();
 	std::mt19937_64 rng(seed);
-	RuleLines g(rng);
+	RuleLines g(rng, walk_values());
 	Twin twin("WalkOnly.GeneratedMixesWithRuleChangesAgree", seed, 256);
 	const auto &shapes = corpus_shapes();
 	int next_name = 0;

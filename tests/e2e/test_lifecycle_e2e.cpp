@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -1161,6 +1162,27 @@ std::string snapshot(const std::vector<std::string> &paths)
 
 } // namespace
 
+namespace {
+
+/// Waits (up to 60 s) until another process holds an flock on directory `dir`.
+bool wait_until_locked(const std::string &dir)
+{
+	for (auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+	     std::chrono::steady_clock::now() < limit;) {
+		int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd >= 0) {
+			bool held = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+			close(fd); // releases it if this took it
+			if (held)
+				return true;
+		}
+		std::this_thread::sleep_for(std::chrono::milliseconds(1));
+	}
+	return false;
+}
+
+} // namespace
+
 // Finding: the lock was an flock on the pin directory, which `sluice upgrade`
 // (and an `apply` that changes `tables:`) swaps for a new one. With 60,000
 // rules, a `rule add` waiting behind the change (on the old directory) and
@@ -1198,9 +1220,10 @@ TEST_F(Lifecycle, ACommandWaitingBehindAnUpgradeOrATablesChangeAndOneStartedAfte
 		change.insert(change.begin(), SLUICE_BIN);
 		Background changer(change);
 		// Reading 60,000 rules and loading the new tables takes the change
-		// seconds: the first add starts while it holds the lock, the second
-		// as soon as the new pin directory is in place.
-		std::this_thread::sleep_for(std::chrono::milliseconds(200));
+		// seconds: the first add starts once it holds the lock (an `apply`
+		// reads its file first: a rule added before it locks is not in the
+		// file, and goes), the second as soon as the new pin directory is in place.
+		EXPECT_TRUE(wait_until_locked(pin_dir() + "-lock")) << "the change never took the lock";
 		std::string waited = "waited" + std::to_string(t), after = "after" + std::to_string(t);
 		std::string net = "10.214." + std::to_string(t) + ".";
 		Background first({SLUICE_BIN, "rule", "add", net + "1", "--deny", "--name", waited});

@@ -23,7 +23,7 @@ deb=$scratch/sluice_${version}_${arch}.deb
 [ "$(dpkg-deb -f "$deb" Package)" = sluice ] || fail "Package is not sluice"
 [ "$(dpkg-deb -f "$deb" Version)" = "$version" ] || fail "Version is not $version"
 depends=$(dpkg-deb -f "$deb" Depends)
-for lib in libbpf libxdp libyaml-cpp libhiredis libc6; do
+for lib in libbpf libxdp libyaml-cpp libyaml-0-2 libhiredis libc6; do
 	grep -q "$lib" <<<"$depends" || fail "Depends lacks $lib: $depends"
 done
 

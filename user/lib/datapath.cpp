@@ -578,6 +578,10 @@ Instance::Lock Instance::lock(bool exclusive, bool create) const
 {
 	ensure_bpffs(dir_, create);
 	check_dirs(); // before anything is made
+	std::vector<std::string> made;
+	for (const std::string &d : {dir_, lock_dir_for(dir_)})
+		if (create && access(d.c_str(), F_OK) != 0 && errno == ENOENT)
+			made.push_back(d);
 	if (create)
 		make_private_dir(dir_, "pin directory");
 	if (access(dir_.c_str(), F_OK) != 0) {
@@ -600,7 +604,20 @@ Instance::Lock Instance::lock(bool exclusive, bool create) const
 	UniqueFd pinned = lock_directory(dir_, exclusive, false, "pin directory");
 	if (!pinned && exclusive)
 		throw Error(NOT_ATTACHED); // removed while this command waited
-	return Lock(std::move(stable), std::move(pinned));
+	return Lock(std::move(stable), std::move(pinned), std::move(made));
+}
+
+Instance::Lock::~Lock()
+{
+	if (std::uncaught_exceptions() <= unwinding_)
+		return;
+	// rmdir removes only an empty directory: the pin directory once the
+	// command's own rollback took its pins out; the lock directory only
+	// beside a pin directory that is gone. A command waiting on the lock
+	// sees the directory go and makes or refuses it anew (lock_directory).
+	for (const auto &d : made_)
+		if (rmdir(d.c_str()) && errno != ENOENT)
+			break;
 }
 
 bool Instance::loaded() const { return access(prog_pin().c_str(), F_OK) == 0; }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -124,14 +125,24 @@ public:
 	/// directory beside the pin directory, which nothing renames (an upgrade
 	/// swaps the pin directory itself), and one on the pin directory, which
 	/// binaries before 0.2.7 take. Mutating commands take it
-	/// exclusive, readers shared.
+	/// exclusive, readers shared. A command that fails (an exception leaves
+	/// the lock's scope) removes the directories its lock made, those still
+	/// empty: a refused command leaves nothing behind.
 	class Lock {
 	public:
 		Lock() = default;
-		Lock(UniqueFd stable, UniqueFd pin_dir) : stable_(std::move(stable)), pin_dir_(std::move(pin_dir)) {}
+		Lock(UniqueFd stable, UniqueFd pin_dir, std::vector<std::string> made)
+			: stable_(std::move(stable)), pin_dir_(std::move(pin_dir)), made_(std::move(made))
+		{
+		}
+		Lock(Lock &&) = default;
+		Lock &operator=(Lock &&) = default;
+		~Lock();
 
 	private:
 		UniqueFd stable_, pin_dir_;
+		std::vector<std::string> made_; ///< the directories made, the pin directory first
+		int unwinding_ = std::uncaught_exceptions();
 	};
 	/// `create`: the command may load the program, so the pin directory is
 	/// made if missing; otherwise a missing one means "not attached".

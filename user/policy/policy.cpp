@@ -511,41 +511,19 @@ Policy read_policy(const Doc &doc, const std::string &source)
 	return p;
 }
 
-Policy read_general(std::string_view text, const std::string &source)
-{
-	Doc doc;
-	try {
-		yaml::parse_general(text, doc);
-	} catch (const yaml::SyntaxError &e) {
-		throw Error(source + " line " + std::to_string(line_of(e.line)) + ": " + e.message);
-	}
-	return read_policy(doc, source);
-}
-
 } // namespace
 
 namespace yaml {
 
-Policy parse_policy_text(std::string_view text, const std::string &source, Parser parser)
+Policy parse_policy_text(std::string_view text, const std::string &source)
 {
-	if (parser == Parser::general)
-		return read_general(text, source);
 	Doc doc;
-	if (!parse_fast(text, doc)) {
-		if (parser == Parser::fast)
-			throw Error(source + ": not in the fast path's subset of YAML");
-		return read_general(text, source);
-	}
 	try {
-		return read_policy(doc, source);
-	} catch (const Error &) {
-		if (parser == Parser::fast)
-			throw;
-		// Every message comes from yaml-cpp's reading: the fast path
-		// places some nodes (nulls) elsewhere, and a file it got wrong
-		// must not fail where yaml-cpp would accept it.
-		return read_general(text, source);
+		parse_document(text, doc);
+	} catch (const yaml::SyntaxError &e) {
+		throw Error(source + " line " + std::to_string(line_of(e.line)) + ": " + e.message);
 	}
+	return read_policy(doc, source);
 }
 
 } // namespace yaml
@@ -596,6 +574,13 @@ Policy parse_policy_text(const PolicyText &file) { return yaml::parse_policy_tex
 
 Policy read_policy_file(const std::string &path) { return parse_policy_text(read_policy_text(path)); }
 
+// Not yaml-cpp, and on purpose: this is a guess taken before the parse so
+// that loading the program overlaps it, and yaml-cpp cannot find a
+// top-level key without parsing the document up to it (the whole of it when
+// `tables` follows the rules or is absent), which is the work the guess
+// runs beside. It decides nothing: parse_policy_text reads the sizes, and
+// apply drops tables made from a guess the parse does not confirm. A
+// section it cannot read whole (flow style, anchors, other keys) is no guess.
 std::optional<TableSizes> peek_table_sizes(std::string_view text)
 {
 	auto trim = [](std::string_view v) {

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0-only
 #include "policy_doc.h"
 
+#include <yaml.h>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
-#include <cstring>
 #include <sstream>
+#include <string>
+#include <unordered_map>
 
 namespace sluice::yaml {
 
@@ -67,34 +69,6 @@ void Doc::close()
 	place(o.node);
 }
 
-bool Doc::same(const Doc &a, uint32_t na, const Doc &b, uint32_t nb, std::string *why)
-{
-	auto differ = [&](const std::string &what) {
-		if (why)
-			*why = what + " (line " + std::to_string(a.line(na) + 1) + " against " +
-			       std::to_string(b.line(nb) + 1) + ")";
-		return false;
-	};
-	if (a.kind(na) != b.kind(nb))
-		return differ("kinds differ");
-	if (a.kind(na) == Kind::null)
-		return true;
-	if (a.line(na) != b.line(nb))
-		return differ("lines differ");
-	if (a.kind(na) == Kind::scalar)
-		return a.scalar(na) == b.scalar(nb) ||
-		       differ("scalars differ: '" + std::string(a.scalar(na)) + "', '" + std::string(b.scalar(nb)) + "'");
-	if (a.size(na) != b.size(nb))
-		return differ("sizes differ");
-	// Graphs of aliases are compared as far as the fast path makes them:
-	// it makes none, so a cycle never meets a document it read.
-	uint32_t kids = a.kind(na) == Kind::map ? 2 * a.size(na) : a.size(na);
-	for (uint32_t i = 0; i < kids; i++)
-		if (!same(a, a.kids_[a.nodes_[na].begin + i], b, b.kids_[b.nodes_[nb].begin + i], why))
-			return false;
-	return true;
-}
-
 // ---- yaml-cpp, through its events: the same nodes as YAML::Load's tree
 // (nodebuilder.cpp), without building that tree.
 
@@ -148,7 +122,7 @@ private:
 
 } // namespace
 
-void parse_general(std::string_view text, Doc &out)
+void parse_with_yaml_cpp(std::string_view text, Doc &out)
 {
 	out.clear();
 	std::istringstream in{std::string(text)};
@@ -162,340 +136,186 @@ void parse_general(std::string_view text, Doc &out)
 	}
 }
 
-// ---- The fast path.
-//
-// What it reads: one document, a block map at column 0; block maps and block
-// lists nested by indentation (a list may sit at its key's column); list
-// items that are a map begun on the dash's line; keys that are words; values
-// on the key's line: plain scalars of [A-Za-z0-9._/:-] (and '=', and in a
-// block ',', after the first character; yaml-cpp's null
-// words read as null), quoted scalars without escapes, [] and {}, and a
-// one-line flow map of such scalars; comments; blank lines. Everything else
-// (and every text yaml-cpp would reject) is declined.
+// ---- libyaml, through its events, into the nodes yaml-cpp's events give.
 
 namespace {
 
-struct Line {
-	int no;      ///< from 0
-	uint32_t indent;
-	const char *p;   ///< the first character after the indentation
-	const char *end; ///< the end of the line, before its '\n'
-};
-
-bool plain_char(char c)
+/// What yaml-cpp reads as null: a plain scalar with no tag that is empty,
+/// ~, null, Null or NULL (yaml-cpp's IsNullString).
+bool is_null(const yaml_event_t &e)
 {
-	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-	       c == '/' || c == ':' || c == '-';
+	if (e.data.scalar.tag || e.data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+		return false;
+	std::string_view v(reinterpret_cast<const char *>(e.data.scalar.value), e.data.scalar.length);
+	return v.empty() || v == "~" || v == "null" || v == "Null" || v == "NULL";
 }
 
-bool key_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
-
-bool key_char(char c)
-{
-	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
-}
-
-bool null_word(std::string_view s) { return s == "null" || s == "Null" || s == "NULL"; }
-
-class Fast {
+class LibyamlParser {
 public:
-	Fast(std::string_view text, Doc &doc) : doc_(doc)
-	{
-		const char *p = text.data(), *end = p + text.size();
-		int no = 0;
-		while (p < end) {
-			const char *eol = static_cast<const char *>(std::memchr(p, '\n', static_cast<size_t>(end - p)));
-			if (!eol)
-				eol = end;
-			const char *q = p;
-			while (q < eol && *q == ' ')
-				q++;
-			if (q < eol && *q != '#')
-				lines_.push_back({no, static_cast<uint32_t>(q - p), q, eol});
-			p = eol + 1;
-			no++;
-		}
-	}
-
-	bool run()
-	{
-		if (lines_.empty() || lines_[0].indent != 0)
-			return false;
-		size_t i = 0;
-		if (!map_at(i, lines_[0].p, 0))
-			return false;
-		return i == lines_.size();
-	}
+	LibyamlParser() { yaml_parser_initialize(&parser_); }
+	~LibyamlParser() { yaml_parser_delete(&parser_); }
+	LibyamlParser(const LibyamlParser &) = delete;
+	LibyamlParser &operator=(const LibyamlParser &) = delete;
+	yaml_parser_t *get() { return &parser_; }
 
 private:
-	// A block list entry: "-" alone or "- " and more.
-	static bool dash(const Line &l) { return l.p[0] == '-' && (l.p + 1 == l.end || l.p[1] == ' '); }
-
-	// A key at p: a word and a colon followed by a blank or the line's end.
-	// Sets `after` past the colon.
-	static bool key_at(const char *p, const char *end, const char *&after)
-	{
-		if (p >= end || !key_start(*p))
-			return false;
-		const char *q = p + 1;
-		while (q < end && key_char(*q))
-			q++;
-		if (q >= end || *q != ':' || (q + 1 < end && q[1] != ' '))
-			return false;
-		after = q + 1;
-		return true;
-	}
-
-	// A key is a scalar, or null when it is one of the null words.
-	void add_key(int line, std::string_view word)
-	{
-		if (null_word(word))
-			doc_.add_null(line);
-		else
-			doc_.add_scalar(line, word);
-	}
-
-	static const char *skip_blanks(const char *p, const char *end)
-	{
-		while (p < end && *p == ' ')
-			p++;
-		return p;
-	}
-
-	// The rest of a line after a value: blanks, then nothing or a comment.
-	static bool line_ends(const char *p, const char *end)
-	{
-		const char *q = skip_blanks(p, end);
-		return q == end || (*q == '#' && q > p);
-	}
-
-	// A quoted scalar at p (at its quote); sets `after` past the closing quote.
-	bool quoted(const char *p, const char *end, int line, const char *&after)
-	{
-		char quote = *p;
-		std::string text;
-		const char *q = p + 1;
-		for (;; q++) {
-			if (q >= end)
-				return false; // spans lines
-			char c = *q;
-			if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f)
-				return false;
-			if (quote == '"' && c == '\\')
-				return false; // escapes: yaml-cpp's
-			if (c == quote) {
-				if (quote == '\'' && q + 1 < end && q[1] == '\'') {
-					text += '\'';
-					q++;
-					continue;
-				}
-				break;
-			}
-			text += c;
-		}
-		after = q + 1;
-		doc_.add_scalar(line, text);
-		return true;
-	}
-
-	// A plain scalar at p, ending before any character not in plain_char.
-	bool plain(const char *p, const char *end, int line, bool flow, const char *&after)
-	{
-		const char *q = p;
-		while (q < end && plain_char(*q))
-			q++;
-		if (q == p)
-			return false;
-		// After its first character, a block scalar may hold '=' and ','
-		// (TCP flags: "syn,ack=syn"); a flow one '=' alone (',' ends it).
-		while (q < end && (plain_char(*q) || *q == '=' || (!flow && *q == ',')))
-			q++;
-		// "-x" and "::/0" are plain scalars to yaml-cpp; "-", ":" alone and
-		// anything ending in ':' are indicators. In a flow map, keep to
-		// what cannot begin an indicator at all.
-		if (*p == '-' || *p == ':') {
-			if (flow || q - p < 2)
-				return false;
-		}
-		if (q[-1] == ':')
-			return false;
-		std::string_view s(p, static_cast<size_t>(q - p));
-		if (null_word(s))
-			doc_.add_null(line);
-		else
-			doc_.add_scalar(line, s);
-		after = q;
-		return true;
-	}
-
-	// A one-line flow map of scalars, p at its '{'.
-	bool flow_map(const char *p, const char *end, int line, const char *&after)
-	{
-		doc_.open(Kind::map, line);
-		const char *q = skip_blanks(p + 1, end);
-		if (q < end && *q == '}') {
-			doc_.close();
-			after = q + 1;
-			return true;
-		}
-		for (;;) {
-			// key: a word, then ": "
-			if (q >= end || !key_start(*q))
-				return false;
-			const char *k = q;
-			while (q < end && key_char(*q))
-				q++;
-			if (q + 1 >= end || *q != ':' || q[1] != ' ')
-				return false;
-			add_key(line, std::string_view(k, static_cast<size_t>(q - k)));
-			q = skip_blanks(q + 2, end);
-			if (q >= end)
-				return false;
-			if (*q == '"' || *q == '\'') {
-				if (!quoted(q, end, line, q))
-					return false;
-			} else if (!plain(q, end, line, true, q)) {
-				return false;
-			}
-			q = skip_blanks(q, end);
-			if (q < end && *q == '}') {
-				doc_.close();
-				after = q + 1;
-				return true;
-			}
-			if (q >= end || *q != ',')
-				return false;
-			q = skip_blanks(q + 1, end);
-		}
-	}
-
-	// A value on its key's (or dash's) line, p at its first character.
-	bool inline_value(const char *p, const char *end, int line)
-	{
-		const char *after = nullptr;
-		if (*p == '"' || *p == '\'') {
-			if (!quoted(p, end, line, after))
-				return false;
-		} else if (*p == '[') {
-			const char *q = skip_blanks(p + 1, end);
-			if (q >= end || *q != ']')
-				return false;
-			doc_.open(Kind::list, line);
-			doc_.close();
-			after = q + 1;
-		} else if (*p == '{') {
-			if (!flow_map(p, end, line, after))
-				return false;
-		} else if (!plain(p, end, line, false, after)) {
-			return false;
-		}
-		return line_ends(after, end);
-	}
-
-	// A node of its own lines, beginning at line i: a list or a map.
-	bool block(size_t &i)
-	{
-		const Line &l = lines_[i];
-		if (dash(l))
-			return list_at(i, l.indent);
-		return map_at(i, l.p, l.indent);
-	}
-
-	// The value of a key written alone on its line (line i - 1): the lines
-	// indented below it, a list at its column, or null.
-	bool value_below(size_t &i, uint32_t col, int line)
-	{
-		if (i < lines_.size() && lines_[i].indent > col)
-			return block(i);
-		if (i < lines_.size() && lines_[i].indent == col && dash(lines_[i]))
-			return list_at(i, col);
-		doc_.add_null(line);
-		return true;
-	}
-
-	// A block map whose keys sit at column col, its first key at p on line i.
-	bool map_at(size_t &i, const char *p, uint32_t col)
-	{
-		doc_.open(Kind::map, lines_[i].no);
-		for (;;) {
-			const Line &l = lines_[i];
-			const char *after = nullptr;
-			if (!key_at(p, l.end, after))
-				return false;
-			add_key(l.no, std::string_view(p, static_cast<size_t>(after - 1 - p)));
-			const char *v = skip_blanks(after, l.end);
-			i++;
-			if (v == l.end || *v == '#') {
-				if (!value_below(i, col, l.no))
-					return false;
-			} else if (!inline_value(v, l.end, l.no)) {
-				return false;
-			}
-			if (i >= lines_.size() || lines_[i].indent < col)
-				break;
-			if (lines_[i].indent > col || dash(lines_[i]))
-				return false;
-			p = lines_[i].p;
-		}
-		doc_.close();
-		return true;
-	}
-
-	// A block list whose dashes sit at column col, from line i.
-	bool list_at(size_t &i, uint32_t col)
-	{
-		doc_.open(Kind::list, lines_[i].no);
-		for (;;) {
-			const Line &l = lines_[i];
-			const char *v = skip_blanks(l.p + 1, l.end);
-			const char *after = nullptr;
-			if (v == l.end || *v == '#') {
-				i++;
-				if (i < lines_.size() && lines_[i].indent > col) {
-					if (!block(i))
-						return false;
-				} else {
-					doc_.add_null(l.no);
-				}
-			} else if (key_at(v, l.end, after)) {
-				if (!map_at(i, v, col + static_cast<uint32_t>(v - l.p)))
-					return false;
-			} else {
-				if (*v == '-' && (v + 1 == l.end || v[1] == ' '))
-					return false; // a list in a list on one line
-				if (!inline_value(v, l.end, l.no))
-					return false;
-				i++;
-			}
-			if (i >= lines_.size() || lines_[i].indent < col)
-				break;
-			if (lines_[i].indent > col)
-				return false;
-			if (!dash(lines_[i]))
-				break; // the map this list is the value of goes on
-		}
-		doc_.close();
-		return true;
-	}
-
-	Doc &doc_;
-	std::vector<Line> lines_;
+	yaml_parser_t parser_;
 };
+
+class Event {
+public:
+	Event() = default;
+	~Event() { yaml_event_delete(&event_); }
+	Event(const Event &) = delete;
+	Event &operator=(const Event &) = delete;
+	yaml_event_t *get() { return &event_; }
+
+private:
+	yaml_event_t event_{};
+};
+
+std::string_view anchor_of(const yaml_char_t *anchor)
+{
+	return anchor ? std::string_view(reinterpret_cast<const char *>(anchor)) : std::string_view();
+}
 
 } // namespace
 
-bool parse_fast(std::string_view text, Doc &out)
+bool parse_with_libyaml(std::string_view text, Doc &out)
 {
 	out.clear();
-	// Tabs, carriage returns and other control characters: yaml-cpp's
-	// business. (Bytes above 0x7f are declined where they matter, outside
-	// comments, by the scalar rules.)
-	for (char c : text) {
-		unsigned char u = static_cast<unsigned char>(c);
-		if ((u < 0x20 && c != '\n') || u == 0x7f)
+	// A text whose last line is not ended, or a carriage return alone (a
+	// line break to libyaml, not to yaml-cpp), ends differently in each:
+	// yaml-cpp reads it.
+	if (!text.empty() && text.back() != '\n')
+		return false;
+	for (size_t cr = text.find('\r'); cr != std::string_view::npos; cr = text.find('\r', cr + 1))
+		if (cr + 1 == text.size() || text[cr + 1] != '\n')
 			return false;
+	LibyamlParser parser;
+	yaml_parser_set_input_string(parser.get(), reinterpret_cast<const unsigned char *>(text.data()), text.size());
+	std::unordered_map<std::string, uint32_t> anchors;
+	auto anchor_as = [&](const yaml_char_t *anchor, uint32_t n) {
+		if (anchor)
+			anchors[std::string(anchor_of(anchor))] = n;
+	};
+	struct Open {
+		bool flow;
+		bool map;
+		uint32_t items; ///< a map's keys and values
+	};
+	std::vector<Open> open;
+	auto placed = [&] {
+		if (!open.empty())
+			open.back().items++;
+	};
+	// An empty node (nothing written, not even an anchor or a tag) in a
+	// block collection is a null that yaml-cpp places at the token after
+	// it: the next thing written, past blanks, line breaks and comments.
+	// Where libyaml and yaml-cpp place it otherwise (in a flow collection,
+	// as a key, a key with no ':', a document of nothing), yaml-cpp reads
+	// the file.
+	auto line_of_next_token = [&](const yaml_mark_t &mark) {
+		int line = static_cast<int>(mark.line);
+		for (size_t i = mark.index; i < text.size(); i++) {
+			char c = text[i];
+			if (c == '\n')
+				line++;
+			else if (c == '#')
+				while (i + 1 < text.size() && text[i + 1] != '\n')
+					i++;
+			else if (c != ' ' && c != '\t' && c != '\r')
+				break;
+		}
+		return line;
+	};
+	// An anchor's or alias's name ends, for yaml-cpp, at a blank, a line
+	// break or one of ",[]{}" (libyaml: at any character but a letter, a
+	// digit, '-' or '_'). Where the two ends differ (`&a: x`), yaml-cpp reads.
+	auto name_ends_alike = [&](size_t at, const yaml_char_t *name) {
+		size_t end = at + 1 + anchor_of(name).size();
+		if (at >= text.size() || (text[at] != '&' && text[at] != '*'))
+			return false; // a tag before the anchor: not worth finding
+		if (end >= text.size())
+			return true;
+		char c = text[end];
+		return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == ',' || c == ']' || c == '}';
+	};
+	for (;;) {
+		Event event;
+		if (!yaml_parser_parse(parser.get(), event.get()))
+			return false;
+		const yaml_event_t &e = *event.get();
+		int line = static_cast<int>(e.start_mark.line);
+		const yaml_char_t *anchor = e.type == YAML_SCALAR_EVENT		? e.data.scalar.anchor
+			 : e.type == YAML_ALIAS_EVENT		? e.data.alias.anchor
+			 : e.type == YAML_SEQUENCE_START_EVENT ? e.data.sequence_start.anchor
+			 : e.type == YAML_MAPPING_START_EVENT	? e.data.mapping_start.anchor
+								: nullptr;
+		if (anchor && !name_ends_alike(e.start_mark.index, anchor))
+			return false;
+		switch (e.type) {
+		case YAML_STREAM_END_EVENT:
+			return true;
+		case YAML_DOCUMENT_START_EVENT:
+			anchors.clear();
+			break;
+		case YAML_SCALAR_EVENT:
+			if (e.start_mark.index == e.end_mark.index && !e.data.scalar.anchor && !e.data.scalar.tag) {
+				if (open.empty() || open.back().flow)
+					return false;
+				if (open.back().map) {
+					bool after_colon = e.start_mark.index > 0 && text[e.start_mark.index - 1] == ':';
+					if (open.back().items % 2 == 0 || !after_colon)
+						return false;
+				}
+				out.add_null(line_of_next_token(e.start_mark));
+			} else if (!open.empty() && open.back().flow && e.data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+				   std::string_view(reinterpret_cast<const char *>(e.data.scalar.value), e.data.scalar.length)
+						   .find('?') != std::string_view::npos) {
+				return false; // yaml-cpp refuses a '?' in a plain scalar in a flow collection
+			} else if (is_null(e)) {
+				anchor_as(e.data.scalar.anchor, out.add_null(line));
+			} else {
+				anchor_as(e.data.scalar.anchor,
+					  out.add_scalar(line, std::string_view(reinterpret_cast<const char *>(e.data.scalar.value),
+										e.data.scalar.length)));
+			}
+			placed();
+			break;
+		case YAML_ALIAS_EVENT: {
+			auto it = anchors.find(std::string(anchor_of(e.data.alias.anchor)));
+			if (it == anchors.end())
+				return false; // yaml-cpp names the error
+			out.add_existing(it->second);
+			placed();
+			break;
+		}
+		case YAML_SEQUENCE_START_EVENT:
+			anchor_as(e.data.sequence_start.anchor, out.open(Kind::list, line));
+			placed();
+			open.push_back({e.data.sequence_start.style == YAML_FLOW_SEQUENCE_STYLE, false, 0});
+			break;
+		case YAML_MAPPING_START_EVENT:
+			anchor_as(e.data.mapping_start.anchor, out.open(Kind::map, line));
+			placed();
+			open.push_back({e.data.mapping_start.style == YAML_FLOW_MAPPING_STYLE, true, 0});
+			break;
+		case YAML_SEQUENCE_END_EVENT:
+		case YAML_MAPPING_END_EVENT:
+			out.close();
+			open.pop_back();
+			break;
+		default:
+			break;
+		}
 	}
-	return Fast(text, out).run();
+}
+
+void parse_document(std::string_view text, Doc &out)
+{
+	if (!parse_with_libyaml(text, out))
+		parse_with_yaml_cpp(text, out);
 }
 
 } // namespace sluice::yaml

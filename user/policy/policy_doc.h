@@ -1,11 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only
 // A YAML document as the policy reader sees it: nulls, scalars, lists and
-// maps, each with the line it starts on. Two parsers fill it: yaml-cpp's,
-// through its event interface (every YAML document, the reference), and a
-// fast path for the block style that `sluice export` writes and operators
-// type. The fast path only says "not mine" when a file strays from what it
-// knows; policy.cpp then reads the file again with yaml-cpp, so a file means
-// the same and fails with the same message whichever parser read it.
+// maps, each with the line it starts on, as yaml-cpp's parser gives them
+// through its event interface (the nodes of YAML::Load's tree, without that
+// tree and with the line of every node, which the messages name); filled by
+// libyaml's event parser where it reads the text, by yaml-cpp's where not.
 // Internal to sluice_policy (and its tests).
 #pragma once
 
@@ -43,7 +41,7 @@ public:
 	/// One root per YAML document in the stream, in order.
 	const std::vector<uint32_t> &roots() const { return roots_; }
 
-	/// Building, for the parsers: a scalar or null is added whole; a list
+	/// Building, for the parser: a scalar or null is added whole; a list
 	/// or map is opened, its items (a map's keys and values in turn) added,
 	/// and closed. A node added while nothing is open is a document's root.
 	uint32_t add_scalar(int line, std::string_view text);
@@ -53,10 +51,6 @@ public:
 	/// Adds an existing node (an alias) where a new one would go.
 	void add_existing(uint32_t n) { place(n); }
 	void clear();
-
-	/// Same shape, scalars and lines (the lines of nulls aside, which the two
-	/// parsers place differently and no message of a valid file shows).
-	static bool same(const Doc &a, uint32_t na, const Doc &b, uint32_t nb, std::string *why = nullptr);
 
 private:
 	struct Node {
@@ -85,23 +79,18 @@ struct SyntaxError {
 };
 
 /// yaml-cpp's reading of `text`, every document of it. Throws SyntaxError.
-void parse_general(std::string_view text, Doc &out);
+void parse_document(std::string_view text, Doc &out);
 
-/// The fast path: true if `text` is one document in the block style it
-/// knows, read into `out` exactly as parse_general would read it; false,
-/// with `out` in any state, for anything else (flow collections other than
-/// a one-line map of scalars, anchors, tags, multi-line scalars, escapes,
-/// tabs, documents markers, and any text that is not valid YAML).
-bool parse_fast(std::string_view text, Doc &out);
+/// The two readers parse_document is made of. libyaml's events, about eight
+/// times faster than yaml-cpp's, fill the same nodes at the same lines; it
+/// returns false where libyaml refuses the text (or names an anchor never
+/// defined), and yaml-cpp then reads it: into the same nodes where yaml-cpp
+/// accepts what libyaml does not (a tab before a flow list), else into
+/// yaml-cpp's one-line message. So files mean, and fail, as yaml-cpp says.
+bool parse_with_libyaml(std::string_view text, Doc &out);
+void parse_with_yaml_cpp(std::string_view text, Doc &out);
 
-/// Which parser parse_policy_text uses: both are complete; `automatic` is
-/// what sluice does (the fast path, and yaml-cpp when the fast path declines
-/// the file or finds it wrong).
-enum class Parser { automatic, general, fast };
-
-/// parse_policy on text already read, with the parser chosen (for tests and
-/// the benchmark). With Parser::fast a file the fast path declines is an
-/// Error saying so.
-Policy parse_policy_text(std::string_view text, const std::string &source, Parser parser = Parser::automatic);
+/// parse_policy on text already read (for tests and the benchmark).
+Policy parse_policy_text(std::string_view text, const std::string &source);
 
 } // namespace sluice::yaml
