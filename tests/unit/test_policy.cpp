@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <chrono>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -333,8 +335,9 @@ TEST(PolicyErrors, EachIsOneLineWithTheFileLineAndRule)
 		 "sluice.yaml line 1: the policy has no 'rules' (write 'rules: []' for one without rules)"},
 		{"rules: []\n---\nrules: []\n", "sluice.yaml line 3: a policy is one YAML document; this is a second one"},
 		// YAML itself.
-		{"rules:\n  - name: a\n   cidr: 10.0.0.0/8\n", "sluice.yaml line 3: end of sequence not found"},
-		{"rules: [\n", "sluice.yaml line 2: end of sequence flow not found"},
+		{"rules:\n  - name: a\n   cidr: 10.0.0.0/8\n",
+		 "sluice.yaml line 3: did not find expected '-' indicator (while parsing a block collection at line 2)"},
+		{"rules: [\n", "sluice.yaml line 2: did not find expected node content"},
 		// Interfaces and tables.
 		{"interfaces:\n  - name: eth0\n  - name: eth0\nrules: []\n",
 		 "sluice.yaml line 3: interface 'eth0': listed twice (first at line 2)"},
@@ -709,7 +712,6 @@ TEST(PolicyParsers, EveryYamlFormReadsAsItsBlockStyle)
 		 "  - name: b\n    cidr: 10.0.0.0/9\n    rate: *r\n",
 		 rate + "  - name: b\n    cidr: 10.0.0.0/9\n    rate: 5/s\n"},                // an alias
 		{"---\nrules: []\n", "rules: []\n"},                                           // a document marker
-		{"rules:\n\t[]\n", "rules: []\n"},                                             // a tab
 		{"rules:\r\n  - {name: a, cidr: 10.0.0.0/8, action: deny}\r\n", deny},          // CRLF
 		{"rules:\n  - name: \"a\\x2db\"\n    cidr: 10.0.0.0/8\n    action: deny\n",
 		 "rules:\n  - name: a-b\n    cidr: 10.0.0.0/8\n    action: deny\n"},          // an escape
@@ -736,7 +738,12 @@ TEST(PolicyParsers, ErrorsNameTheFileTheLineAndWhatIsWrong)
 		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    action: deny\n  - name: a\n    cidr: 10.0.0.0/9\n"
 		 "    action: deny\n",
 		 "sluice.yaml line 5: rule 'a': another rule has this name (line 2)"},
-		{"rules:\n  - name: a\n    cidr: [10.0.0.0/8\n", "sluice.yaml line 4: end of sequence flow not found"},
+		{"rules:\n  - name: a\n    cidr: [10.0.0.0/8\n",
+		 "sluice.yaml line 4: did not find expected ',' or ']' (while parsing a flow sequence at line 3)"},
+		// A tab as indentation (yaml-cpp would read it; YAML and libyaml do not).
+		{"rules:\n\t[]\n", "sluice.yaml line 2: found character that cannot start any token"},
+		// A stray ',' (yaml-cpp 0.7 allocates without bound on it).
+		{",tables:\n", "sluice.yaml line 1: did not find expected node content"},
 	};
 	for (const auto &[text, message] : files)
 		EXPECT_EQ(parse_error(text), message) << text;
@@ -1220,10 +1227,29 @@ std::string random_yaml_policy(std::mt19937 &rng)
 
 } // namespace
 
+/// Whether libyaml reads `text` itself (1), hands it to yaml-cpp (0), or
+/// refuses it (-1, and `error` is the SyntaxError).
+int libyaml_verdict(const std::string &text, yaml::SyntaxError &error)
+{
+	yaml::Doc doc;
+	try {
+		return yaml::parse_with_libyaml(text, doc) ? 1 : 0;
+	} catch (const yaml::SyntaxError &e) {
+		error = e;
+		return -1;
+	}
+}
+
+bool one_line_naming_the_file_and_a_line(const std::string &message)
+{
+	static const std::regex re("sluice\\.yaml line [1-9][0-9]*: [^\n]+");
+	return std::regex_match(message, re);
+}
+
 TEST(PolicyParsers, LibyamlReadsAsYamlCppReads)
 {
 	std::mt19937 rng(20261127);
-	int by_libyaml = 0, cases = 0;
+	int by_libyaml = 0, refused = 0, cases = 0;
 	for (int i = 0; i < 4000; i++) {
 		std::string text = random_yaml_policy(rng);
 		if (i % 2) { // damage: a byte changed, or the text cut short
@@ -1235,11 +1261,70 @@ TEST(PolicyParsers, LibyamlReadsAsYamlCppReads)
 				text.resize(at);
 		}
 		cases++;
-		yaml::Doc doc;
-		by_libyaml += yaml::parse_with_libyaml(text, doc);
+		yaml::SyntaxError error;
+		int verdict = libyaml_verdict(text, error);
+		if (verdict < 0) {
+			// Refused by libyaml, never handed to yaml-cpp: one line, the
+			// file, a line of it.
+			refused++;
+			EXPECT_GE(error.line, 0) << text;
+			std::string message = parse_error(text);
+			EXPECT_TRUE(one_line_naming_the_file_and_a_line(message)) << message << "\n" << text;
+			continue;
+		}
+		by_libyaml += verdict;
 		ASSERT_EQ(reading(text, yaml::parse_document), reading(text, yaml::parse_with_yaml_cpp)) << text;
 	}
-	// Many are read by libyaml itself (1,421 of 4,000: half are damaged), so
-	// the comparison above is of two readers.
+	// Many are read by libyaml itself (half are damaged), and many refused,
+	// so the comparison above is of two readers, and both cases are seen.
 	EXPECT_GT(by_libyaml, cases / 4);
+	EXPECT_GT(refused, cases / 20);
+}
+
+// A stray ',', ']' or '}' (on which yaml-cpp 0.7 allocates without bound)
+// is refused at once with libyaml's error, on the line it is on.
+TEST(PolicyParsers, StrayFlowIndicatorsAreRefusedQuicklyOnTheirLine)
+{
+	const std::vector<std::string> lines = {"tables:", "  max_rules: 100", "rules:", "  - name: a",
+						"    cidr: 10.0.0.0/8", "    rate: 5/s", "  - name: b",
+						"    cidr: 10.1.0.0/16", "    action: deny", "interfaces:", "  - eth0"};
+	int cases = 0;
+	for (char stray : {',', ']', '}'})
+		for (size_t at = 0; at < lines.size(); at++)
+			for (int where = 0; where < 3; where++) { // before the indent, after it, after ': '
+				std::string text;
+				for (size_t l = 0; l < lines.size(); l++) {
+					std::string line = lines[l];
+					if (l == at) {
+						size_t indent = line.find_first_not_of(' '), colon = line.find(": ");
+						if (where == 2 && colon == std::string::npos) // "key:" or "- item"
+							line += line.back() == ':' ? " " : "";
+						size_t pos = where == 0 ? 0
+							   : where == 1 ? indent
+							   : colon != std::string::npos ? colon + 2
+							   : line.back() == ' ' ? line.size()
+										  : indent + 2;
+						line.insert(pos, 1, stray);
+					}
+					text += line + "\n";
+				}
+				for (std::string t : {text, text.substr(0, text.size() - 1)}) { // last line ended or not
+					cases++;
+					auto start = std::chrono::steady_clock::now();
+					std::string message = parse_error(t);
+					double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+					EXPECT_TRUE(one_line_naming_the_file_and_a_line(message)) << message << "\n" << t;
+					EXPECT_EQ(message.rfind("sluice.yaml line " + std::to_string(at + 1) + ": ", 0), 0u)
+						<< message << "\n" << t;
+					EXPECT_LT(seconds, 1.0) << t;
+				}
+			}
+	for (const char *t : {",tables:\n", ",tables:", "]\n", "}", "rules: [a, b]]\n", "rules: {a: 1}}\n"}) {
+		cases++;
+		auto start = std::chrono::steady_clock::now();
+		std::string message = parse_error(t);
+		EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.0) << t;
+		EXPECT_EQ(message.rfind("sluice.yaml line 1: ", 0), 0u) << message << "\n" << t;
+	}
+	EXPECT_EQ(cases, 3 * 11 * 3 * 2 + 6);
 }

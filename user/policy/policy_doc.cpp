@@ -5,6 +5,7 @@
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <sstream>
 #include <string>
 #include <unordered_map>
@@ -174,6 +175,20 @@ private:
 	yaml_event_t event_{};
 };
 
+/// libyaml's refusal as the one-line error: what is wrong, where, and
+/// what it was reading when the two are on different lines.
+SyntaxError libyaml_error(const yaml_parser_t &p, std::string_view text)
+{
+	std::string what = p.problem ? p.problem : "out of memory";
+	int line = static_cast<int>(p.problem_mark.line);
+	if (p.error == YAML_READER_ERROR) // placed by its byte, not by a mark
+		line = static_cast<int>(
+			std::count(text.begin(), text.begin() + static_cast<long>(std::min(p.problem_offset, text.size())), '\n'));
+	if (p.context && p.context_mark.line != p.problem_mark.line)
+		what += " (" + std::string(p.context) + " at line " + std::to_string(p.context_mark.line + 1) + ")";
+	return SyntaxError{line, what};
+}
+
 std::string_view anchor_of(const yaml_char_t *anchor)
 {
 	return anchor ? std::string_view(reinterpret_cast<const char *>(anchor)) : std::string_view();
@@ -184,14 +199,18 @@ std::string_view anchor_of(const yaml_char_t *anchor)
 bool parse_with_libyaml(std::string_view text, Doc &out)
 {
 	out.clear();
+	// Where libyaml might read the text otherwise than yaml-cpp, it still
+	// reads it to the end: a text libyaml refuses is refused with libyaml's
+	// error, never handed to yaml-cpp (which can allocate without bound on
+	// a stray ',' or ']'); one it accepts, yaml-cpp then reads.
+	bool differs = false;
 	// A text whose last line is not ended, or a carriage return alone (a
-	// line break to libyaml, not to yaml-cpp), ends differently in each:
-	// yaml-cpp reads it.
+	// line break to libyaml, not to yaml-cpp), ends differently in each.
 	if (!text.empty() && text.back() != '\n')
-		return false;
+		differs = true;
 	for (size_t cr = text.find('\r'); cr != std::string_view::npos; cr = text.find('\r', cr + 1))
 		if (cr + 1 == text.size() || text[cr + 1] != '\n')
-			return false;
+			differs = true;
 	LibyamlParser parser;
 	yaml_parser_set_input_string(parser.get(), reinterpret_cast<const unsigned char *>(text.data()), text.size());
 	std::unordered_map<std::string, uint32_t> anchors;
@@ -244,36 +263,45 @@ bool parse_with_libyaml(std::string_view text, Doc &out)
 	for (;;) {
 		Event event;
 		if (!yaml_parser_parse(parser.get(), event.get()))
-			return false;
+			throw libyaml_error(*parser.get(), text);
 		const yaml_event_t &e = *event.get();
+		if (e.type == YAML_STREAM_END_EVENT)
+			return !differs;
+		if (differs)
+			continue;
 		int line = static_cast<int>(e.start_mark.line);
 		const yaml_char_t *anchor = e.type == YAML_SCALAR_EVENT		? e.data.scalar.anchor
 			 : e.type == YAML_ALIAS_EVENT		? e.data.alias.anchor
 			 : e.type == YAML_SEQUENCE_START_EVENT ? e.data.sequence_start.anchor
 			 : e.type == YAML_MAPPING_START_EVENT	? e.data.mapping_start.anchor
 								: nullptr;
-		if (anchor && !name_ends_alike(e.start_mark.index, anchor))
-			return false;
+		if (anchor && !name_ends_alike(e.start_mark.index, anchor)) {
+			differs = true;
+			continue;
+		}
 		switch (e.type) {
-		case YAML_STREAM_END_EVENT:
-			return true;
 		case YAML_DOCUMENT_START_EVENT:
 			anchors.clear();
 			break;
 		case YAML_SCALAR_EVENT:
 			if (e.start_mark.index == e.end_mark.index && !e.data.scalar.anchor && !e.data.scalar.tag) {
-				if (open.empty() || open.back().flow)
-					return false;
+				if (open.empty() || open.back().flow) {
+					differs = true;
+					continue;
+				}
 				if (open.back().map) {
 					bool after_colon = e.start_mark.index > 0 && text[e.start_mark.index - 1] == ':';
-					if (open.back().items % 2 == 0 || !after_colon)
-						return false;
+					if (open.back().items % 2 == 0 || !after_colon) {
+						differs = true;
+						continue;
+					}
 				}
 				out.add_null(line_of_next_token(e.start_mark));
 			} else if (!open.empty() && open.back().flow && e.data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
 				   std::string_view(reinterpret_cast<const char *>(e.data.scalar.value), e.data.scalar.length)
 						   .find('?') != std::string_view::npos) {
-				return false; // yaml-cpp refuses a '?' in a plain scalar in a flow collection
+				differs = true; // yaml-cpp refuses a '?' in a plain scalar in a flow collection
+				continue;
 			} else if (is_null(e)) {
 				anchor_as(e.data.scalar.anchor, out.add_null(line));
 			} else {
@@ -285,8 +313,10 @@ bool parse_with_libyaml(std::string_view text, Doc &out)
 			break;
 		case YAML_ALIAS_EVENT: {
 			auto it = anchors.find(std::string(anchor_of(e.data.alias.anchor)));
-			if (it == anchors.end())
-				return false; // yaml-cpp names the error
+			if (it == anchors.end()) {
+				differs = true; // yaml-cpp names the error
+				continue;
+			}
 			out.add_existing(it->second);
 			placed();
 			break;

@@ -72,21 +72,22 @@ private:
 	std::vector<uint32_t> pending_; ///< items of the open collections, innermost last
 };
 
-/// An error of the YAML itself, where yaml-cpp placed it.
+/// An error of the YAML itself, where libyaml (or yaml-cpp) placed it.
 struct SyntaxError {
 	int line; ///< from 0; -1 for none
 	std::string message;
 };
 
-/// yaml-cpp's reading of `text`, every document of it. Throws SyntaxError.
+/// yaml-cpp's reading of `text`, every document of it, if libyaml accepts
+/// it. Throws SyntaxError.
 void parse_document(std::string_view text, Doc &out);
 
 /// The two readers parse_document is made of. libyaml's events, about eight
-/// times faster than yaml-cpp's, fill the same nodes at the same lines; it
-/// returns false where libyaml refuses the text (or names an anchor never
-/// defined), and yaml-cpp then reads it: into the same nodes where yaml-cpp
-/// accepts what libyaml does not (a tab before a flow list), else into
-/// yaml-cpp's one-line message. So files mean, and fail, as yaml-cpp says.
+/// times faster than yaml-cpp's, fill the same nodes at the same lines. A
+/// text libyaml refuses is refused with libyaml's error (SyntaxError), not
+/// handed to yaml-cpp, which can allocate without bound on malformed text
+/// (a stray ','). Where libyaml accepts the text but might read it otherwise
+/// (or names an anchor never defined), it returns false and yaml-cpp reads it.
 bool parse_with_libyaml(std::string_view text, Doc &out);
 void parse_with_yaml_cpp(std::string_view text, Doc &out);
 
