@@ -730,8 +730,8 @@ TEST(PolicyParsers, ErrorsNameTheFileTheLineAndWhatIsWrong)
 	// Nulls, keys that are null and duplicates: placed where yaml-cpp places them.
 	const std::vector<std::pair<std::string, std::string>> files = {
 		{"rules:\n  -\n  - name: a\n    cidr: 10.0.0.0/8\n    action: deny\n",
-		 "sluice.yaml line 3: rule #1: a rule is a map of keys (name, cidr, action, proto, dport, rate, burst, algo, "
-		 "per, warmup, shadow, continue, scope, fallback), not empty"},
+		 "sluice.yaml line 3: rule #1: a rule is a map of keys (name, cidr, action, proto, dport, sport, tcp_flags, "
+		 "rate, burst, algo, per, warmup, shadow, continue, scope, fallback, ban, ban_after), not empty"},
 		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    rate:\n", "sluice.yaml line 4: rule 'a': 'rate' takes one value, not empty"},
 		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    null: x\n",
 		 "sluice.yaml line 4: rule 'a': a key of a rule must be a word, not empty"},
