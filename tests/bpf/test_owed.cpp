@@ -274,6 +274,36 @@ TEST(Owed, TwoCpusKeepTheBoundAndDropNothingUnderTheLimitRandomized)
 	int64_t worst = INT64_MIN;
 	std::string first_failure;
 	int cpu = 0;
+	// SLUICE_OWED_TRACE=1: on a failure, print the last batches with the
+	// owed slots and the bucket's word after each.
+	const bool tracing = std::getenv("SLUICE_OWED_TRACE") != nullptr;
+	std::vector<std::string> trace;
+	const int ncpu = libbpf_num_possible_cpus();
+	auto owed_state = [&]() {
+		std::ostringstream o;
+		std::vector<struct sluice_owed> v(static_cast<size_t>(ncpu));
+		for (uint32_t k = 0; k < SLUICE_PENDING_SLOTS; k++) {
+			if (bpf_map_lookup_elem(maps.owed.get(), &k, v.data()))
+				continue;
+			for (int c = 0; c < 2; c++) {
+				const auto &s = v[size_t(c)];
+				if (!s.name)
+					continue;
+				struct sluice_set_v4 set {};
+				uint32_t idx = uint32_t(s.name);
+				uint64_t word = 0, off = 0;
+				if (!bpf_map_lookup_elem(maps.src4.get(), &idx, &set)) {
+					word = set.way[(s.name >> 32) & 0xff].word;
+					off = set.way[(s.name >> 32) & 0xff].algo.gcra.off;
+				}
+				o << " | cpu" << c << " slot " << k << " name " << std::hex << s.name << std::dec
+				  << " written-off " << int64_t(s.written - off) << " since " << s.since << " ticks "
+				  << s.ticks << " packets " << s.packets << " shared_until " << s.shared_until
+				  << " word-off " << int64_t(word - off);
+			}
+		}
+		return o.str();
+	};
 	auto start = std::chrono::steady_clock::now();
 	auto check_counts = [&](const char *when) {
 		// Every pass is on the bucket's counters or in an owed slot.
@@ -342,6 +372,16 @@ TEST(Owed, TwoCpusKeepTheBoundAndDropNothingUnderTheLimitRandomized)
 			first_failure = "a packet not counted as a pass or a drop of the rule";
 			break;
 		}
+		if (tracing) {
+			std::ostringstream o;
+			o << "batch " << batches << " cpu " << cpu << " kind " << kind << " n " << n << " now_t "
+			  << sluice_ns_to_ticks(now) << " passed " << passed << " dropped " << dropped
+			  << " truth before " << truth.tat << " inc " << truth.inc << " cap " << truth.capacity
+			  << owed_state();
+			trace.push_back(o.str());
+			if (trace.size() > 60)
+				trace.erase(trace.begin());
+		}
 		truth.pass(now, passed);
 		epoch_passed += passed;
 		// Checked where the program passed: a clock set back makes the
@@ -368,6 +408,9 @@ TEST(Owed, TwoCpusKeepTheBoundAndDropNothingUnderTheLimitRandomized)
 	}
 	check_counts("at the end");
 	pin(0);
+	if (!first_failure.empty())
+		for (const auto &line : trace)
+			std::printf("%s\n", line.c_str());
 	double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 	EXPECT_EQ(first_failure, "");
 	EXPECT_EQ(over, 0u);
