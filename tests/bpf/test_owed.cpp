@@ -226,6 +226,50 @@ TEST(Owed, AnAccountLeftAnHourIsNotChargedAgain)
 }
 
 
+// A CPU may read a clock earlier than another CPU's that wrote the bucket
+// since its account was made: CPU 1's write found the bucket full at a later
+// clock and forgot part of it, then CPU 0, its clock behind the account's
+// arrival time, wrote its account as stacked on that write: 2 ticks' worth
+// too many, and a packet GCRA over the passes made would pass was dropped
+// (SLUICE_OWED_SEED=4254761116, batch 1328). The account settles against the
+// later clock that write noted.
+TEST(Owed, AnAccountIsNotStackedOnAWriteMadeAtALaterClock)
+{
+	ASSERT_EQ(geteuid(), 0u) << "loads a real XDP program: run as root";
+	ASSERT_GE(sysconf(_SC_NPROCESSORS_ONLN), 2) << "this test needs two CPUs";
+	RuleSpec r = gcra_rule("100/s", 32); // 10 ms a packet
+	Replayer kernel(r);
+	RuleTable table(kernel.maps());
+	Truth truth(table.datapath_rule(table.find(r.name).slot));
+	const uint64_t inc_ns = truth.inc >> SLUICE_TICK_SHIFT, t0 = T0;
+	const std::vector<uint8_t> fast = build_packet({.src = "10.0.0.1"});
+	auto send = [&](int cpu, uint64_t t, int n) {
+		pin(cpu);
+		kernel.set_clocks({t, t});
+		int passed = 0;
+		for (int i = 0; i < n; i++)
+			passed += run_frame(kernel.prog_fd(), fast) == XDP_PASS;
+		truth.pass(t, uint64_t(passed));
+		return passed;
+	};
+	// CPU 0 writes, CPU 1 writes, CPU 0 finds the other's write and passes on account.
+	ASSERT_EQ(send(0, t0, 2), 2);
+	ASSERT_EQ(send(1, t0, 1), 1);
+	ASSERT_EQ(send(0, t0, 2), 2);
+	ASSERT_EQ(owed_passes(kernel.maps()), 2u) << "CPU 0 holds an account";
+	// Past the account's arrival time (t0 + 3 packets), CPU 1 finds the
+	// bucket, without the account, full: a burst from its clock.
+	EXPECT_GE(send(1, t0 + 7 * inc_ns / 2, 40), 30);
+	// CPU 0's clock reads earlier: its packet settles the account, and drops.
+	EXPECT_EQ(send(0, t0, 1), 0);
+	EXPECT_EQ(owed_passes(kernel.maps()), 0u) << "the account is settled";
+	// GCRA over the passes made passes a packet at t0 + 6.25 packets; so must the program.
+	const uint64_t t3 = t0 + 25 * inc_ns / 4;
+	ASSERT_TRUE(truth.conforms(t3));
+	EXPECT_EQ(send(0, t3, 1), 1) << "a packet within the limit is dropped";
+	pin(0);
+}
+
 // Issue 26, Required 4: two CPUs, the fast path, the walk, the memo, accounts
 // and their doubt, rule edits, and a clock that stands, steps, jumps an hour
 // ahead or back: 10 million packets in batches, each batch from one CPU at
