@@ -619,6 +619,7 @@ union sluice_algo_state {
 	struct {
 		__u64 off;     /* theoretical arrival time = the bucket's word - off */
 		__u64 granted; /* the last cluster grant taken: generation << 48 | its seq (struct sluice_grant) */
+		__u64 full_at; /* ticks: a clock a write may have found the bucket full at (struct sluice_owed) */
 	} gcra;
 	struct {
 		__u64 tokens; /* in ticks of credit, up to the capacity */
@@ -824,8 +825,11 @@ SLUICE_ASSERT_SIZE(struct sluice_pending_drops, 120);
  * forgets them as it forgets any charge once the bucket is full again.
  * Another write since (another CPU's, or the controller's) stacked too while
  * the clock is behind that word's arrival time (no write can have found the
- * bucket full), and the account stacks on it. Past that, which came first is
- * unknown, so only what is certain is written, max(arrival time, since +
+ * bucket full), and the account stacks on it. The clock here is the later of
+ * this CPU's and algo.gcra.full_at, where a write that may find the bucket
+ * full notes its clock (a fast-path pass, a walk's charge that finds it full,
+ * an account's write): a CPU may read a clock earlier than that of another
+ * CPU which wrote before it. Past that, which came first is unknown, so only what is certain is written, max(arrival time, since +
  * ticks); the rest is doubt, kept in `ticks` with `packets` 0. Doubt is never
  * charged to a packet, the slot owes nothing new while it holds it, and it
  * is forgotten at a write once max(arrival time, since) + ticks is behind

@@ -14,6 +14,27 @@
  * sluice_owed_settled_word) is in include/sluice_algos.h: `sluice upgrade`
  * settles the old program's accounts with the same functions. */
 
+/* Before a write of the word of GCRA-form bucket `st` that decided on its
+ * arrival time `tat` at the clock `t` (ticks): where the write finds the
+ * bucket full, it notes `t` in algo.gcra.full_at (if later), so that an
+ * account made on an earlier word is not written as if stacked on it (struct
+ * sluice_owed) by a CPU whose clock reads earlier. */
+static __always_inline void owed_note_full(struct sluice_source_state *st, __u64 tat, __u64 t)
+{
+	if ((__s64)(tat - t) < 0 && (__s64)(t - sluice_load_relaxed(&st->algo.gcra.full_at)) > 0)
+		sluice_store_relaxed(&st->algo.gcra.full_at, t);
+}
+
+/* The clock an account of bucket `st` settles against at this CPU's clock
+ * `now_t` (sluice_owed_uncertain): the later of it and the latest clock a
+ * write found the bucket full at. */
+static __always_inline __u64 owed_settle_clock(struct sluice_source_state *st, __u64 now_t)
+{
+	__u64 full_at = sluice_load_relaxed(&st->algo.gcra.full_at);
+
+	return (__s64)(full_at - now_t) > 0 ? full_at : now_t;
+}
+
 /* Whether doubt held in owed slot `o` (ticks from `since`) is spent: the
  * bucket's arrival time `tat` with it is behind the clock `now_t`, so a
  * bucket holding it would be full now, as GCRA forgets. */
@@ -81,8 +102,10 @@ __noinline int sluice_flush_owed(struct sluice_owed *o, __u64 now_t)
 			continue;
 		}
 		if (o->packets) {
-			want = sluice_owed_settled_word(o, w, off, now_t, &doubt);
+			want = owed_settle_clock(st, now_t);
+			want = sluice_owed_settled_word(o, w, off, want, &doubt);
 			if (want != w) {
+				owed_note_full(st, w - off, o->since);
 				old = sluice_cas(&st->word, w, want);
 				if (old != w) {
 					w = old;
@@ -170,13 +193,15 @@ static __always_inline void owe_pass(struct sluice_owed *o, __u64 w, __u64 tat, 
 }
 
 /* Pays what owed slot `o` holds for the bucket `st` (generation `gen`) by
- * writing `paid` over its word `w`: the word after, this CPU's or the one
+ * writing `paid` over its word `w` (arrival time `tat`): the word after, this CPU's or the one
  * another CPU wrote first (then the slot still holds the account). */
 static __always_inline __u64 owed_pay_word(struct sluice_owed *o, struct sluice_source_state *st, __u16 gen,
-					   __u64 w, __u64 paid)
+					   __u64 w, __u64 tat, __u64 paid)
 {
-	__u64 old = sluice_cas(&st->word, w, paid);
+	__u64 old;
 
+	owed_note_full(st, tat, o->since);
+	old = sluice_cas(&st->word, w, paid);
 	if (old == w) {
 		old = paid;
 		settle_owed(o, &st->cnt, gen, old);
@@ -192,8 +217,12 @@ static __always_inline __u64 owed_pay_word(struct sluice_owed *o, struct sluice_
 static __always_inline __u64 owed_write_pass(struct sluice_owed *o, struct sluice_source_state *st, __u16 gen,
 					     __u64 w, __u64 written, __u64 tat, __u64 now_t)
 {
-	__u64 old = sluice_cas(&st->word, w, written), doubt;
+	__u64 old, doubt;
 
+	owed_note_full(st, tat, now_t);
+	if (o->packets)
+		owed_note_full(st, tat, o->since);
+	old = sluice_cas(&st->word, w, written);
 	if (old == w) {
 		doubt = o->packets ? 0 : o->ticks;
 		settle_owed(o, &st->cnt, gen, written);
@@ -244,10 +273,12 @@ __noinline int sluice_charge_owed(struct sluice_source_state *st, struct sluice_
 			continue;
 		}
 		tat = w - off;
-		if (o->packets && sluice_owed_uncertain(o, w, off, now_t)) {
+		eff = owed_settle_clock(st, now_t);
+		if (o->packets && sluice_owed_uncertain(o, w, off, eff)) {
 			/* Another write landed on the account: settle what is certain. */
-			eff = sluice_owed_settled_word(o, w, off, now_t, &doubt);
+			eff = sluice_owed_settled_word(o, w, off, eff, &doubt);
 			if (eff != w) {
+				owed_note_full(st, tat, o->since);
 				old = sluice_cas(&st->word, w, eff);
 				if (old != w) {
 					w = old;
@@ -268,7 +299,7 @@ __noinline int sluice_charge_owed(struct sluice_source_state *st, struct sluice_
 		if (next - now_t > rule->bucket.capacity) {
 			if (owed) {
 				/* Pay what this CPU owes, then decide again. */
-				w = owed_pay_word(o, st, (__u16)req->count_gen, w, eff + off);
+				w = owed_pay_word(o, st, (__u16)req->count_gen, w, tat, eff + off);
 				continue;
 			}
 			req->full = sluice_tick_stamp(w - off);
@@ -312,16 +343,20 @@ static __always_inline int owed_due(struct charge_req *req, __u64 w)
 	return o->packets || o->ticks || (__s64)(o->shared_until - req->now) > 0;
 }
 
-/* The walk's charge of req's bucket (generation req->count_gen): where this
- * CPU's owed slot names it and owes it passes, they are paid first
- * (sluice_flush_owed), so that the walk decides with them; 1 if so. A global
- * function: the walk's frame has no room for it inline. */
-__noinline int sluice_owed_pay(struct charge_req *req)
+/* The walk's charge of req's bucket `st` (generation req->count_gen): where
+ * this CPU's owed slot names it and owes it passes, they are paid first
+ * (sluice_flush_owed), so that the walk decides with them; 1 if so. Where the
+ * walk finds the bucket full, its clock is noted first (owed_note_full), as
+ * the walk may write from it. A global function: the walk's frame has no
+ * room for it inline. */
+__noinline int sluice_owed_pay(struct charge_req *req, struct sluice_source_state *st)
 {
 	struct sluice_owed *o;
 
-	if (!req)
+	if (!req || !st)
 		return 0; /* the verifier: arguments of a global function may be NULL */
+	owed_note_full(st, sluice_load_acquire(&st->word) - sluice_load_relaxed(&st->algo.gcra.off),
+		       sluice_ns_to_ticks(req->now));
 	o = bpf_map_lookup_elem(&SLUICE_MAP_OWED, &req->pending);
 	if (!o || !o->packets || o->want != req->want ||
 	    o->name != pending_name(req->set_idx, req->way, req->table, (__u16)req->count_gen))

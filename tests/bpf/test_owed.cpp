@@ -226,6 +226,50 @@ TEST(Owed, AnAccountLeftAnHourIsNotChargedAgain)
 }
 
 
+// A CPU may read a clock earlier than another CPU's that wrote the bucket
+// since its account was made: CPU 1's write found the bucket full at a later
+// clock and forgot part of it, then CPU 0, its clock behind the account's
+// arrival time, wrote its account as stacked on that write: 2 ticks' worth
+// too many, and a packet GCRA over the passes made would pass was dropped
+// (SLUICE_OWED_SEED=4254761116, batch 1328). The account settles against the
+// later clock that write noted.
+TEST(Owed, AnAccountIsNotStackedOnAWriteMadeAtALaterClock)
+{
+	ASSERT_EQ(geteuid(), 0u) << "loads a real XDP program: run as root";
+	ASSERT_GE(sysconf(_SC_NPROCESSORS_ONLN), 2) << "this test needs two CPUs";
+	RuleSpec r = gcra_rule("100/s", 32); // 10 ms a packet
+	Replayer kernel(r);
+	RuleTable table(kernel.maps());
+	Truth truth(table.datapath_rule(table.find(r.name).slot));
+	const uint64_t inc_ns = truth.inc >> SLUICE_TICK_SHIFT, t0 = T0;
+	const std::vector<uint8_t> fast = build_packet({.src = "10.0.0.1"});
+	auto send = [&](int cpu, uint64_t t, int n) {
+		pin(cpu);
+		kernel.set_clocks({t, t});
+		int passed = 0;
+		for (int i = 0; i < n; i++)
+			passed += run_frame(kernel.prog_fd(), fast) == XDP_PASS;
+		truth.pass(t, uint64_t(passed));
+		return passed;
+	};
+	// CPU 0 writes, CPU 1 writes, CPU 0 finds the other's write and passes on account.
+	ASSERT_EQ(send(0, t0, 2), 2);
+	ASSERT_EQ(send(1, t0, 1), 1);
+	ASSERT_EQ(send(0, t0, 2), 2);
+	ASSERT_EQ(owed_passes(kernel.maps()), 2u) << "CPU 0 holds an account";
+	// Past the account's arrival time (t0 + 3 packets), CPU 1 finds the
+	// bucket, without the account, full: a burst from its clock.
+	EXPECT_GE(send(1, t0 + 7 * inc_ns / 2, 40), 30);
+	// CPU 0's clock reads earlier: its packet settles the account, and drops.
+	EXPECT_EQ(send(0, t0, 1), 0);
+	EXPECT_EQ(owed_passes(kernel.maps()), 0u) << "the account is settled";
+	// GCRA over the passes made passes a packet at t0 + 6.25 packets; so must the program.
+	const uint64_t t3 = t0 + 25 * inc_ns / 4;
+	ASSERT_TRUE(truth.conforms(t3));
+	EXPECT_EQ(send(0, t3, 1), 1) << "a packet within the limit is dropped";
+	pin(0);
+}
+
 // Issue 26, Required 4: two CPUs, the fast path, the walk, the memo, accounts
 // and their doubt, rule edits, and a clock that stands, steps, jumps an hour
 // ahead or back: 10 million packets in batches, each batch from one CPU at
@@ -274,6 +318,36 @@ TEST(Owed, TwoCpusKeepTheBoundAndDropNothingUnderTheLimitRandomized)
 	int64_t worst = INT64_MIN;
 	std::string first_failure;
 	int cpu = 0;
+	// SLUICE_OWED_TRACE=1: on a failure, print the last batches with the
+	// owed slots and the bucket's word after each.
+	const bool tracing = std::getenv("SLUICE_OWED_TRACE") != nullptr;
+	std::vector<std::string> trace;
+	const int ncpu = libbpf_num_possible_cpus();
+	auto owed_state = [&]() {
+		std::ostringstream o;
+		std::vector<struct sluice_owed> v(static_cast<size_t>(ncpu));
+		for (uint32_t k = 0; k < SLUICE_PENDING_SLOTS; k++) {
+			if (bpf_map_lookup_elem(maps.owed.get(), &k, v.data()))
+				continue;
+			for (int c = 0; c < 2; c++) {
+				const auto &s = v[size_t(c)];
+				if (!s.name)
+					continue;
+				struct sluice_set_v4 set {};
+				uint32_t idx = uint32_t(s.name);
+				uint64_t word = 0, off = 0;
+				if (!bpf_map_lookup_elem(maps.src4.get(), &idx, &set)) {
+					word = set.way[(s.name >> 32) & 0xff].word;
+					off = set.way[(s.name >> 32) & 0xff].algo.gcra.off;
+				}
+				o << " | cpu" << c << " slot " << k << " name " << std::hex << s.name << std::dec
+				  << " written-off " << int64_t(s.written - off) << " since " << s.since << " ticks "
+				  << s.ticks << " packets " << s.packets << " shared_until " << s.shared_until
+				  << " word-off " << int64_t(word - off);
+			}
+		}
+		return o.str();
+	};
 	auto start = std::chrono::steady_clock::now();
 	auto check_counts = [&](const char *when) {
 		// Every pass is on the bucket's counters or in an owed slot.
@@ -342,6 +416,16 @@ TEST(Owed, TwoCpusKeepTheBoundAndDropNothingUnderTheLimitRandomized)
 			first_failure = "a packet not counted as a pass or a drop of the rule";
 			break;
 		}
+		if (tracing) {
+			std::ostringstream o;
+			o << "batch " << batches << " cpu " << cpu << " kind " << kind << " n " << n << " now_t "
+			  << sluice_ns_to_ticks(now) << " passed " << passed << " dropped " << dropped
+			  << " truth before " << truth.tat << " inc " << truth.inc << " cap " << truth.capacity
+			  << owed_state();
+			trace.push_back(o.str());
+			if (trace.size() > 60)
+				trace.erase(trace.begin());
+		}
 		truth.pass(now, passed);
 		epoch_passed += passed;
 		// Checked where the program passed: a clock set back makes the
@@ -368,6 +452,9 @@ TEST(Owed, TwoCpusKeepTheBoundAndDropNothingUnderTheLimitRandomized)
 	}
 	check_counts("at the end");
 	pin(0);
+	if (!first_failure.empty())
+		for (const auto &line : trace)
+			std::printf("%s\n", line.c_str());
 	double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 	EXPECT_EQ(first_failure, "");
 	EXPECT_EQ(over, 0u);

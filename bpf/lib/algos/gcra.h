@@ -52,7 +52,7 @@ static __always_inline int charge_gcra(struct sluice_source_state *st, struct sl
 			 * charged on account. */
 			if (!(rule->flags & SLUICE_RULE_CLUSTER) && owed_due(req, w))
 				return sluice_charge_owed(st, t, rule, req);
-		} else if (sluice_owed_pay(req)) {
+		} else if (sluice_owed_pay(req, st)) {
 			/* The walk: this CPU's account was paid first, so that
 			 * the decision includes it. */
 			w = sluice_load_acquire(&st->word);
@@ -90,6 +90,8 @@ static __always_inline int charge_gcra(struct sluice_source_state *st, struct sl
 		/* The slot names the bucket, with the word this CPU wrote. */
 		struct sluice_owed *o = bpf_map_lookup_elem(&SLUICE_MAP_OWED, &req->pending);
 
+		/* owed_note_full: the pass may have found the bucket full at this clock. */
+		sluice_store_relaxed(&st->algo.gcra.full_at, sluice_ns_to_ticks(req->now));
 		req->count_gen = g;
 		if (o && o->want == req->want && o->name == pending_name(req->set_idx, req->way, req->table, g))
 			o->written = req->written;
