@@ -14,9 +14,9 @@
 #include "maps.h"
 #include "sluice_settable.h"
 
-// tests/tsan builds a variant whose scan yields the CPU inside its reads of a
-// way (a preempted controller), where an order that admits a torn copy fails
-// within seconds. Nothing in other builds.
+// tests/tsan builds a variant whose scan yields the CPU before it reads a
+// way's generation (a preempted controller), where an order that admits a
+// torn copy fails within seconds. Nothing in other builds.
 #ifdef SLUICE_TEST_READER_PAUSE
 #include <sched.h>
 #define READER_PAUSE() sched_yield()
@@ -174,11 +174,9 @@ void SetTable<Set>::for_each(const std::function<void(uint32_t, const uint8_t *,
 			for (int attempt = 0; attempt < SLUICE_LOCK_RETRIES && !held; attempt++) {
 				READER_PAUSE();
 				gen = sluice_load_acquire(&set.tag.gen[w]);
-				READER_PAUSE();
 				if (sluice_load_acquire(&set.tag.key[w]) != key)
 					break;
 				copy = copy_bucket(set.way[w]);
-				READER_PAUSE();
 				way_address(set, w, key, addr);
 				if (!sluice_way_still(&set.tag, w, key))
 					break;
