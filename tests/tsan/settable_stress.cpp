@@ -20,7 +20,8 @@
 //  - one writer of the GCRA offset: a published bucket's offset never
 //    changes (only its claimer writes it, before publishing; the cluster
 //    sync's grants are the program's to apply), checked at checkpoints.
-// Usage: settable_stress [SECONDS] (default 60). Prints ops/s per role.
+// Usage: settable_stress [SECONDS [SETS [ADDRESSES]]] (default 60, 16, 16).
+// Prints ops/s per role.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -46,9 +47,13 @@ namespace {
 
 using sluice::SetTable;
 
-constexpr uint32_t kSets = 16; // 64 ways a table for 6 * 16 sources: constant eviction
+constexpr uint32_t kMaxSets = 16;
+// Sets a table and sources a rule: by default 64 ways a table for 6 * 16
+// sources, constant eviction; fewer (settable_stress SECONDS SETS ADDRS)
+// bring a source back to the same way more often.
+uint32_t g_sets = kMaxSets;
 constexpr uint32_t kRules = 6; // odd ids: the GCRA form; even: a locked (sliding-window) state
-constexpr uint32_t kAddrs = 16;
+uint32_t g_addrs = 16;
 constexpr uint64_t kSeed = 0x5eed5eed12345678ULL;
 constexpr uint64_t kCost = 1000; // ticks a GCRA charge moves the word
 constexpr size_t kCerts = 1 << 24;
@@ -89,7 +94,7 @@ uint64_t now_ns()
 	return uint64_t(ts.tv_sec) * 1000000000ULL + uint64_t(ts.tv_nsec);
 }
 
-// The address of source a (1..kAddrs): IPv4, and the IPv6 line.
+// The address of source a (1..g_addrs): IPv4, and the IPv6 line.
 uint32_t addr4(uint32_t a) { return 0x0a000000u + a; }
 struct sluice_addr6 addr6(uint32_t a)
 {
@@ -119,7 +124,7 @@ struct WayBook {
 	/// makes it the only writer), read at checkpoints.
 	uint64_t made_gen = 0, made_off = 0;
 };
-WayBook g_book[2][kSets * SLUICE_SET_WAYS];
+WayBook g_book[2][kMaxSets * SLUICE_SET_WAYS];
 
 // Whether generation a is newer than b (15-bit sequence numbers, gen >> 1).
 bool newer(uint16_t a, uint16_t b)
@@ -158,19 +163,19 @@ void taint(int table, int way, uint16_t gen)
 template <class Set> struct Table {
 	static constexpr int family = sluice::SetTraits<Set>::family;
 	static constexpr int index = family == 4 ? 0 : 1;
-	std::vector<Set> sets = std::vector<Set>(kSets);
-	SetTable<Set> table{sets.data(), kSets};
+	std::vector<Set> sets = std::vector<Set>(g_sets);
+	SetTable<Set> table{sets.data(), g_sets};
 
 	uint64_t key_of(uint32_t rule, uint32_t a, uint32_t &first, uint32_t &second) const
 	{
 		if constexpr (family == 4) {
 			uint64_t key = sluice_src4_key(rule, addr4(a));
-			sluice_src4_sets(key, kSeed, kSets, &first, &second);
+			sluice_src4_sets(key, kSeed, g_sets, &first, &second);
 			return key;
 		} else {
 			struct sluice_addr6 ad = addr6(a);
 			uint64_t h = sluice_src6_hash(rule, ad.hi, ad.lo, kSeed);
-			sluice_hash_sets(h, kSets, &first, &second);
+			sluice_hash_sets(h, g_sets, &first, &second);
 			return sluice_src6_key(rule, h);
 		}
 	}
@@ -202,7 +207,7 @@ template <class Set> struct Table {
 		CHECK(rule >= 1 && rule <= kRules, "IPv%d set %u: key %#" PRIx64 " names no rule", family, set, key);
 		if constexpr (family == 4) {
 			uint32_t a = uint32_t(key) - addr4(0);
-			CHECK(a >= 1 && a <= kAddrs, "IPv4 set %u: key %#" PRIx64 " names no source", set, key);
+			CHECK(a >= 1 && a <= g_addrs, "IPv4 set %u: key %#" PRIx64 " names no source", set, key);
 		}
 	}
 };
@@ -211,13 +216,13 @@ Table<struct sluice_set_v4> *g_t4;
 Table<struct sluice_set_v6> *g_t6;
 
 // Reads the certificate of a bucket reached by `key`, whose dropped_bytes read `idx`.
-void check_cert(uint64_t idx, uint64_t key)
+void check_cert(uint64_t idx, uint64_t key, const char *how)
 {
 	idx = sluice_cnt_value(idx);
 	if (idx == 0 || idx >= kCerts)
 		return;
-	CHECK(g_certs[idx] == key, "certificate %" PRIu64 " says %#" PRIx64 ", the bucket's key is %#" PRIx64, idx,
-	      g_certs[idx], key);
+	CHECK(g_certs[idx] == key, "%s: certificate %" PRIu64 " says %#" PRIx64 ", the bucket's key is %#" PRIx64, how,
+	      idx, g_certs[idx], key);
 }
 
 struct Counts {
@@ -269,7 +274,11 @@ template <class Set> struct DataPlane {
 	{
 		__u64 *word = &s.way[w].word;
 		for (int attempt = 0; attempt < SLUICE_LOCK_RETRIES; attempt++) {
+			// The generation, then the key: a generation a claimer is
+			// writing meets a busy key (docs/design/source-table.md).
 			uint16_t g = sluice_load_acquire(&s.tag.gen[w]);
+			if (sluice_load_acquire(&s.tag.key[w]) != key)
+				return;
 			uint64_t wv = sluice_load_acquire(word);
 			if (!(g & 1)) { // the GCRA form, as charge_gcra
 				uint64_t off = sluice_load_relaxed(&s.way[w].algo.gcra.off);
@@ -278,7 +287,7 @@ template <class Set> struct DataPlane {
 					return;
 				if (sluice_load_acquire(&s.tag.gen[w]) != g)
 					continue;
-				check_cert(idx, key);
+				check_cert(idx, key, "charge");
 				if (sluice_cas(word, wv, wv + kCost) != wv)
 					continue;
 				count(s, set, w, key, g);
@@ -297,7 +306,7 @@ template <class Set> struct DataPlane {
 				return;
 			if (sluice_load_acquire(word) != wv || sluice_load_acquire(&s.tag.gen[w]) != g)
 				continue;
-			check_cert(idx, key);
+			check_cert(idx, key, "charge");
 			CHECK(copy.sliding.cur == copy.sliding.prev && copy.sliding.window == window_of(key),
 			      "IPv%d set %u way %d: a torn locked state (cur %" PRIu64 ", prev %" PRIu64 ")",
 			      Table<Set>::family, set, w, uint64_t(copy.sliding.cur), uint64_t(copy.sliding.prev));
@@ -379,7 +388,7 @@ template <class Set> struct DataPlane {
 
 	void step()
 	{
-		uint32_t rule = 1 + uint32_t(rng() % kRules), a = 1 + uint32_t(rng() % kAddrs);
+		uint32_t rule = 1 + uint32_t(rng() % kRules), a = 1 + uint32_t(rng() % g_addrs);
 		uint32_t sets[2];
 		uint64_t key = tb.key_of(rule, a, sets[0], sets[1]);
 		for (int attempt = 0; attempt < 8; attempt++) {
@@ -435,7 +444,7 @@ template <class Set> void check_bucket(Table<Set> &tb, uint32_t rule, const uint
 		std::memcpy(&lo, addr + 8, 8);
 		key = sluice_src6_key(rule, sluice_src6_hash(rule, hi, lo, kSeed));
 	}
-	check_cert(b.cnt.dropped_bytes, key);
+	check_cert(b.cnt.dropped_bytes, key, how);
 	(void)tb;
 }
 
@@ -447,7 +456,7 @@ template <class Set> void read_table(Table<Set> &tb, std::mt19937_64 &rng, std::
 	});
 	n.reads++;
 	for (int i = 0; i < 32; i++) {
-		uint32_t rule = 1 + uint32_t(rng() % kRules), a = 1 + uint32_t(rng() % kAddrs), first, second;
+		uint32_t rule = 1 + uint32_t(rng() % kRules), a = 1 + uint32_t(rng() % g_addrs), first, second;
 		uint8_t addr[16] = {};
 		tb.addr_bytes(a, addr);
 		uint64_t key = tb.key_of(rule, a, first, second);
@@ -469,7 +478,7 @@ template <class Set> void read_table(Table<Set> &tb, std::mt19937_64 &rng, std::
 		(void)second;
 	}
 	// A way's word only grows (read here word by word, in order).
-	for (uint32_t s = 0; s < kSets; s++)
+	for (uint32_t s = 0; s < g_sets; s++)
 		for (int w = 0; w < SLUICE_SET_WAYS; w++) {
 			uint64_t v = sluice_load_acquire(&tb.sets[s].way[w].word);
 			uint64_t &last = last_word[s * SLUICE_SET_WAYS + w];
@@ -483,7 +492,7 @@ template <class Set> void read_table(Table<Set> &tb, std::mt19937_64 &rng, std::
 void controller_reader(unsigned seed, Counts &n)
 {
 	std::mt19937_64 rng(seed);
-	std::vector<uint64_t> last4(kSets * SLUICE_SET_WAYS), last6(kSets * SLUICE_SET_WAYS);
+	std::vector<uint64_t> last4(g_sets * SLUICE_SET_WAYS), last6(g_sets * SLUICE_SET_WAYS);
 	while (!g_stop.load(std::memory_order_relaxed)) {
 		checkpoint_wait();
 		read_table(*g_t4, rng, last4, n);
@@ -495,7 +504,7 @@ void controller_reader(unsigned seed, Counts &n)
 // place; and the cluster sync's read of a grant's place (it writes no bucket word).
 template <class Set> void write_table(Table<Set> &tb, std::mt19937_64 &rng, Counts &n)
 {
-	uint32_t rule = 1 + uint32_t(rng() % kRules), a = 1 + uint32_t(rng() % kAddrs), first, second;
+	uint32_t rule = 1 + uint32_t(rng() % kRules), a = 1 + uint32_t(rng() % g_addrs), first, second;
 	uint8_t addr[16] = {};
 	tb.addr_bytes(a, addr);
 	uint64_t key = tb.key_of(rule, a, first, second);
@@ -571,7 +580,7 @@ uint64_t offsets = 0; ///< GCRA offsets checked at checkpoints
 
 template <class Set> void check_quiet(Table<Set> &tb, uint64_t &verified, uint64_t &unverifiable)
 {
-	for (uint32_t s = 0; s < kSets; s++) {
+	for (uint32_t s = 0; s < g_sets; s++) {
 		Set &set = tb.sets[s];
 		for (int w = 0; w < SLUICE_SET_WAYS; w++) {
 			uint64_t key = set.tag.key[w];
@@ -618,8 +627,12 @@ template <class Set> void check_quiet(Table<Set> &tb, uint64_t &verified, uint64
 int main(int argc, char **argv)
 {
 	double seconds = argc > 1 ? std::atof(argv[1]) : 60;
-	if (argc > 2 || seconds <= 0) {
-		std::fprintf(stderr, "usage: settable_stress [SECONDS]\n");
+	if (argc > 2)
+		g_sets = uint32_t(std::atoi(argv[2]));
+	if (argc > 3)
+		g_addrs = uint32_t(std::atoi(argv[3]));
+	if (argc > 4 || seconds <= 0 || g_sets < 1 || g_sets > kMaxSets || g_addrs < 1 || g_addrs > 255) {
+		std::fprintf(stderr, "usage: settable_stress [SECONDS [SETS (1-%u) [ADDRESSES (1-255)]]]\n", kMaxSets);
 		return 2;
 	}
 	g_certs = static_cast<uint64_t *>(std::calloc(kCerts, sizeof(uint64_t)));

@@ -14,6 +14,18 @@
 #include "maps.h"
 #include "sluice_settable.h"
 
+// tests/tsan builds a variant whose scan yields the CPU before it reads a
+// way's generation (a preempted controller), where an order that admits a
+// torn copy fails within seconds. Nothing in other builds.
+#ifdef SLUICE_TEST_READER_PAUSE
+#include <sched.h>
+#define READER_PAUSE() sched_yield()
+#else
+#define READER_PAUSE() \
+	do {           \
+	} while (0)
+#endif
+
 namespace sluice {
 
 namespace {
@@ -148,15 +160,22 @@ void SetTable<Set>::for_each(const std::function<void(uint32_t, const uint8_t *,
 			uint64_t key = sluice_load_acquire(&set.tag.key[w]);
 			if (key == SLUICE_KEY_EMPTY || key == SLUICE_KEY_BUSY)
 				continue;
-			// A copy of one bucket: the way held the key and the
-			// generation before and after it (evicted, or evicted and
-			// made again for the same source, while being copied: again).
+			// A copy of one bucket: the way held the generation, then
+			// the key, before it, and both after it (evicted while
+			// being copied: dropped; evicted and made again for the
+			// same source: again). The generation comes first: a
+			// claimer writes the new one while the key is busy, so a
+			// key read after it that is not busy is its publish (or
+			// a later one, which the generation's re-read sees).
 			uint16_t gen = 0;
 			Bucket copy;
 			uint8_t addr[16] = {};
 			bool held = false;
 			for (int attempt = 0; attempt < SLUICE_LOCK_RETRIES && !held; attempt++) {
+				READER_PAUSE();
 				gen = sluice_load_acquire(&set.tag.gen[w]);
+				if (sluice_load_acquire(&set.tag.key[w]) != key)
+					break;
 				copy = copy_bucket(set.way[w]);
 				way_address(set, w, key, addr);
 				if (!sluice_way_still(&set.tag, w, key))
@@ -242,7 +261,11 @@ SetTable<Set>::find(uint32_t rule_id, const uint8_t *addr, uint64_t seed,
 	// between two equal even values of its word. The GCRA form's
 	// word is one value, read once with the copy.
 	for (int attempt = 0; attempt < SLUICE_LOCK_RETRIES; attempt++) {
+		// The generation, then the key (as for_each): a generation
+		// read while a claimer writes the way is followed by a busy key.
 		uint16_t gen = sluice_load_acquire(&set.tag.gen[w]);
+		if (!holds(set, w, key, addr))
+			return std::nullopt; // evicted
 		bool locked = gen & 1;
 		uint64_t before = sluice_load_acquire(&set.way[w].word);
 		if (locked && (before & 1))
@@ -277,6 +300,8 @@ std::optional<GrantPlace> SetTable<Set>::grant_place(uint32_t rule_id, const uin
 	uint16_t gen = sluice_load_acquire(&set.tag.gen[w]);
 	if (gen & 1)
 		return std::nullopt; // a locked algorithm's bucket: no arrival time to move
+	if (!holds(set, w, key, addr))
+		return std::nullopt; // evicted (a generation read before a busy key)
 	uint64_t record = sluice_load_relaxed(&set.way[w].algo.gcra.granted);
 	sluice_fence_acquire();
 	if (!holds(set, w, key, addr) || sluice_load_acquire(&set.tag.gen[w]) != gen)
@@ -302,10 +327,15 @@ uint64_t SetTable<Set>::zero_counters(const std::function<bool(uint32_t, const u
 			uint64_t key = sluice_load_acquire(&set.tag.key[w]);
 			if (key == SLUICE_KEY_EMPTY || key == SLUICE_KEY_BUSY)
 				continue;
+			// The generation, then the address and the key: a
+			// generation a claimer is writing meets a busy key.
 			uint8_t addr[16] = {};
-			way_address(set, w, key, addr);
 			uint16_t gen = sluice_load_acquire(&set.tag.gen[w]);
+			if (sluice_load_acquire(&set.tag.key[w]) != key)
+				continue;
+			way_address(set, w, key, addr);
 			if (!sluice_way_still(&set.tag, w, key) ||
+			    sluice_load_acquire(&set.tag.gen[w]) != gen ||
 			    !pick(static_cast<uint32_t>(key >> 32), addr))
 				continue;
 			// The program adds to these words by compare-and-swap or
