@@ -781,8 +781,14 @@ struct sluice_drop_memo {
 	__u16 min_len;  /* a byte rate: the length dropped; a shorter packet is decided afresh */
 	__u8  verdict;  /* the verdict counter (SLUICE_CNT_DROP_RATE or SLUICE_CNT_DROP_DENY) */
 	__u8  pad;
+	/* What the rule read of the packet beyond its port, family and
+	 * protocol: its source port and TCP flags, with whether the packet
+	 * showed them, as one word (the program's packet_selectors), masked by
+	 * the bits the rule reads (sel_mask; 0 for a rule with neither). */
+	__u32 sel;
+	__u32 sel_mask;
 };
-SLUICE_ASSERT_SIZE(struct sluice_drop_memo, 72);
+SLUICE_ASSERT_SIZE(struct sluice_drop_memo, 80);
 
 struct sluice_pending_drops {
 	__u32 set;
@@ -800,7 +806,7 @@ struct sluice_pending_drops {
 	__u32 pad;
 	struct sluice_drop_memo memo;
 };
-SLUICE_ASSERT_SIZE(struct sluice_pending_drops, 120);
+SLUICE_ASSERT_SIZE(struct sluice_pending_drops, 128);
 
 /*
  * Passes owed to a GCRA-form bucket (GCRA, and a token bucket without

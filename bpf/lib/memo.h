@@ -24,15 +24,19 @@
  *  - the same source (all 16 bytes), family, protocol and port, on a packet
  *    the fast path may decide (no fragment, no encapsulation, ports shown)
  *    that is one wire packet (not a super-packet);
- *  - a rule whose match depends on nothing the memo's key lacks: the memo
- *    holds no drop of a rule that selects source ports or TCP flags
- *    (rule_selects_more), since the SYN a `--syn` rule drops says nothing of
- *    the ACKs that follow it on the same port. Such a rule's drops take the
- *    fast path each time (its first rule, its bucket's word: no write), which
- *    reads the packet's own selectors (rule_matches); the rest of the memo is
- *    as it was, and a recall costs nothing more. (Keying the memo on the
- *    source port and flags too would cost every recall a second compare, and
- *    miss on every packet of a flood that varies its source port.)
+ *  - the same answer of the rule's source-port and TCP-flag selectors: the
+ *    packet's word of them (packet_selectors: whether it showed its flags
+ *    and source port, its flags, its source port) equals the dropped one's
+ *    under the bits the rule reads (rule_selectors_mask). The rule then
+ *    matches it as it matched the dropped packet (MATCH_YES) and, as the
+ *    first rule of the source's first match list, decides it in the walk as
+ *    on the fast path. The ACK after a SYN that a `--syn` rule dropped shows
+ *    other flags under the rule's mask, a packet from another source port
+ *    than one a `--sport` rule dropped another port (a range is keyed by the
+ *    packet's own port, as a destination port is): each is decided afresh.
+ *    A rule with neither selector reads none of the word (mask 0). Fragments
+ *    never reach the memo: a later fragment takes its first's flags and
+ *    source port, but the fast path leaves every fragment to the walk;
  *  - the same live-set word (struct sluice_active): every change of the
  *    rules moves it, so the same rule decides, with the same parameters;
  *  - the same reading of the coarse clock: a GCRA decision is a function of
@@ -110,9 +114,9 @@ static __always_inline struct sluice_source_state *memo_bucket(const struct slui
 
 /* Remembers the fast path's drop of `pkt` by `rule` (in `slot`, under the
  * live-set word `set`), verdict counter `verdict`, where the memo may hold
- * it: a wire packet, by a rule that selects nothing beyond the memo's key;
- * for a limit, a GCRA-form drop on the coarse clock, counted in the source's
- * pending slot. */
+ * it: a wire packet, by a rule without a ban, with what the rule read of its
+ * source port and flags; for a limit, a GCRA-form drop on the coarse clock,
+ * counted in the source's pending slot. */
 static __always_inline void remember_drop(const struct packet_info *pkt, const struct sluice_rule *rule,
 					  __u32 slot, __u32 set, __u32 verdict)
 {
@@ -123,7 +127,7 @@ static __always_inline void remember_drop(const struct packet_info *pkt, const s
 	__u64 now;
 
 	/* A drop of a rule with a ban is a strike (bans.h): each is decided. */
-	if (pkt->l3_len > SLUICE_DEFAULT_MTU || rule_selects_more(rule) || rule->ban.secs)
+	if (pkt->l3_len > SLUICE_DEFAULT_MTU || rule->ban.secs)
 		return;
 	p = bpf_map_lookup_elem(&SLUICE_MAP_PENDING, &i);
 	if (!p)
@@ -149,6 +153,8 @@ static __always_inline void remember_drop(const struct packet_info *pkt, const s
 	m->set = set;
 	m->slot = slot;
 	m->selector = packet_selector(pkt);
+	m->sel_mask = rule_selectors_mask(rule);
+	m->sel = packet_selectors(pkt) & m->sel_mask;
 	m->verdict = verdict;
 	m->min_len = 0;
 	if (!req)
@@ -197,7 +203,8 @@ static __always_inline __u32 recall_drop(const struct packet_info *pkt)
 	if (!p)
 		return VERDICT_WALK;
 	m = &p->memo;
-	if (m->now != now || m->selector != packet_selector(pkt) || pkt->l3_len < m->min_len)
+	if (m->now != now || m->selector != packet_selector(pkt) || pkt->l3_len < m->min_len ||
+	    (packet_selectors(pkt) & m->sel_mask) != m->sel)
 		return VERDICT_WALK;
 	__builtin_memcpy(&lo, pkt->saddr, 8);
 	__builtin_memcpy(&hi, pkt->saddr + 8, 8);

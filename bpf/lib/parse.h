@@ -79,8 +79,8 @@ struct packet_info {
 	__u8  proto;       /* enum sluice_proto for TCP/UDP/ICMP(v6), else the IP protocol */
 	__u16 hdr_len;     /* IP header, options and extension headers, plus the TCP/UDP header */
 	__u8  proto_known;
-	__u8  ports_known; /* PORTS_* */
 	__u8  flags;       /* PKT_* */
+	__u8  ports_known; /* PORTS_*; with tcp_flags and sport, one aligned word */
 	__u8  tcp_flags;   /* with PORTS_TCP_FLAGS: the TCP header's flags byte */
 	__u16 sport;       /* valid with PORTS_SPORT */
 };

@@ -27,6 +27,51 @@ static __always_inline int rule_selects_more(const struct sluice_rule *r)
 	return r->tcp_flags_mask || (r->flags & SLUICE_RULE_SPORT);
 }
 
+/* What a packet shows of its source port and TCP flags, as one word: the
+ * bytes of struct packet_info from ports_known to sport, which it keeps
+ * together and aligned (the drop memo compares them with one load). */
+struct packet_selectors {
+	__u8  ports_known;
+	__u8  tcp_flags;
+	__u16 sport;
+};
+_Static_assert(__builtin_offsetof(struct packet_info, ports_known) % 4 == 0 &&
+		       __builtin_offsetof(struct packet_info, tcp_flags) ==
+			       __builtin_offsetof(struct packet_info, ports_known) + 1 &&
+		       __builtin_offsetof(struct packet_info, sport) ==
+			       __builtin_offsetof(struct packet_info, ports_known) + 2,
+	       "packet_info keeps ports_known, tcp_flags and sport as one aligned word");
+
+static __always_inline __u32 packet_selectors(const struct packet_info *pkt)
+{
+	__u32 v;
+
+	__builtin_memcpy(&v, &pkt->ports_known, sizeof(v));
+	return v;
+}
+
+/* The bits of packet_selectors that rule r's match reads (selectors_match):
+ * for TCP flags, whether the packet showed them and the flags under the
+ * rule's mask; for a source port, whether the packet showed it and the whole
+ * port (a packet is keyed by its own source port, as by its own destination
+ * port). 0 for a rule with neither: no packet's word differs under it. */
+static __always_inline __u32 rule_selectors_mask(const struct sluice_rule *r)
+{
+	struct packet_selectors m = {};
+	__u32 v;
+
+	if (r->tcp_flags_mask) {
+		m.ports_known = PORTS_TCP_FLAGS;
+		m.tcp_flags = r->tcp_flags_mask;
+	}
+	if (r->flags & SLUICE_RULE_SPORT) {
+		m.ports_known |= PORTS_SPORT;
+		m.sport = 0xffff;
+	}
+	__builtin_memcpy(&v, &m, sizeof(v));
+	return v;
+}
+
 enum selectors_match {
 	SELECTORS_DIFFER,  /* a source port or flags the packet shows differ */
 	SELECTORS_UNKNOWN, /* the rule has them and the packet hides them */

@@ -205,9 +205,9 @@ void section_per_packet(const Options &o, struct baselines_bpf *base)
 	}
 
 	// A --syn rule against a plain TCP rule, one hot source sending SYNs:
-	// over the limit (the plain rule's drops repeat from the drop memo, the
-	// --syn rule's take the fast path: the memo holds no drop of a rule on
-	// flags) and under it (both decided on the fast path: the flag match alone).
+	// over the limit (both rules' drops repeat from the drop memo, the --syn
+	// rule's tagged with the flags under its mask) and under it (both decided
+	// on the fast path: the flag match alone).
 	for (const char *rate : {"1000/s", "1000000000/s"}) {
 		bool over = std::string(rate) == "1000/s";
 		auto loaded = [&](bool syn) {

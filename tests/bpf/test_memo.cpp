@@ -11,7 +11,9 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "maps.h"
 #include "packet.h"
@@ -109,6 +111,7 @@ protected:
 	std::unique_ptr<RuleTable> table_;
 	uint32_t emptied_ = 0;
 	struct sluice_rule saved_ = {};
+	std::vector<std::pair<uint32_t, struct sluice_rule>> saved_all_; ///< several entries emptied
 };
 
 } // namespace
@@ -326,10 +329,10 @@ TEST_F(DropMemo, ASlotRenamedForAnotherBucketIsNotCountedOnTheMemo)
 	EXPECT_EQ(rule_dropped("window"), 4u);
 }
 
-// The memo holds no drop of a rule that selects source ports or TCP flags:
-// its key (source, destination port, family, protocol) cannot tell the SYN a
-// --syn rule drops from the ACK that follows it at the same reading, nor a
-// packet from a denied source port from the next one of another.
+// A rule that selects TCP flags or source ports drops only what they match,
+// at one reading too: the SYN a --syn rule drops says nothing of the ACK that
+// follows it, nor a packet from a denied source port of the next one from
+// another port.
 TEST_F(DropMemo, ASelectorRulesDropIsNotRepeatedForOtherSegmentsOrPorts)
 {
 	RuleSpec syn;
@@ -373,4 +376,99 @@ TEST_F(DropMemo, ASelectorRulesDropIsNotRepeatedForOtherSegmentsOrPorts)
 	EXPECT_EQ(rule_dropped("memcached"), 3u);
 	Stats s = stats();
 	EXPECT_EQ(s.global[SLUICE_CNT_PASS_NO_MATCH].packets, 3u);
+}
+
+// The memo holds a selector rule's drop with what the rule read: with the
+// rules' live entries emptied under it (what no change does without switching
+// the live-set word), the SYN a --syn rule dropped is still dropped, from the
+// memo, and counted; the same source's ACK, SYN-ACK and a SYN whose TCP header
+// is cut before its flags find the rule gone (the memo does not take them)
+// and fail open. Likewise a --sport deny: its port again from the memo,
+// another port decided afresh; and a rule on flags that a packet with flags
+// hidden might match (syn=none): such a packet is not taken for the ACK it
+// dropped. IPv4 and IPv6.
+TEST_F(DropMemo, ASelectorRulesDropIsRepeatedOnlyForPacketsItsSelectorsMatch)
+{
+	auto rule = [&](const char *name, const char *cidr, const char *flags, uint16_t sport) {
+		RuleSpec r;
+		r.name = name;
+		r.cidr = parse_cidr(cidr);
+		if (sport) {
+			r.action = Action::deny;
+			r.proto = Proto::udp;
+			r.sport = {sport, sport};
+		} else {
+			r.rate = parse_rate("1/h");
+			r.burst = 1;
+			r.algo = Algo::gcra;
+			r.proto = Proto::tcp;
+			r.tcp_flags = parse_tcp_flags(flags);
+			r.dport = {22, 22};
+		}
+		validate_rule(r);
+		return table_->add(r);
+	};
+	const InstalledRule syn4 = rule("syn4", "10.0.0.0/24", "syn,ack=syn", 0);
+	const InstalledRule syn6 = rule("syn6", "2001:db8::/32", "syn,ack=syn", 0);
+	const InstalledRule notsyn = rule("notsyn", "10.0.1.0/24", "syn=none", 0);
+	const InstalledRule amp = rule("amp", "10.0.2.0/24", "", 11211);
+	auto tcp = [&](const char *src, uint8_t flags, int l4_bytes = -1) {
+		return kernel_->send(build_packet({.src = src,
+						   .proto = 6,
+						   .dport = 22,
+						   .tcp_flags = flags,
+						   .l4_bytes = l4_bytes,
+						   .payload = 0}),
+				     T);
+	};
+	auto udp = [&](uint16_t sport) {
+		return kernel_->send(build_packet({.src = "10.0.2.1", .dport = 40000, .sport = sport}), T);
+	};
+	// Each source its own pending slot, so that each memo stays.
+	std::set<uint32_t> slots;
+	for (const char *src : {"10.0.0.1", "2001:db8::1", "10.0.1.1", "10.0.2.1"}) {
+		uint8_t addr[16] = {};
+		ASSERT_EQ(inet_pton(std::strchr(src, ':') ? AF_INET6 : AF_INET, src, addr), 1);
+		uint64_t lo, hi;
+		std::memcpy(&lo, addr, 8);
+		std::memcpy(&hi, addr + 8, 8);
+		slots.insert(sluice_source_slot(lo, hi));
+	}
+	ASSERT_EQ(slots.size(), 4u);
+	for (const char *src : {"10.0.0.1", "2001:db8::1"}) {
+		EXPECT_TRUE(tcp(src, 0x02)) << src << ": the burst";
+		EXPECT_FALSE(tcp(src, 0x02)) << src << ": the memo learns the drop";
+	}
+	EXPECT_TRUE(tcp("10.0.1.1", 0x10));
+	EXPECT_FALSE(tcp("10.0.1.1", 0x10));
+	EXPECT_FALSE(udp(11211));
+
+	for (const InstalledRule *r : {&syn4, &syn6, &notsyn, &amp}) {
+		empty_entry(*r);
+		saved_all_.emplace_back(emptied_, saved_);
+	}
+	for (const char *src : {"10.0.0.1", "2001:db8::1"}) {
+		EXPECT_FALSE(tcp(src, 0x02)) << src << ": a SYN again, from the memo";
+		EXPECT_TRUE(tcp(src, 0x10)) << src << ": its ACK is decided afresh";
+		EXPECT_TRUE(tcp(src, 0x12)) << src << ": its SYN-ACK too";
+		EXPECT_TRUE(tcp(src, 0x02, 12)) << src << ": a SYN with its flags cut off too";
+		EXPECT_FALSE(tcp(src, 0x02)) << src << ": the SYN's drop is still in the memo";
+	}
+	EXPECT_FALSE(tcp("10.0.1.1", 0x18)) << "a PSH-ACK shows the ACK's flags under syn: from the memo";
+	EXPECT_TRUE(tcp("10.0.1.1", 0x10, 12)) << "flags hidden: not taken for the ACK";
+	EXPECT_FALSE(udp(11211)) << "the denied port again, from the memo";
+	EXPECT_TRUE(udp(11212)) << "another source port is decided afresh";
+	EXPECT_FALSE(udp(11211));
+	for (const auto &[index, entry] : saved_all_)
+		ASSERT_EQ(bpf_map_update_elem(kernel_->maps().rules.get(), &index, &entry, BPF_ANY), 0);
+
+	EXPECT_EQ(rule_dropped("syn4"), 3u);
+	EXPECT_EQ(rule_dropped("syn6"), 3u);
+	EXPECT_EQ(rule_dropped("notsyn"), 2u);
+	EXPECT_EQ(rule_dropped("amp"), 3u);
+	Stats s = stats();
+	EXPECT_EQ(s.global[SLUICE_CNT_DROP_RATE].packets, 8u);
+	EXPECT_EQ(s.global[SLUICE_CNT_DROP_DENY].packets, 3u);
+	EXPECT_EQ(s.global[SLUICE_CNT_FAILOPEN_RULE].packets, 8u) << "what the memo did not take found the rules gone";
+	EXPECT_EQ(source_dropped("10.0.0.1"), 3u) << "through the CPU's pending slot";
 }

@@ -761,3 +761,133 @@ TEST(WalkOnly, GeneratedMixesWithRuleChangesAgree)
 	EXPECT_TRUE(twin.failed() || (twin.grants() > 5u && twin.grants_taken() > 0u))
 		<< twin.grants() << " grants, " << twin.grants_taken() << " to buckets that had taken one";
 }
+
+// (d) Rules on TCP flags and source ports under the drop memo: generated
+// rules that select flags (--syn, --tcp-flags) or source ports (--sport),
+// most of them limits a few packets exceed, and bursts at one clock reading
+// from one source whose packets change only what those rules read: its SYNs
+// dropped, then its ACKs, SYN-ACKs and RSTs, a header cut before its flags
+// (ports shown, flags hidden), another source port, the same again, and its
+// datagram in fragments (the later ones take the first's flags and port);
+// IPv4 and IPv6, with a rule change (of any option) before 1 burst in 5 and
+// inside bursts now and then. The memo remembers the drops of the rules on
+// flags and ports: each such packet must be decided as the walk decides it.
+TEST(WalkOnly, SelectorRulesUnderTheMemoAgree)
+{
+	ASSERT_EQ(geteuid(), 0u) << "loads the real XDP program: run as root";
+	const uint64_t seed = seed_for("WalkOnly.SelectorRulesUnderTheMemoAgree");
+	const auto start = std::chrono::steady_clock::now();
+	std::mt19937_64 rng(seed);
+	RuleLines g(rng, walk_values());
+	// Tables the run does not fill: which bucket an insert evicts is not
+	// what this test is about (and the eviction counters differ between the
+	// builds now and then, from run to run of one seed, caches or none).
+	Twin twin("WalkOnly.SelectorRulesUnderTheMemoAgree", seed, 8192);
+	auto pick = [&](std::initializer_list<const char *> values) {
+		return std::string(values.begin()[g.below(values.size())]);
+	};
+	// A rule on flags or a source port, over the pool's sources.
+	auto selector_line = [&](const std::string &name) {
+		std::string line = g.value_for("CIDR") + " --name " + name;
+		size_t action = g.below(100);
+		if (action < 70)
+			line += " --rate " + pick({"1/h", "1/s", "5/min", "10/s", "100/s", "1kB/s"}) + " --burst " +
+				pick({"1", "2", "3", "5"});
+		else
+			line += action < 90 ? " --deny" : " --allow";
+		const bool tcp = g.chance(75);
+		line += tcp ? " --proto tcp" : " --proto udp";
+		if (tcp && g.chance(80))
+			line += g.chance(50) ? " --syn" : " --tcp-flags " + g.value_for("--tcp-flags");
+		if (g.chance(tcp ? 35 : 85))
+			line += " --sport " + g.value_for("--sport");
+		if (g.chance(40))
+			line += " --dport " + pick({"22", "80", "53", "0-1023"});
+		if (g.chance(20))
+			line += " --per " + g.value_for("--per");
+		if (g.chance(25))
+			line += " --algo " + g.value_for("--algo");
+		if (g.chance(5))
+			line += " --ban " + pick({"1s", "10s"});
+		return line;
+	};
+	int next_name = 0;
+	auto add_selector_rule = [&] {
+		std::string line = selector_line("s" + std::to_string(next_name++));
+		twin.change("rule add " + line, add_rule(line));
+	};
+	for (int i = 0; i < 12; i++)
+		add_selector_rule();
+
+	static const uint8_t flags[] = {0x02, 0x10, 0x12, 0x18, 0x04, 0x11, 0x14, 0x00, 0xc2};
+	static const uint16_t sports[] = {40000, 40001, 40003, 123, 11211, 1000};
+	static const uint16_t dports[] = {22, 80, 53, 123};
+	uint64_t now = TRACE_START_NS;
+	for (int b = 0; b < 1500 && !twin.failed(); b++) {
+		if (g.chance(20)) {
+			if (g.chance(60))
+				add_selector_rule();
+			else
+				random_change(twin, g, next_name);
+		}
+		now = advance(now, g);
+		const bool v6 = g.chance(35);
+		const std::string src = pool_source(rng, v6);
+		PacketSpec base{.src = src,
+				.proto = static_cast<uint8_t>(g.chance(75) ? 6 : 17),
+				.dport = dports[g.below(std::size(dports))],
+				.tcp_flags = 0x02,
+				.frag_id = static_cast<uint32_t>(1 + g.below(50)),
+				.payload = g.chance(70) ? 0 : g.below(600)};
+		base.sport = sports[g.below(std::size(sports))];
+		// A few of the base packet first (the memo learns the drop), then
+		// one change of what the selectors read at a time, and back.
+		const size_t length = 4 + g.below(12);
+		for (size_t k = 0; k < length && !twin.failed(); k++) {
+			if (k > 0 && g.chance(5))
+				random_change(twin, g, next_name);
+			PacketSpec p = base;
+			Frames frames;
+			std::string what;
+			size_t kind = k < 3 ? 0 : g.below(100);
+			if (kind < 35) {
+				what = "the base packet";
+			} else if (kind < 60) {
+				p.tcp_flags = flags[g.below(std::size(flags))];
+				what = "flags " + std::to_string(p.tcp_flags);
+			} else if (kind < 75) {
+				p.sport = sports[g.below(std::size(sports))];
+				what = "sport " + std::to_string(p.sport);
+			} else if (kind < 85) {
+				p.l4_bytes = 4 + static_cast<int>(g.below(10)); // ports shown, TCP flags hidden
+				p.payload = 0;
+				what = "transport header cut at " + std::to_string(p.l4_bytes);
+			} else if (kind < 92) {
+				p.payload = g.below(1400);
+				what = "payload " + std::to_string(p.payload);
+			} else {
+				p.payload = 64 + g.below(200);
+				size_t len = fragmentable_length(p);
+				frames = build_fragments(p, {{0, 24, true}, {24, 24, true}, {48, len - 48, false}});
+				if (g.chance(30))
+					std::shuffle(frames.begin(), frames.end(), rng);
+				if (g.chance(15))
+					frames.erase(frames.begin());
+				what = "fragments";
+			}
+			if (frames.empty())
+				frames = {build_packet(p)};
+			what += " (of proto " + std::to_string(base.proto) + " from " + src + " sport " +
+				std::to_string(base.sport) + " dport " + std::to_string(base.dport) + " flags " +
+				std::to_string(base.tcp_flags) + ")";
+			for (size_t f = 0; f < frames.size(); f++)
+				twin.send(frames[f], now, 0,
+					  what + ", burst " + std::to_string(b) + " packet " + std::to_string(k) + " frame " +
+						  std::to_string(f));
+		}
+		twin.step();
+	}
+	twin.summary(since(start));
+	EXPECT_TRUE(twin.failed() || twin.frames() > 8000u) << twin.frames() << " frames";
+	EXPECT_TRUE(twin.failed() || twin.verdicts("drop_rate") > 1000u) << "the selector rules' limits drop";
+}
