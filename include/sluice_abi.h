@@ -443,8 +443,18 @@ struct sluice_frag_info {
 };
 SLUICE_ASSERT_SIZE(struct sluice_frag_info, 24);
 
-#define SLUICE_FRAG_JUDGED 0x1 /* a later fragment took these ports */
-#define SLUICE_FRAG_ENDED  0x2 /* the last fragment was seen: no later one takes them */
+#define SLUICE_FRAG_JUDGED  0x1 /* a later fragment took these ports */
+#define SLUICE_FRAG_ENDED   0x2 /* the last fragment was seen: no later one takes them */
+/* A first fragment under the key claimed the entry and is being judged on
+ * some CPU: the entry says nothing yet, and another first fragment under the
+ * key meanwhile is dropped (bpf/lib/fragments.h). Only the claiming CPU
+ * changes a claimed entry, within the same run of the program. */
+#define SLUICE_FRAG_CLAIMED 0x4
+/* The claiming first fragment was dropped: no datagram, as if no entry. */
+#define SLUICE_FRAG_VOID    0x8
+/* flags >> SLUICE_FRAG_GEN_SHIFT: the entry's generation, changed by every
+ * claim, so that a reader sees whether the entry changed under it. */
+#define SLUICE_FRAG_GEN_SHIFT 8
 
 /* Bucket keys: one bucket per (rule, source address masked to per_prefix). */
 struct sluice_src_v4 {
