@@ -174,6 +174,10 @@ enum sluice_counter_index {
 	SLUICE_CNT_INFO_EVICTED_ACTIVE_V6, /* ...and among SLUICE_CNT_INFO_EVICTED_ACTIVE */
 	SLUICE_CNT_INFO_BANS,          /* temporary bans begun */
 	SLUICE_CNT_INFO_BAN_TABLE_FULL,/* bans refused: the ban table was full */
+	SLUICE_CNT_INFO_UNBANS_EXPIRED,/* bans lifted because they ran out: removed by the program
+				        * when the source came back, or by the controller's sweep */
+	SLUICE_CNT_INFO_UNBANS_DELETED,/* bans lifted by `sluice ban del` (the controller) */
+	SLUICE_CNT_INFO_UNBANS_RULE,   /* bans lifted because their rule no longer bans (the controller) */
 	SLUICE_CNT_MAX,
 };
 
@@ -730,6 +734,17 @@ struct sluice_event {
 	struct sluice_throttle_key key;
 };
 SLUICE_ASSERT_SIZE(struct sluice_event, 48);
+
+/* The context of the controller's event writer (bpf/event_note.bpf.c): the
+ * event, and the counter it adds one to (one of SLUICE_CNT_INFO_UNBANS_*),
+ * so that a ban the controller lifts is counted where the program counts
+ * the bans it lifts. */
+struct sluice_event_note {
+	struct sluice_event event;
+	__u32 counter; /* enum sluice_counter_index */
+	__u32 pad;
+};
+SLUICE_ASSERT_SIZE(struct sluice_event_note, 56);
 
 #ifdef __cplusplus
 struct sluice_timer { __u64 opaque[2]; }; /* struct bpf_timer, as the controller sees it */
