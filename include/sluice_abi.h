@@ -454,8 +454,6 @@ SLUICE_ASSERT_SIZE(struct sluice_frag_info, 24);
  * key meanwhile is dropped (bpf/lib/fragments.h). Only the claiming CPU
  * changes a claimed entry, within the same run of the program. */
 #define SLUICE_FRAG_CLAIMED 0x4
-/* The claiming first fragment was dropped: no datagram, as if no entry. */
-#define SLUICE_FRAG_VOID    0x8
 /* flags >> SLUICE_FRAG_GEN_SHIFT: the entry's generation, changed by every
  * claim, so that a reader sees whether the entry changed under it. */
 #define SLUICE_FRAG_GEN_SHIFT 8

@@ -10,7 +10,9 @@
  * holds a datagram with a compare-and-swap of its flags word, either way
  * marked SLUICE_FRAG_CLAIMED; after the decision, the same CPU settles the
  * claim (settle_first_fragment): the entry is written if the fragment
- * passed, and left as it was before the claim (or void) if it was dropped.
+ * passed; if it was dropped, an entry it made is deleted (a dropped first
+ * fragment takes no room in the table, as before) and one it took is left
+ * as it was before the claim.
  * A first fragment that meets a claimed entry is dropped (drop_malformed),
  * whatever it names: two first fragments of one datagram racing on two CPUs
  * are what the kernel's reassembly drops one of (a copy at the same offset;
@@ -49,7 +51,7 @@ static __always_inline __u32 frag_word(struct sluice_frag_info *fi)
 
 /* A later fragment takes its datagram's protocol, ports and TCP flags,
  * remembered when the first fragment passed, until the datagram's last
- * fragment. An entry claimed, void or changed while read gives nothing:
+ * fragment. An entry claimed or changed while read gives nothing:
  * the fragment is judged as one whose first fragment was not seen. */
 static __always_inline void recall_first_fragment(struct packet_info *pkt)
 {
@@ -69,7 +71,7 @@ static __always_inline void recall_first_fragment(struct packet_info *pkt)
 	proto = fi->proto;
 	ports_known = fi->ports_known;
 	tcp_flags = fi->tcp_flags;
-	if (frag_word(fi) != word || (word & (SLUICE_FRAG_CLAIMED | SLUICE_FRAG_VOID | SLUICE_FRAG_ENDED)) ||
+	if (frag_word(fi) != word || (word & (SLUICE_FRAG_CLAIMED | SLUICE_FRAG_ENDED)) ||
 	    frag_clock() - first_ns > SLUICE_FRAG_TIMEOUT_NS)
 		return;
 	pkt->proto = proto;
@@ -82,7 +84,7 @@ static __always_inline void recall_first_fragment(struct packet_info *pkt)
 	/* Marked only in the entry it read: a claim in between keeps its own word. */
 	if ((word & mark) != mark) {
 		seen = __sync_val_compare_and_swap(&fi->flags, word, word | mark);
-		if (seen != word && !(seen & (SLUICE_FRAG_CLAIMED | SLUICE_FRAG_VOID)) &&
+		if (seen != word && !(seen & SLUICE_FRAG_CLAIMED) &&
 		    (seen & ~(__u32)(SLUICE_FRAG_JUDGED | SLUICE_FRAG_ENDED)) ==
 			    (word & ~(__u32)(SLUICE_FRAG_JUDGED | SLUICE_FRAG_ENDED)))
 			__sync_val_compare_and_swap(&fi->flags, seen, seen | mark); /* another later fragment's mark */
@@ -100,7 +102,7 @@ static __always_inline int frag_names_same(const struct packet_info *pkt, __u8 p
 /*
  * A first fragment meets its key's entry, and claims it when it may leave
  * one (`claim`: a rule covers its source, it names its protocol, it is not
- * tiny). The entry, unless void, holds a datagram for SLUICE_FRAG_TIMEOUT_NS +
+ * tiny). The entry holds a datagram for SLUICE_FRAG_TIMEOUT_NS +
  * SLUICE_FRAG_QUEUE_NS after it was made: that long the kernel may hold a
  * queue with the entry's first fragment in it, or with later fragments
  * judged by the entry. Within that, a first fragment that names another
@@ -161,7 +163,7 @@ static __always_inline int claim_first_fragment(const struct packet_info *pkt, i
 	if (frag_word(fi) != word || (word & SLUICE_FRAG_CLAIMED))
 		return FRAG_REFUSED; /* another first fragment is being judged under the key */
 	same = 0;
-	if (!(word & SLUICE_FRAG_VOID) && now - first_ns <= SLUICE_FRAG_TIMEOUT_NS + SLUICE_FRAG_QUEUE_NS) {
+	if (now - first_ns <= SLUICE_FRAG_TIMEOUT_NS + SLUICE_FRAG_QUEUE_NS) {
 		if (!frag_names_same(pkt, proto, ports_known, dport, sport, tcp_flags))
 			return FRAG_REFUSED;
 		if (!(word & SLUICE_FRAG_ENDED) && now - first_ns <= SLUICE_FRAG_TIMEOUT_NS)
@@ -181,8 +183,9 @@ static __always_inline int claim_first_fragment(const struct packet_info *pkt, i
 
 /*
  * Settles a claim after its first fragment's decision: `passed`, the entry
- * takes the fragment's selectors and is made now; dropped, the entry is as
- * it was before the claim (a new one void), with a new generation. If the
+ * takes the fragment's selectors and is made now; dropped, an entry the
+ * claim made is deleted, and one it took is as it was before the claim,
+ * with a new generation. If the
  * entry is no longer the claim (the LRU pushed it out), nothing is written:
  * the later fragments are judged as ones whose first fragment was not seen.
  */
@@ -206,7 +209,9 @@ static __always_inline void settle_first_fragment(const struct packet_info *pkt,
 		settled = (word & ~(FRAG_GEN_ONE - 1)) + FRAG_GEN_ONE;
 		settled |= before & (FRAG_GEN_ONE - 1);
 	} else {
-		settled |= SLUICE_FRAG_VOID;
+		/* No other CPU changes a claimed entry: it is still this claim's. */
+		bpf_map_delete_elem(&SLUICE_MAP_FRAGS, fk);
+		return;
 	}
 	__sync_val_compare_and_swap(&fi->flags, word, settled);
 }
