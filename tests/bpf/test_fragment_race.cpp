@@ -130,9 +130,9 @@ void spin(uint32_t n)
 TEST_F(FragmentRace, TwoFirstFragmentsOfOneKeyOnTwoCpus)
 {
 	ASSERT_GE(sysconf(_SC_NPROCESSORS_ONLN), 2) << "this test needs two CPUs";
-	// At least this many rounds, on until 20 pairs of copies met each other's
+	// At least this many rounds, on until 10 pairs of copies met each other's
 	// claim (the rounds overlapped both CPUs' decisions), at most MAX_ROUNDS.
-	constexpr int ROUNDS = 20000, MAX_ROUNDS = 200000;
+	constexpr int ROUNDS = 20000, MAX_ROUNDS = 100000;
 	constexpr int LATER = 2;
 	std::mt19937 rng(20261127);
 
@@ -178,7 +178,7 @@ TEST_F(FragmentRace, TwoFirstFragmentsOfOneKeyOnTwoCpus)
 	uint64_t malformed0 = global(SLUICE_CNT_DROP_MALFORMED), frames0 = verdicts();
 	std::vector<uint64_t> start = counted();
 	int r = 1;
-	for (; (r <= ROUNDS || raced_same < 20) && r <= MAX_ROUNDS && !HasFailure(); r++) {
+	for (; (r <= ROUNDS || raced_same < 10) && r <= MAX_ROUNDS && !HasFailure(); r++) {
 		const bool v6 = r % 2;
 		const std::vector<Shape> &shapes = v6 ? SHAPES6 : SHAPES4;
 		const std::string src = v6 ? "2001:db8::10" : "192.0.2.10";
