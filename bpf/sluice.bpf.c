@@ -9,7 +9,8 @@
  *   banned?          lib/bans.h       a source under a temporary ban: dropped
  *   find candidates  lib/match.h      the live rule set, the source's match lists
  *                    lib/selectors.h  a rule's source ports and TCP flags
- *                    lib/fragments.h  a later fragment takes its first's ports
+ *                    lib/fragments.h  a later fragment takes its first's ports;
+ *                                     a first fragment claims its key
  *   decide           lib/walk.h       the walk down the match lists: the decision
  *                    lib/rule.h       one rule applied: allow, deny, or charge
  *                    lib/charge.h     a limit's bucket, found or made
@@ -128,11 +129,6 @@ int SLUICE_PROG_NAME(struct xdp_md *ctx)
 	}
 	if ((SLUICE_DROP_VERDICTS >> verdict) & 1)
 		return XDP_DROP;
-	/* Only where a rule covers the source (the table is kept for them), and
-	 * only a first fragment that names its datagram's protocol. */
-	if ((pkt.flags & (PKT_FIRST_FRAG | PKT_TINY_FRAG | PKT_COVERED)) == (PKT_FIRST_FRAG | PKT_COVERED) &&
-	    pkt.proto_known)
-		remember_first_fragment(&pkt);
 	/* attach --then: on to the interface's next program. Without one the
 	 * tail call falls through. */
 	bpf_tail_call(ctx, &SLUICE_MAP_THEN, ctx->ingress_ifindex);

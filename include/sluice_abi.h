@@ -174,6 +174,10 @@ enum sluice_counter_index {
 	SLUICE_CNT_INFO_EVICTED_ACTIVE_V6, /* ...and among SLUICE_CNT_INFO_EVICTED_ACTIVE */
 	SLUICE_CNT_INFO_BANS,          /* temporary bans begun */
 	SLUICE_CNT_INFO_BAN_TABLE_FULL,/* bans refused: the ban table was full */
+	SLUICE_CNT_INFO_UNBANS_EXPIRED,/* bans lifted because they ran out: removed by the program
+				        * when the source came back, or by the controller's sweep */
+	SLUICE_CNT_INFO_UNBANS_DELETED,/* bans lifted by `sluice ban del` (the controller) */
+	SLUICE_CNT_INFO_UNBANS_RULE,   /* bans lifted because their rule no longer bans (the controller) */
 	SLUICE_CNT_MAX,
 };
 
@@ -443,8 +447,16 @@ struct sluice_frag_info {
 };
 SLUICE_ASSERT_SIZE(struct sluice_frag_info, 24);
 
-#define SLUICE_FRAG_JUDGED 0x1 /* a later fragment took these ports */
-#define SLUICE_FRAG_ENDED  0x2 /* the last fragment was seen: no later one takes them */
+#define SLUICE_FRAG_JUDGED  0x1 /* a later fragment took these ports */
+#define SLUICE_FRAG_ENDED   0x2 /* the last fragment was seen: no later one takes them */
+/* A first fragment under the key claimed the entry and is being judged on
+ * some CPU: the entry says nothing yet, and another first fragment under the
+ * key meanwhile is dropped (bpf/lib/fragments.h). Only the claiming CPU
+ * changes a claimed entry, within the same run of the program. */
+#define SLUICE_FRAG_CLAIMED 0x4
+/* flags >> SLUICE_FRAG_GEN_SHIFT: the entry's generation, changed by every
+ * claim, so that a reader sees whether the entry changed under it. */
+#define SLUICE_FRAG_GEN_SHIFT 8
 
 /* Bucket keys: one bucket per (rule, source address masked to per_prefix). */
 struct sluice_src_v4 {
@@ -720,6 +732,17 @@ struct sluice_event {
 	struct sluice_throttle_key key;
 };
 SLUICE_ASSERT_SIZE(struct sluice_event, 48);
+
+/* The context of the controller's event writer (bpf/event_note.bpf.c): the
+ * event, and the counter it adds one to (one of SLUICE_CNT_INFO_UNBANS_*),
+ * so that a ban the controller lifts is counted where the program counts
+ * the bans it lifts. */
+struct sluice_event_note {
+	struct sluice_event event;
+	__u32 counter; /* enum sluice_counter_index */
+	__u32 pad;
+};
+SLUICE_ASSERT_SIZE(struct sluice_event_note, 56);
 
 #ifdef __cplusplus
 struct sluice_timer { __u64 opaque[2]; }; /* struct bpf_timer, as the controller sees it */

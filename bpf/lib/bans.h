@@ -119,8 +119,10 @@ __noinline int sluice_banned(const struct packet_info *pkt)
 			__builtin_memcpy(&gone, b, sizeof(gone));
 			if (gone.key.prefixlen > 128)
 				return 0;
-			if (bpf_map_delete_elem(&SLUICE_MAP_BANS, &gone.key) == 0)
+			if (bpf_map_delete_elem(&SLUICE_MAP_BANS, &gone.key) == 0) {
 				emit_ban_event(&gone, SLUICE_EVENT_UNBAN, now);
+				count_global(SLUICE_CNT_INFO_UNBANS_EXPIRED, 0);
+			}
 		}
 	}
 	return 0;

@@ -3,6 +3,29 @@
  * Fragments: a first fragment that passed leaves its datagram's protocol,
  * ports and TCP flags (struct sluice_frag_info) for its later fragments,
  * which take them.
+ *
+ * One first fragment per datagram, also across CPUs. A first fragment that
+ * may leave an entry claims its key before it is judged (claim_first_fragment):
+ * it makes the entry with BPF_NOEXIST, or takes an entry that no longer
+ * holds a datagram with a compare-and-swap of its flags word, either way
+ * marked SLUICE_FRAG_CLAIMED; after the decision, the same CPU settles the
+ * claim (settle_first_fragment): the entry is written if the fragment
+ * passed; if it was dropped, an entry it made is deleted (a dropped first
+ * fragment takes no room in the table, as before) and one it took is left
+ * as it was before the claim.
+ * A first fragment that meets a claimed entry is dropped (drop_malformed),
+ * whatever it names: two first fragments of one datagram racing on two CPUs
+ * are what the kernel's reassembly drops one of (a copy at the same offset;
+ * an overlap discards the queue), and the kernel keeps the one it queues
+ * first, which the program cannot know. So the entry's selectors are always
+ * those of the one first fragment that was judged under the key and passed,
+ * and later fragments are judged by nothing else.
+ *
+ * The flags word holds the entry's state and its generation, which every
+ * claim changes: a reader reads the word (an atomic read: a full barrier),
+ * then the fields, then the word again, and takes the fields only if the
+ * word is unchanged. A claimed entry's fields are written only by its
+ * claimant, after it checked the word is still its claim.
  */
 #ifndef SLUICE_LIB_FRAGMENTS_H
 #define SLUICE_LIB_FRAGMENTS_H
@@ -11,81 +34,186 @@
 #include "lib/maps.h"
 #include "lib/parse.h"
 
+#define FRAG_GEN_ONE (1u << SLUICE_FRAG_GEN_SHIFT)
+
+/* What claim_first_fragment found for a first fragment. */
+enum frag_claim {
+	FRAG_JUDGE,   /* judged by its rule; its key's entry is not touched */
+	FRAG_CLAIMED, /* judged by its rule; settle_first_fragment writes the entry */
+	FRAG_REFUSED, /* dropped: another first fragment holds its key (drop_malformed) */
+};
+
+/* A fragment entry's flags word, read with a full barrier. */
+static __always_inline __u32 frag_word(struct sluice_frag_info *fi)
+{
+	return __sync_fetch_and_or(&fi->flags, 0);
+}
+
 /* A later fragment takes its datagram's protocol, ports and TCP flags,
  * remembered when the first fragment passed, until the datagram's last
- * fragment. */
+ * fragment. An entry claimed or changed while read gives nothing:
+ * the fragment is judged as one whose first fragment was not seen. */
 static __always_inline void recall_first_fragment(struct packet_info *pkt)
 {
 	const struct sluice_frag_key *fk = frag_key();
 	struct sluice_frag_info *fi = fk ? bpf_map_lookup_elem(&SLUICE_MAP_FRAGS, fk) : NULL;
-	__u32 mark;
+	__u32 word, mark, seen;
+	__u64 first_ns;
+	__u16 dport, sport;
+	__u8 proto, ports_known, tcp_flags;
 
-	if (!fi || (fi->flags & SLUICE_FRAG_ENDED) || frag_clock() - fi->first_ns > SLUICE_FRAG_TIMEOUT_NS)
+	if (!fi)
 		return;
-	pkt->proto = fi->proto;
+	word = frag_word(fi);
+	first_ns = fi->first_ns;
+	dport = fi->dport;
+	sport = fi->sport;
+	proto = fi->proto;
+	ports_known = fi->ports_known;
+	tcp_flags = fi->tcp_flags;
+	if (frag_word(fi) != word || (word & (SLUICE_FRAG_CLAIMED | SLUICE_FRAG_ENDED)) ||
+	    frag_clock() - first_ns > SLUICE_FRAG_TIMEOUT_NS)
+		return;
+	pkt->proto = proto;
 	pkt->proto_known = 1;
-	pkt->dport = fi->dport;
-	pkt->sport = fi->sport;
-	pkt->tcp_flags = fi->tcp_flags;
-	pkt->ports_known = fi->ports_known;
+	pkt->dport = dport;
+	pkt->sport = sport;
+	pkt->tcp_flags = tcp_flags;
+	pkt->ports_known = ports_known;
 	mark = SLUICE_FRAG_JUDGED | (pkt->flags & PKT_LAST_FRAG ? SLUICE_FRAG_ENDED : 0);
-	if ((fi->flags & mark) != mark)
-		__sync_fetch_and_or(&fi->flags, mark);
+	/* Marked only in the entry it read: a claim in between keeps its own word. */
+	if ((word & mark) != mark) {
+		seen = __sync_val_compare_and_swap(&fi->flags, word, word | mark);
+		if (seen != word && !(seen & SLUICE_FRAG_CLAIMED) &&
+		    (seen & ~(__u32)(SLUICE_FRAG_JUDGED | SLUICE_FRAG_ENDED)) ==
+			    (word & ~(__u32)(SLUICE_FRAG_JUDGED | SLUICE_FRAG_ENDED)))
+			__sync_val_compare_and_swap(&fi->flags, seen, seen | mark); /* another later fragment's mark */
+	}
+}
+
+/* Whether a first fragment names what an entry says: protocol, ports and TCP flags. */
+static __always_inline int frag_names_same(const struct packet_info *pkt, __u8 proto, __u8 ports_known,
+					   __u16 dport, __u16 sport, __u8 tcp_flags)
+{
+	return pkt->proto_known && proto == pkt->proto && ports_known == pkt->ports_known &&
+	       (!pkt->ports_known || (dport == pkt->dport && sport == pkt->sport && tcp_flags == pkt->tcp_flags));
 }
 
 /*
- * A first fragment meets its key's entry (struct sluice_frag_info) for
- * SLUICE_FRAG_TIMEOUT_NS + SLUICE_FRAG_QUEUE_NS after the entry was made:
- * that long the kernel may hold a queue with the entry's first fragment in
- * it, or with later fragments judged by the entry. One that names another
- * protocol, port or TCP flags (or hides them) conflicts: the kernel keeps the first
- * first fragment and drops a copy, so the datagram delivered would not be
- * the one its later fragments were judged as; it is dropped. One that names
- * the same does not relabel anything: while the entry still serves later
- * fragments it is left as it is (PKT_FRAG_LIVE: not made younger), and after
- * that it is made again with its JUDGED mark (PKT_FRAG_JUDGED), so that the
- * window above runs from the last later fragment that may take its ports.
+ * A first fragment meets its key's entry, and claims it when it may leave
+ * one (`claim`: a rule covers its source, it names its protocol, it is not
+ * tiny). The entry holds a datagram for SLUICE_FRAG_TIMEOUT_NS +
+ * SLUICE_FRAG_QUEUE_NS after it was made: that long the kernel may hold a
+ * queue with the entry's first fragment in it, or with later fragments
+ * judged by the entry. Within that, a first fragment that names another
+ * protocol, port or TCP flags (or hides them) is refused: the kernel keeps
+ * the first first fragment and drops a copy, so the datagram delivered
+ * would not be the one its later fragments were judged as. One that names
+ * the same relabels nothing: while the entry still serves later fragments
+ * (younger than SLUICE_FRAG_TIMEOUT_NS, its last fragment not seen) it is
+ * judged by its rule and leaves the entry as it is; after that it is a new
+ * datagram under a reused id and claims the entry, keeping its JUDGED mark,
+ * so that the window above runs from the last later fragment that may take
+ * its ports. A claimed entry refuses every first fragment. `out_word`: the
+ * claim's flags word, and `*before` the word it replaced (0: a new entry).
  */
-static __always_inline int first_fragment_conflicts(struct packet_info *pkt)
+static __always_inline int claim_first_fragment(const struct packet_info *pkt, int claim, __u32 *out_word,
+						__u32 *before)
 {
 	const struct sluice_frag_key *fk = frag_key();
-	const struct sluice_frag_info *fi = fk ? bpf_map_lookup_elem(&SLUICE_MAP_FRAGS, fk) : NULL;
-	__u64 age;
+	struct sluice_frag_info *fi;
+	__u32 word, mine;
+	__u64 now, first_ns;
+	__u16 dport, sport;
+	__u8 proto, ports_known, tcp_flags;
+	int same;
 
-	if (!fi)
-		return 0;
-	age = frag_clock() - fi->first_ns;
-	if (age > SLUICE_FRAG_TIMEOUT_NS + SLUICE_FRAG_QUEUE_NS)
-		return 0;
-	if (fi->proto != pkt->proto || fi->ports_known != pkt->ports_known ||
-	    (pkt->ports_known &&
-	     (fi->dport != pkt->dport || fi->sport != pkt->sport || fi->tcp_flags != pkt->tcp_flags)) ||
-	    !pkt->proto_known)
-		return 1;
-	if (fi->flags & SLUICE_FRAG_JUDGED)
-		pkt->flags |= PKT_FRAG_JUDGED;
-	if (!(fi->flags & SLUICE_FRAG_ENDED) && age <= SLUICE_FRAG_TIMEOUT_NS)
-		pkt->flags |= PKT_FRAG_LIVE;
-	return 0;
+	if (!fk)
+		return FRAG_JUDGE;
+	now = frag_clock();
+	fi = bpf_map_lookup_elem(&SLUICE_MAP_FRAGS, fk);
+	if (!fi) {
+		struct sluice_frag_info fresh = {
+			.first_ns = now,
+			.dport = pkt->dport,
+			.proto = pkt->proto,
+			.ports_known = pkt->ports_known,
+			.sport = pkt->sport,
+			.tcp_flags = pkt->tcp_flags,
+		};
+
+		if (!claim)
+			return FRAG_JUDGE;
+		/* A random generation: a reader holding a pointer to an element
+		 * the LRU reused for this key sees another word. */
+		fresh.flags = (bpf_get_prandom_u32() << SLUICE_FRAG_GEN_SHIFT) | SLUICE_FRAG_CLAIMED;
+		if (bpf_map_update_elem(&SLUICE_MAP_FRAGS, fk, &fresh, BPF_NOEXIST))
+			return FRAG_REFUSED; /* another CPU made it a moment ago */
+		*out_word = fresh.flags;
+		*before = 0;
+		return FRAG_CLAIMED;
+	}
+	word = frag_word(fi);
+	first_ns = fi->first_ns;
+	dport = fi->dport;
+	sport = fi->sport;
+	proto = fi->proto;
+	ports_known = fi->ports_known;
+	tcp_flags = fi->tcp_flags;
+	if (frag_word(fi) != word || (word & SLUICE_FRAG_CLAIMED))
+		return FRAG_REFUSED; /* another first fragment is being judged under the key */
+	same = 0;
+	if (now - first_ns <= SLUICE_FRAG_TIMEOUT_NS + SLUICE_FRAG_QUEUE_NS) {
+		if (!frag_names_same(pkt, proto, ports_known, dport, sport, tcp_flags))
+			return FRAG_REFUSED;
+		if (!(word & SLUICE_FRAG_ENDED) && now - first_ns <= SLUICE_FRAG_TIMEOUT_NS)
+			return FRAG_JUDGE; /* a copy under a live entry */
+		same = 1;
+	}
+	if (!claim)
+		return FRAG_JUDGE;
+	mine = ((word & ~(FRAG_GEN_ONE - 1)) + FRAG_GEN_ONE) | SLUICE_FRAG_CLAIMED |
+	       (same ? word & SLUICE_FRAG_JUDGED : 0);
+	if (__sync_val_compare_and_swap(&fi->flags, word, mine) != word)
+		return FRAG_REFUSED; /* another CPU claimed it a moment ago */
+	*out_word = mine;
+	*before = word;
+	return FRAG_CLAIMED;
 }
 
-/* A first fragment that passed: its datagram's entry, unless the same entry
- * is live (first_fragment_conflicts). */
-static __always_inline void remember_first_fragment(const struct packet_info *pkt)
+/*
+ * Settles a claim after its first fragment's decision: `passed`, the entry
+ * takes the fragment's selectors and is made now; dropped, an entry the
+ * claim made is deleted, and one it took is as it was before the claim,
+ * with a new generation. If the
+ * entry is no longer the claim (the LRU pushed it out), nothing is written:
+ * the later fragments are judged as ones whose first fragment was not seen.
+ */
+static __always_inline void settle_first_fragment(const struct packet_info *pkt, __u32 word, __u32 before,
+						  int passed)
 {
 	const struct sluice_frag_key *fk = frag_key();
-	struct sluice_frag_info fi = {
-		.first_ns = frag_clock(),
-		.dport = pkt->dport,
-		.proto = pkt->proto,
-		.ports_known = pkt->ports_known,
-		.sport = pkt->sport,
-		.tcp_flags = pkt->tcp_flags,
-		.flags = pkt->flags & PKT_FRAG_JUDGED ? SLUICE_FRAG_JUDGED : 0,
-	};
+	struct sluice_frag_info *fi = fk ? bpf_map_lookup_elem(&SLUICE_MAP_FRAGS, fk) : NULL;
+	__u32 settled = word & ~(__u32)SLUICE_FRAG_CLAIMED;
 
-	if (fk && !(pkt->flags & PKT_FRAG_LIVE))
-		bpf_map_update_elem(&SLUICE_MAP_FRAGS, fk, &fi, BPF_ANY);
+	if (!fi || frag_word(fi) != word)
+		return;
+	if (passed) {
+		fi->first_ns = frag_clock();
+		fi->dport = pkt->dport;
+		fi->proto = pkt->proto;
+		fi->ports_known = pkt->ports_known;
+		fi->sport = pkt->sport;
+		fi->tcp_flags = pkt->tcp_flags;
+	} else if (before) {
+		settled = (word & ~(FRAG_GEN_ONE - 1)) + FRAG_GEN_ONE;
+		settled |= before & (FRAG_GEN_ONE - 1);
+	} else {
+		/* No other CPU changes a claimed entry: it is still this claim's. */
+		bpf_map_delete_elem(&SLUICE_MAP_FRAGS, fk);
+		return;
+	}
+	__sync_val_compare_and_swap(&fi->flags, word, settled);
 }
 
 #endif /* SLUICE_LIB_FRAGMENTS_H */

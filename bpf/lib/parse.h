@@ -62,8 +62,6 @@ enum parse_result {
 #define PKT_ENCAP      0x8 /* IP in IP, GRE, ESP, PPPoE, MPLS: judged by the outer header */
 #define PKT_COVERED    0x10 /* set by the program: some rule covers the source address */
 #define PKT_LAST_FRAG  0x20 /* a later fragment that says no more follow */
-#define PKT_FRAG_JUDGED 0x40 /* set by the program: later fragments took this first fragment's ports */
-#define PKT_FRAG_LIVE   0x80 /* set by the program: this first fragment's entry is live and says the same */
 
 /* packet_info.ports_known */
 #define PORTS_KNOWN     0x1 /* dport was read */

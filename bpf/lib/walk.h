@@ -219,13 +219,11 @@ static __always_inline int start_decision(struct packet_info *pkt, struct walk *
  * SLUICE_MAX_LIST_WALK lists and SLUICE_MAX_LAYERED layered rules, and the
  * walk charges at most SLUICE_MAX_UNKNOWN_CHARGED candidates that may match,
  * so the loop's last step is never needed; it ends the walk all the same. */
-static __always_inline __u32 decide_packet(struct xdp_md *ctx, struct packet_info *pkt)
+static __always_inline __u32 walk_packet(struct xdp_md *ctx, struct packet_info *pkt)
 {
 	struct walk w = {};
 	__u32 i;
 
-	if ((pkt->flags & PKT_FIRST_FRAG) && first_fragment_conflicts(pkt))
-		return SLUICE_CNT_DROP_MALFORMED;
 	if (!start_decision(pkt, &w))
 		return SLUICE_CNT_PASS_NO_MATCH;
 	for (i = 0; i < SLUICE_MAX_LIST_WALK + SLUICE_MAX_LAYERED + SLUICE_MAX_UNKNOWN_CHARGED + 1; i++) {
@@ -243,6 +241,38 @@ static __always_inline __u32 decide_packet(struct xdp_md *ctx, struct packet_inf
 	if (w.flags & (WALK_DONE | WALK_LAYERED))
 		return w.verdict;
 	return (w.flags & WALK_VANISHED) ? SLUICE_CNT_FAILOPEN_RULE : SLUICE_CNT_PASS_NO_MATCH;
+}
+
+/* Whether some rule covers the source: its first match list. */
+static __always_inline int source_covered(const struct packet_info *pkt)
+{
+	__u32 set = sluice_lookup_set(active_sets());
+
+	return pkt->family == 4 ? lookup_v4(pkt->saddr, set) != 0 : lookup_v6(pkt->saddr, set) != NULL;
+}
+
+/* An IP packet's decision (walk_packet). A first fragment first meets its
+ * key's entry: refused there (another first fragment holds the key), it is
+ * dropped before any bucket; where it may leave an entry (a rule covers its
+ * source, it names its protocol, it is not tiny) it claims the key before
+ * the walk and settles the claim with the walk's verdict
+ * (lib/fragments.h). */
+static __always_inline __u32 decide_packet(struct xdp_md *ctx, struct packet_info *pkt)
+{
+	__u32 verdict, word = 0, before = 0;
+	int claim;
+
+	if (!(pkt->flags & PKT_FIRST_FRAG))
+		return walk_packet(ctx, pkt);
+	claim = claim_first_fragment(pkt, pkt->proto_known && !(pkt->flags & PKT_TINY_FRAG) && source_covered(pkt),
+				     &word, &before);
+	if (claim == FRAG_REFUSED)
+		return SLUICE_CNT_DROP_MALFORMED;
+	verdict = walk_packet(ctx, pkt);
+	if (claim == FRAG_CLAIMED)
+		settle_first_fragment(pkt, word, before,
+				      !((SLUICE_DROP_VERDICTS >> verdict) & 1) && (pkt->flags & PKT_COVERED));
+	return verdict;
 }
 
 #endif /* SLUICE_LIB_WALK_H */

@@ -12,6 +12,8 @@
 #include "bans.h"
 #include "events.h"
 #include "transaction.h"
+#include "metrics.h"
+#include "stats.h"
 
 namespace sluice::test {
 namespace {
@@ -278,6 +280,66 @@ TEST_F(Bans, RuleSetKeepsBansRuleDelLiftsThem)
 	uint32_t zero = 0, on = 1;
 	ASSERT_EQ(bpf_map_lookup_elem(put_->maps().bans_on.get(), &zero, &on), 0);
 	EXPECT_EQ(on, 0u) << "no rule bans: packets skip the check";
+}
+
+// Every ban lifted is counted once, under why it was lifted: run out (found
+// by the program when its source came back, or by the sweep), lifted with
+// `ban del`, or with its rule (`rule set --ban 0`). The agent serves them as
+// sluice_unbans_total{reason}, beside sluice_bans_total.
+TEST_F(Bans, UnbansAreCountedByReason)
+{
+	add("10.1.0.0/16", 60);
+	add("10.9.0.0/16", 600, 0, -1, "web");
+	for (const char *src : {"10.1.0.5", "10.1.0.6", "10.9.0.5", "10.9.0.6"}) {
+		settle(src, T0);
+		send(src, T0);
+		send(src, T0);
+		EXPECT_EQ(send(src, T0), "drop_rate") << src;
+	}
+	ASSERT_EQ(bans(T0).size(), 4u);
+	auto counts = [this] {
+		auto c = put_->read_counters();
+		return std::array<uint64_t, 3>{c[SLUICE_CNT_INFO_UNBANS_EXPIRED], c[SLUICE_CNT_INFO_UNBANS_DELETED],
+					       c[SLUICE_CNT_INFO_UNBANS_RULE]};
+	};
+	using Counts = std::array<uint64_t, 3>;
+	EXPECT_EQ(counts(), (Counts{0, 0, 0}));
+
+	EXPECT_EQ(send("10.1.0.5", T0 + 60 * S), "pass_limit") << "run out: the program lifts it";
+	EXPECT_EQ(counts(), (Counts{1, 0, 0}));
+	EXPECT_EQ(sweep_bans(put_->maps(), T0 + 61 * S), 1u) << "10.1.0.6, quiet, run out";
+	EXPECT_EQ(counts(), (Counts{2, 0, 0}));
+	EXPECT_EQ(sweep_bans(put_->maps(), T0 + 62 * S), 0u);
+	ASSERT_TRUE(remove_ban(put_->maps(), parse_cidr("10.9.0.5"), T0 + 62 * S));
+	EXPECT_FALSE(remove_ban(put_->maps(), parse_cidr("10.9.0.5"), T0 + 62 * S));
+	EXPECT_EQ(counts(), (Counts{2, 1, 0}));
+	RuleEdit e;
+	e.ban.ns = 0;
+	Transaction(*table_).edit("web", e).commit();
+	EXPECT_EQ(counts(), (Counts{2, 1, 1})) << "rule set --ban 0";
+	EXPECT_TRUE(read_ban_entries(put_->maps().bans.get()).empty());
+	size_t unbans = 0;
+	for (const auto &ev : take_events())
+		unbans += ev.kind == SLUICE_EVENT_UNBAN;
+	EXPECT_EQ(unbans, 4u) << "one unban event for each count";
+
+	// As the agent serves them.
+	agent::Reading reading;
+	reading.loaded = reading.readable = true;
+	reading.stats = collect_stats(put_->maps(), {});
+	std::map<std::string, double> served;
+	for (const auto &f : agent::metric_families(reading))
+		for (const auto &m : f.metric) {
+			std::string key = f.name;
+			for (const auto &l : m.label)
+				key += "," + l.name + "=" + l.value;
+			served[key] = f.type == prometheus::MetricType::Counter ? m.counter.value : m.gauge.value;
+		}
+	EXPECT_EQ(served["sluice_bans_total"], 4);
+	EXPECT_EQ(served["sluice_unbans_total,reason=expired"], 2);
+	EXPECT_EQ(served["sluice_unbans_total,reason=deleted"], 1);
+	EXPECT_EQ(served["sluice_unbans_total,reason=rule"], 1);
+	EXPECT_EQ(served["sluice_bans"], 0);
 }
 
 // A flood of new sources, each over the threshold at once (spoofed: none

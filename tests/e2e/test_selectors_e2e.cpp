@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "child.h"
 #include "packet.h"
 #include "process.h"
 
@@ -507,6 +508,26 @@ TEST_F(Recipes, ARepeatOffenderBanned)
 		EXPECT_EQ(e["rule"], "offender");
 	}
 	EXPECT_EQ(events[1]["since"], events[0]["time"]) << "the unban names when its ban began";
+
+	// Scraped from the agent: the ban made, and lifted by `ban del`.
+	AgentProcess agent(SLUICE_BIN, {});
+	std::string scrape = agent.scrape();
+	EXPECT_EQ(metric_sample(scrape, "sluice_bans_total"), 1) << scrape;
+	EXPECT_EQ(metric_sample(scrape, "sluice_bans"), 0);
+	EXPECT_EQ(metric_sample(scrape, "sluice_unbans_total{reason=\"deleted\"}"), 1) << scrape;
+	EXPECT_EQ(metric_sample(scrape, "sluice_unbans_total{reason=\"expired\"}"), 0);
+	EXPECT_EQ(metric_sample(scrape, "sluice_unbans_total{reason=\"rule\"}"), 0);
+	// Banned again at its next drop, then the rule goes, and its ban with it.
+	ASSERT_EQ(udp(OFFENDER, 9000, 2), 2);
+	scrape = agent.scrape();
+	EXPECT_EQ(metric_sample(scrape, "sluice_bans_total"), 2) << scrape;
+	EXPECT_EQ(metric_sample(scrape, "sluice_bans"), 1);
+	r = cli({"rule", "del", "offender"});
+	ASSERT_EQ(r.exit_code, 0) << r.err;
+	scrape = agent.scrape();
+	EXPECT_EQ(metric_sample(scrape, "sluice_bans"), 0) << scrape;
+	EXPECT_EQ(metric_sample(scrape, "sluice_unbans_total{reason=\"rule\"}"), 1) << scrape;
+	EXPECT_EQ(metric_sample(scrape, "sluice_unbans_total{reason=\"deleted\"}"), 1);
 }
 
 // `attach --max-bans N` sizes the ban table like the other tables: status

@@ -134,6 +134,16 @@ void global_counters(FamilyList &out, const Stats &s)
 	info(SLUICE_CNT_INFO_BAN_TABLE_FULL, "sluice_ban_table_full_total",
 	     "Bans refused because the ban table was full (no ban is ever pushed out)");
 	out.single("sluice_bans", "Sources under a temporary ban now", MetricType::Gauge, static_cast<double>(s.bans));
+	// Bans lifted, by why: the program counts those it finds run out, the
+	// controller (through its event writer) those it lifts.
+	auto &unbans = out.add("sluice_unbans_total",
+			       "Temporary bans lifted, by reason: expired (ran out), deleted (sluice ban del), rule (their "
+			       "rule no longer bans)",
+			       MetricType::Counter);
+	for (auto [index, reason] : {std::pair{SLUICE_CNT_INFO_UNBANS_EXPIRED, "expired"},
+				     std::pair{SLUICE_CNT_INFO_UNBANS_DELETED, "deleted"},
+				     std::pair{SLUICE_CNT_INFO_UNBANS_RULE, "rule"}})
+		FamilyList::sample(unbans, {{"reason", reason}}, static_cast<double>(s.global[index].packets));
 	// The data plane counts every table's evictions, and IPv6's apart.
 	auto &evicted = out.add("sluice_evictions_total", "Buckets evicted to make room for a new source",
 				MetricType::Counter);

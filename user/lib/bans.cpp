@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "error.h"
 #include "event_note_bpf.skel.h"
@@ -57,13 +58,19 @@ public:
 			throw_errno("cannot open the event writer", errno);
 		if (int err = bpf_map__reuse_fd(skel_->maps.SLUICE_MAP_EVENTS, maps.events.get()))
 			throw_errno("cannot share the event ring buffer", -err);
+		if (int err = bpf_map__reuse_fd(skel_->maps.SLUICE_MAP_COUNTERS, maps.counters.get()))
+			throw_errno("cannot share the counters", -err);
 		if (int err = event_note_bpf__load(skel_.get()))
 			throw_errno("cannot load the event writer", -err);
 	}
 
-	void write(struct sluice_event e)
+	/// Writes `e` and adds one to `counter` (a SLUICE_CNT_INFO_UNBANS_* reason).
+	void write(const struct sluice_event &e, enum sluice_counter_index counter)
 	{
-		LIBBPF_OPTS(bpf_test_run_opts, run, .ctx_in = &e, .ctx_size_in = sizeof(e));
+		struct sluice_event_note n = {};
+		n.event = e;
+		n.counter = counter;
+		LIBBPF_OPTS(bpf_test_run_opts, run, .ctx_in = &n, .ctx_size_in = sizeof(n));
 		if (bpf_prog_test_run_opts(bpf_program__fd(skel_->progs.sluice_event_note), &run))
 			throw_errno("cannot write an event", errno);
 		if (run.retval)
@@ -74,15 +81,18 @@ private:
 	std::unique_ptr<struct event_note_bpf, void (*)(struct event_note_bpf *)> skel_;
 };
 
-/// Removes the entries of `fd` that `gone` picks, each with its UNBAN event
-/// when this delete is the one that removed it (the program's, or another
-/// command's, may have come first: one event a ban). Returns how many.
+/// Removes the entries of `fd` that `gone` picks (it returns the reason, a
+/// SLUICE_CNT_INFO_UNBANS_* counter, or nothing to keep the ban), each with
+/// its UNBAN event and counted under its reason when this delete is the one
+/// that removed it (the program's, or another command's, may have come
+/// first: one event a ban). Returns how many.
 template <class Pick> size_t lift_bans(const MapSet &maps, uint64_t now_ns, const Pick &gone)
 {
 	std::unique_ptr<EventNote> note;
 	size_t lifted = 0;
 	for (const auto &[k, v] : read_ban_entries(maps.bans.get())) {
-		if (!gone(v))
+		std::optional<enum sluice_counter_index> reason = gone(v);
+		if (!reason)
 			continue;
 		if (bpf_map_delete_elem(maps.bans.get(), &k)) {
 			if (errno == ENOENT)
@@ -92,7 +102,7 @@ template <class Pick> size_t lift_bans(const MapSet &maps, uint64_t now_ns, cons
 		lifted++;
 		if (!note)
 			note = std::make_unique<EventNote>(maps);
-		note->write(ban_event(v, SLUICE_EVENT_UNBAN, now_ns));
+		note->write(ban_event(v, SLUICE_EVENT_UNBAN, now_ns), *reason);
 	}
 	return lifted;
 }
@@ -194,7 +204,7 @@ std::optional<Ban> remove_ban(const MapSet &maps, const Cidr &addr, uint64_t now
 	v.since_ns = found->since_ns;
 	v.bucket_id = found->bucket_id;
 	v.key = k;
-	EventNote(maps).write(ban_event(v, SLUICE_EVENT_UNBAN, now_ns));
+	EventNote(maps).write(ban_event(v, SLUICE_EVENT_UNBAN, now_ns), SLUICE_CNT_INFO_UNBANS_DELETED);
 	return found;
 }
 
@@ -214,10 +224,13 @@ void bans_after_switch(const MapSet &maps, const std::vector<InstalledRule> &aft
 	uint64_t now = ban_clock_ns();
 	size_t left = 0;
 	// A rule that bans no more lifts its bans, and a ban run out goes.
-	lift_bans(maps, now, [&](const struct sluice_ban &v) {
-		bool kept = v.slot < bans.size() && bans[v.slot] && in_force(v, now);
-		left += kept;
-		return !kept;
+	lift_bans(maps, now, [&](const struct sluice_ban &v) -> std::optional<enum sluice_counter_index> {
+		if (!in_force(v, now))
+			return SLUICE_CNT_INFO_UNBANS_EXPIRED;
+		if (v.slot >= bans.size() || !bans[v.slot])
+			return SLUICE_CNT_INFO_UNBANS_RULE;
+		left++;
+		return std::nullopt;
 	});
 	if (!any && !left)
 		set_on(maps, 0);
@@ -228,7 +241,11 @@ size_t sweep_bans(const MapSet &maps, uint64_t now_ns)
 	uint32_t zero = 0, on = 0;
 	if (bpf_map_lookup_elem(maps.bans_on.get(), &zero, &on) || !on)
 		return 0;
-	return lift_bans(maps, now_ns, [now_ns](const struct sluice_ban &v) { return !in_force(v, now_ns); });
+	return lift_bans(maps, now_ns, [now_ns](const struct sluice_ban &v) -> std::optional<enum sluice_counter_index> {
+		if (in_force(v, now_ns))
+			return std::nullopt;
+		return SLUICE_CNT_INFO_UNBANS_EXPIRED;
+	});
 }
 
 void restore_bans(const MapSet &maps, const std::vector<std::pair<struct sluice_ban_key, struct sluice_ban>> &bans)

@@ -37,6 +37,7 @@ const char *const COUNTER_NAMES[] = {
 	"fragments",       "l4_unknown",     "new_buckets",   "evicted",
 	"evicted_active",  "encapsulated",  "events_lost",   "evicted_v6",
 	"evicted_active_v6", "bans",          "ban_table_full",
+	"unbans_expired",  "unbans_deleted", "unbans_rule",
 };
 static_assert(std::size(COUNTER_NAMES) == SLUICE_CNT_MAX, "a name for every counter");
 

@@ -201,7 +201,13 @@ template <class Layout> void read_maps(const Fds &fd, CarriedState &s)
 				s.owed.push_back(o);
 	});
 	each_entry<typename L::frag_key, typename L::frag_info>(
-		read_raw(fd.frags, "fragments"), [&](const auto &k, const auto &v) { s.frags.emplace_back(now(k), v[0]); });
+		read_raw(fd.frags, "fragments"), [&](const auto &k, const auto &v) {
+			// A claim is settled within one run of the program: one
+			// read mid-run holds no datagram yet.
+			struct sluice_frag_info f = now(v[0]);
+			if (!(f.flags & SLUICE_FRAG_CLAIMED))
+				s.frags.emplace_back(now(k), f);
+		});
 	each_entry<uint32_t, uint32_t>(read_raw(fd.iface_mtu, "interface frame sizes"),
 				       [&](uint32_t k, const auto &v) { s.iface_mtu.emplace_back(k, v[0]); });
 }
