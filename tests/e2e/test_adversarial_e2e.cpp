@@ -27,6 +27,7 @@
 
 #include "corpus_shapes.h"
 #include "oracle.h"
+#include "cli.h"
 #include "process.h"
 
 using nlohmann::json;
@@ -40,12 +41,6 @@ const std::string DST_V4 = "10.200.0.1", DST_V6 = "fd00:200::1";
 const std::vector<uint16_t> UDP_PORTS = {53, 123, 5353}, TCP_PORTS = {22, 80};
 
 std::string pin_dir() { return "/sys/fs/bpf/sluice-slc-" + std::to_string(getpid()); }
-
-CommandResult cli(std::vector<std::string> args)
-{
-	args.insert(args.begin(), SLUICE_BIN);
-	return run_command(args);
-}
 
 CommandResult in_dst(std::vector<std::string> args)
 {

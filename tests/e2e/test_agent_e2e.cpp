@@ -29,6 +29,7 @@
 
 #include "fd.h"
 #include "child.h"
+#include "cli.h"
 #include "process.h"
 #include "sluice_abi.h"
 #include "sockaddr.h"
@@ -45,12 +46,6 @@ const std::string SRC_IF = "slag-s", DST_IF = "slag-d";
 const std::string DST_V4 = "10.201.0.1", SOURCE = "10.201.0.11";
 constexpr uint16_t PORT = 9000;
 constexpr int BURST = 5;
-
-CommandResult cli(std::vector<std::string> args)
-{
-	args.insert(args.begin(), SLUICE_BIN);
-	return run_command(args);
-}
 
 CommandResult cli_dst(std::vector<std::string> args)
 {

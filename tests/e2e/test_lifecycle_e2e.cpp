@@ -21,9 +21,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
-#include <algorithm>
 #include <map>
-#include <sstream>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <memory>
@@ -34,6 +32,7 @@
 #include <thread>
 
 #include "child.h"
+#include "cli.h"
 #include "process.h"
 #include "sluice_abi.h"
 #include "sockaddr.h"
@@ -53,30 +52,12 @@ const std::vector<std::string> PROBES = {"10.211.0.1", "10.211.39.17", "10.211.7
 const std::string OUTSIDER = "10.212.0.1"; // covered by no rule at all
 constexpr int BIG = 20000;
 
-std::string pin_dir() { return "/sys/fs/bpf/sluice-lc-" + std::to_string(getpid()); }
+std::string pin_dir() { return test_pin_dir("sluice-lc"); }
 
-CommandResult cli(std::vector<std::string> args)
-{
-	args.insert(args.begin(), SLUICE_BIN);
-	return run_command(args);
-}
+/// The command line of sluice run in the receiving namespace.
+std::vector<std::string> in_dst(std::vector<std::string> args) { return sluice_in_netns(DST_NS, std::move(args)); }
 
-/// The command line of sluice run in the receiving namespace (interfaces
-/// resolve there; nsenter --net keeps the mounts, so the pins are shared).
-std::vector<std::string> in_dst(std::vector<std::string> args)
-{
-	args.insert(args.begin(), {"nsenter", "--net=/run/netns/" + DST_NS, SLUICE_BIN});
-	return args;
-}
-
-CommandResult cli_dst(std::vector<std::string> args) { return run_command(in_dst(std::move(args))); }
-
-json cli_json(std::vector<std::string> args)
-{
-	CommandResult r = cli(args);
-	EXPECT_EQ(r.exit_code, 0) << r.err;
-	return r.exit_code == 0 ? json::parse(r.out) : json();
-}
+CommandResult cli_dst(std::vector<std::string> args) { return cli_in(DST_NS, std::move(args)); }
 
 std::string big_address(int i) // 10.211.0.1 + i
 {
@@ -161,9 +142,7 @@ protected:
 
 	void TearDown() override
 	{
-		cli({"detach", "--all"});
-		rmdir(pin_dir().c_str());
-		rmdir((pin_dir() + "-lock").c_str()); // the instance's lock, beside it
+		remove_instance_expecting_nothing_left(pin_dir());
 		remove_topology();
 		for (const auto &f : files_)
 			unlink(f.c_str());
@@ -807,6 +786,41 @@ TEST_F(Lifecycle, UpgradeRefusesStateOlderThanThePreviousReleaseWithOneLineAndCh
 	ASSERT_EQ(bpf_obj_pin(real, meta.c_str()), 0);
 	close(real);
 	EXPECT_EQ(old_cli({"rule", "list"}).out, listed) << "0.2.7 reads its state as before";
+	// This binary refuses 0.2.7's state, `detach --all` included: 0.2.7
+	// removes it, or it would stay loaded after the test.
+	CommandResult removed = old_cli({"detach", "--all"});
+	EXPECT_EQ(removed.exit_code, 0) << removed.err;
+}
+
+// What an operator checks after `detach --all`: nothing of Sluice's is left in
+// bpffs, neither the pin directory nor the lock directory beside it. A second
+// `detach --all` has nothing to remove, says so, succeeds and makes nothing;
+// one run where an earlier sluice left both directories empty removes them.
+TEST_F(Lifecycle, DetachAllLeavesNothingInBpffsAndASecondMakesNothing)
+{
+	const std::string lock = pin_dir() + "-lock";
+	auto nothing_left = [&](const std::string &after) {
+		EXPECT_NE(access(pin_dir().c_str(), F_OK), 0) << "the pin directory is left after " << after;
+		EXPECT_NE(access(lock.c_str(), F_OK), 0) << "the lock directory is left after " << after;
+	};
+	attach();
+	ASSERT_EQ(cli({"rule", "add", PROBES[0], "--deny", "--name", "deny"}).exit_code, 0);
+	CommandResult first = cli({"detach", "--all"});
+	ASSERT_EQ(first.exit_code, 0) << first.err;
+	nothing_left("detach --all");
+	for (int round = 0; round < 2; round++) {
+		if (round == 1) { // as an earlier sluice's `detach --all` left them
+			ASSERT_EQ(mkdir(pin_dir().c_str(), 0700), 0);
+			ASSERT_EQ(mkdir(lock.c_str(), 0700), 0);
+		}
+		CommandResult again = cli({"detach", "--all"});
+		EXPECT_EQ(again.exit_code, 0) << again.err;
+		EXPECT_EQ(again.out, "nothing to remove: sluice is not loaded under " + pin_dir() + "\n");
+		nothing_left(round ? "detach --all on empty directories" : "a second detach --all");
+	}
+	// And the next attach makes the instance anew.
+	attach();
+	EXPECT_EQ(send_and_count({PROBES[0]}, 3)["drop_deny"], 0u) << "the rules went with the first detach --all";
 }
 
 TEST_F(Lifecycle, ABadPolicyIsOneLineForCheckDiffAndApplyAndChangesNothing)

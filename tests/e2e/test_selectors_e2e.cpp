@@ -27,6 +27,7 @@
 
 #include "child.h"
 #include "packet.h"
+#include "cli.h"
 #include "process.h"
 
 using nlohmann::json;
@@ -44,12 +45,6 @@ constexpr uint16_t SSH = 22;
 
 std::string pin_dir() { return "/sys/fs/bpf/selectors-e2e-" + std::to_string(getpid()); }
 std::string run_dir() { return "/tmp/selectors-e2e-run-" + std::to_string(getpid()); }
-
-CommandResult cli(std::vector<std::string> args)
-{
-	args.insert(args.begin(), SLUICE_BIN);
-	return run_command(args);
-}
 
 json rule_line(const std::string &name)
 {

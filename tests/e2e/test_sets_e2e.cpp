@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cli.h"
 #include "process.h"
 #include "sockaddr.h"
 
@@ -32,12 +33,6 @@ constexpr uint16_t UDP_PORT = 9000;
 std::string pin_dir() { return "/sys/fs/bpf/sluice-e2e-sets-" + std::to_string(getpid()); }
 std::string run_dir() { return "/tmp/sluice-e2e-sets-run-" + std::to_string(getpid()); }
 std::string work_dir() { return "/tmp/sluice-e2e-sets-work-" + std::to_string(getpid()); }
-
-CommandResult cli(std::vector<std::string> args)
-{
-	args.insert(args.begin(), SLUICE_BIN);
-	return run_command(args);
-}
 
 /// The shell block of docs/operations.md whose first comment line is
 /// "# recipe: NAME" (after a "#!" line, if any).

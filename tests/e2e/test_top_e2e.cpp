@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cli.h"
 #include "process.h"
 #include "sockaddr.h"
 
@@ -41,12 +42,6 @@ constexpr double TOLERANCE = 0.2;
 
 const std::string TMUX_SOCKET = "sltop-" + std::to_string(getpid());
 const std::string SESSION = "sltop";
-
-CommandResult cli(std::vector<std::string> args)
-{
-	args.insert(args.begin(), SLUICE_BIN);
-	return run_command(args);
-}
 
 CommandResult cli_dst(std::vector<std::string> args)
 {

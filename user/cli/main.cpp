@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <unistd.h>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -143,8 +144,10 @@ std::string attached_nowhere_note(const Instance &inst)
 /// `detach --all`: detaches everywhere, removes every pin, and says what it removed.
 std::string unload_everything(Instance &inst)
 {
-	if (!inst.loaded())
+	if (!inst.loaded()) {
+		inst.remove_leftovers();
 		return "nothing to remove: sluice is not loaded under " + inst.pin_dir();
+	}
 	Status s = inst.status();
 	size_t rules = RuleTable(inst.maps()).list().size();
 	std::vector<std::string> places;
@@ -870,6 +873,11 @@ void setup_detach(CLI::App &cmd, Args &a)
 
 int run_detach(Instance &inst, const CLI::App &, Args &a)
 {
+	if (a.detach_all && access(inst.pin_dir().c_str(), F_OK) != 0 && errno == ENOENT) {
+		// Nothing pinned (or an earlier --all removed it): a no-op that makes nothing.
+		std::cout << "nothing to remove: sluice is not loaded under " << inst.pin_dir() << "\n";
+		return 0;
+	}
 	auto lock = inst.lock(true);
 	if (!a.prog_array_path.empty()) {
 		inst.detach_from_prog_array(a.prog_array_path, a.prog_array_index);

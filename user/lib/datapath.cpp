@@ -576,6 +576,17 @@ UniqueFd lock_directory(const std::string &dir, bool exclusive, bool make, const
 
 Instance::Lock Instance::lock(bool exclusive, bool create) const
 {
+	// `detach --all` removes both directories: a command that may load and
+	// waited behind it makes them anew.
+	for (;;) {
+		Lock held = try_lock(exclusive, create);
+		if (!create || held.holds_pin_dir())
+			return held;
+	}
+}
+
+Instance::Lock Instance::try_lock(bool exclusive, bool create) const
+{
 	ensure_bpffs(dir_, create);
 	check_dirs(); // before anything is made
 	std::vector<std::string> made;
@@ -599,11 +610,16 @@ Instance::Lock Instance::lock(bool exclusive, bool create) const
 	// directory alone, and for a reader of nothing (no litter after --all).
 	struct statvfs fs;
 	bool writable = statvfs(dir_.c_str(), &fs) == 0 && !(fs.f_flag & ST_RDONLY);
-	UniqueFd stable = lock_directory(lock_dir_for(dir_), exclusive, writable && (exclusive || loaded()),
+	UniqueFd stable = lock_directory(lock_dir_for(dir_), exclusive, writable && (create || loaded()),
 					 "lock directory");
 	UniqueFd pinned = lock_directory(dir_, exclusive, false, "pin directory");
-	if (!pinned && exclusive)
-		throw Error(NOT_ATTACHED); // removed while this command waited
+	if (!pinned && exclusive && !create) {
+		// Removed while this command waited: the lock directory locked (or
+		// made) beside it goes too, if empty.
+		stable = UniqueFd();
+		rmdir(lock_dir_for(dir_).c_str());
+		throw Error(NOT_ATTACHED);
+	}
 	return Lock(std::move(stable), std::move(pinned), std::move(made));
 }
 
@@ -1152,9 +1168,18 @@ void Instance::unload()
 			bpf_link_detach(link.get());
 		unlink(pin.c_str());
 	}
+	remove_leftovers();
+}
+
+void Instance::remove_leftovers()
+{
+	refuse_read_only(dir_);
+	// Map pins with no program pin are a killed load's: nothing holds them.
 	remove_pins(dir_);
-	// Nothing is left to lock: the lock directory goes too. A command waiting
-	// on it locks the one made after (see Instance::lock).
+	// Nothing is left to lock: the pin directory and the lock directory go
+	// too (rmdir: only if empty). A command waiting on either locks the one
+	// made after, or finds nothing loaded (see Instance::lock).
+	rmdir(dir_.c_str());
 	rmdir(lock_dir_for(dir_).c_str());
 }
 

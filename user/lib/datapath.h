@@ -138,6 +138,8 @@ public:
 		Lock(Lock &&) = default;
 		Lock &operator=(Lock &&) = default;
 		~Lock();
+		/// False if the pin directory was gone once the lock was taken.
+		bool holds_pin_dir() const { return bool(pin_dir_); }
 
 	private:
 		UniqueFd stable_, pin_dir_;
@@ -208,14 +210,23 @@ public:
 	/// rules loaded, enforced nowhere, until the next attach; only unload()
 	/// removes them.
 	void detach(const std::string &ifname);
-	/// Detaches from every interface and removes all pinned state.
+	/// Detaches from every interface and removes all pinned state, the pin
+	/// directory and the lock directory with it: nothing of Sluice's is left
+	/// in bpffs.
 	void unload();
+	/// With nothing loaded: removes what a killed load or an earlier
+	/// `detach --all` left (map pins with no program, the empty pin and lock
+	/// directories). Needs the exclusive lock.
+	void remove_leftovers();
 
 	Status status() const;
 	const std::string &pin_dir() const { return dir_; }
 	const std::string &run_dir() const { return run_dir_; }
 
 private:
+	/// One attempt of lock(): the lock may hold no pin directory if
+	/// `detach --all` removed it while this waited.
+	Lock try_lock(bool exclusive, bool create) const;
 	std::string links_dir() const { return dir_ + "/links"; }
 	/// True if sluice is attached to the interface (of network namespace
 	/// `netns`) in `mode`, alone or through the dispatcher.
