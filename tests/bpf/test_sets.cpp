@@ -123,6 +123,103 @@ TEST_F(SetRules, ADenyRuleOnASetDropsExactlyItsMembers)
 	EXPECT_EQ(rule_counters("deny4").dropped_packets + rule_counters("deny6").dropped_packets, drops);
 }
 
+// The /24s of sets of hosts are compact bitmaps while their members carry one
+// rule, and full blocks once two rules meet in a /24: members added and
+// deleted by `set load`, a second set's members and a CIDR /25 in the same
+// /24s. After each change every address of those /24s gets the verdict of
+// the rule of its longest prefix (a set's outermost; ties to the rule added
+// first).
+TEST_F(SetRules, CompactAndFullBlocksGiveEveryAddressItsRule)
+{
+	std::mt19937_64 rng(2429);
+	auto host = [&] {
+		Cidr c = parse_cidr("10.9.0.0");
+		c.addr[2] = static_cast<uint8_t>(rng() % 4);
+		c.addr[3] = static_cast<uint8_t>(rng());
+		if (rng() % 5 == 0) {
+			c.prefix_len = static_cast<int>(26 + rng() % 6);
+			mask_address(c.addr, c.prefix_len);
+		}
+		return c;
+	};
+	AddressSet allowed{4, {}}, denied{4, {}};
+	for (int i = 0; i < 300; i++)
+		denied.prefixes.push_back(host());
+	for (int i = 0; i < 3; i++)
+		allowed.prefixes.push_back(host());
+	normalize(allowed.prefixes);
+	normalize(denied.prefixes);
+	SetContents sets{{"allowed", allowed}, {"denied", denied}};
+	RuleSpec rule;
+	rule.action = Action::allow;
+	rule.name = "allow";
+	add_on_set(rule, "allowed", sets); // first: wins a tie
+	rule.action = Action::deny;
+	rule.name = "deny";
+	add_on_set(rule, "denied", sets);
+	const Cidr slash25 = parse_cidr("10.9.2.128/25");
+	bool with_slash25 = false;
+
+	// A rule on a set ranks at the set's outermost prefix over the address.
+	auto outermost = [](const AddressSet &s, const Cidr &h) {
+		int len = -1;
+		for (const auto &c : s.prefixes)
+			if (cidr_contains(c, h) && (len < 0 || c.prefix_len < len))
+				len = c.prefix_len;
+		return len;
+	};
+	size_t compact_seen = 0, full_seen = 0;
+	for (int step = 0; step < 16; step++) {
+		// A change: members added or deleted, the /25 allow added or deleted.
+		auto &s = rng() % 3 ? sets.at("denied") : sets.at("allowed");
+		for (int n = static_cast<int>(rng() % 40); n > 0; n--)
+			s.prefixes.push_back(host());
+		for (int n = static_cast<int>(rng() % 40); n > 0 && s.prefixes.size() > 1; n--)
+			s.prefixes.erase(s.prefixes.begin() + static_cast<long>(rng() % s.prefixes.size()));
+		normalize(s.prefixes);
+		if (step % 4 == 3) {
+			with_slash25 = !with_slash25;
+			if (with_slash25) {
+				RuleSpec allow;
+				allow.cidr = slash25;
+				allow.action = Action::allow;
+				allow.name = "allow25";
+				Transaction(maps_).with_sets(sets).add(allow).commit();
+			} else {
+				Transaction(maps_).with_sets(sets).remove("allow25").commit();
+			}
+		} else {
+			load(sets);
+		}
+
+		struct sluice_active active = {};
+		uint32_t zero = 0;
+		ASSERT_EQ(bpf_map_lookup_elem(maps_.active.get(), &zero, &active), 0);
+		uint32_t top_index = sluice_lookup_set(active.set) * SLUICE_DIR_TOP_SIZE + 0x0a09, top = 0;
+		ASSERT_EQ(bpf_map_lookup_elem(maps_.dir4_top.get(), &top_index, &top), 0);
+		ASSERT_TRUE(top & SLUICE_DIR_CHILD);
+		struct sluice_dir_block level2 = {};
+		uint32_t level2_index = top & ~SLUICE_DIR_CHILD;
+		ASSERT_EQ(bpf_map_lookup_elem(maps_.dir4_blocks.get(), &level2_index, &level2), 0);
+		for (uint32_t third = 0; third < 4; third++) {
+			compact_seen += (level2.entry[third] & SLUICE_DIR_BITMAP) != 0;
+			full_seen += (level2.entry[third] & SLUICE_DIR_CHILD) != 0;
+			for (uint32_t low = 0; low < 256; low++) {
+				Cidr h = parse_cidr("10.9.0.0");
+				h.addr[2] = static_cast<uint8_t>(third);
+				h.addr[3] = static_cast<uint8_t>(low);
+				int a = outermost(sets.at("allowed"), h), d = outermost(sets.at("denied"), h);
+				int c = with_slash25 && cidr_contains(slash25, h) ? 25 : -1;
+				bool drop = d >= 0 && d > a && d >= c;
+				ASSERT_EQ(run({.src = host_text(h)}), drop ? XDP_DROP : XDP_PASS)
+					<< host_text(h) << " at step " << step;
+			}
+		}
+	}
+	EXPECT_GT(compact_seen, 5u) << "/24s of one rule's members are bitmaps";
+	EXPECT_GT(full_seen, 5u) << "/24s of two rules' are full blocks";
+}
+
 TEST_F(SetRules, ALimitRuleOnASetLimitsEachMemberByItsPer)
 {
 	SetContents sets{{"six", AddressSet{6, {parse_cidr("2001:db8:1::/48"), parse_cidr("2001:db8:9::/48")}}},

@@ -458,7 +458,8 @@ CompiledRules prepare(const Snapshot &before, std::vector<InstalledRule> &after,
 	if (on_sets && c.blocks > c.blocks_per_set)
 		throw Error("the rules and sets need " + std::to_string(c.blocks) + " IPv4 table blocks and --max-rules " +
 			    std::to_string(n) + " holds " + std::to_string(c.blocks_per_set) +
-			    " (a block for each /16, and each /24, that holds a longer prefix); raise it with "
+			    " (a block for each /16 that holds a longer prefix, and for each /24 that does, or a sixteenth of "
+			    "one where its longer prefixes lead to the same rules); raise it with "
 			    "`sluice apply` (tables: max_rules)");
 	if (on_sets && prefixes6 > n)
 		throw Error("the rules and sets need " + std::to_string(prefixes6) + " IPv6 prefixes and --max-rules " +
