@@ -3,7 +3,9 @@
 // on exactly the members of S (IPv4 and IPv6), and replacing S while packets
 // flow never shows a packet a gap (no set, or half of one).
 #include <atomic>
+#include <cstring>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "fixture.h"
@@ -218,6 +220,49 @@ TEST_F(SetRules, CompactAndFullBlocksGiveEveryAddressItsRule)
 	}
 	EXPECT_GT(compact_seen, 5u) << "/24s of one rule's members are bitmaps";
 	EXPECT_GT(full_seen, 5u) << "/24s of two rules' are full blocks";
+}
+
+// A load writes the IPv6 trie's idle set over what it held two loads ago:
+// the stale keys go (in batches where the kernel has them), so the live set
+// holds exactly the new set's prefixes, and no packet sees an old one.
+TEST_F(SetRules, ALoadLeavesTheTrieHoldingExactlyTheNewSetsPrefixes)
+{
+	std::mt19937_64 rng(64);
+	RuleSpec deny;
+	deny.action = Action::deny;
+	deny.name = "deny6";
+	std::vector<AddressSet> versions;
+	for (size_t n : {2000u, 300u, 1500u, 10u, 2500u})
+		versions.push_back(random_set(rng, 6, n, 0x20));
+	add_on_set(deny, "v6", SetContents{{"v6", versions[0]}});
+	for (size_t v = 1; v < versions.size(); v++) {
+		load(SetContents{{"v6", versions[v]}});
+		struct sluice_active active = {};
+		uint32_t zero = 0;
+		ASSERT_EQ(bpf_map_lookup_elem(maps_.active.get(), &zero, &active), 0);
+		uint32_t live = sluice_lookup_set(active.set);
+		std::set<Cidr> held;
+		struct sluice_lpm_v6 cur = {}, next = {};
+		for (int err = bpf_map_get_next_key(maps_.match6.get(), nullptr, &next); !err;
+		     err = bpf_map_get_next_key(maps_.match6.get(), &cur, &next)) {
+			cur = next;
+			if (cur.set != live)
+				continue;
+			Cidr c{6, {}, static_cast<int>(cur.prefixlen) - SLUICE_LPM_SET_BITS};
+			std::memcpy(c.addr.data(), cur.addr, 16);
+			held.insert(c);
+		}
+		std::set<Cidr> want(versions[v].prefixes.begin(), versions[v].prefixes.end());
+		ASSERT_EQ(held, want) << "load " << v;
+		// A member of the version before that this one lacks passes.
+		for (const auto &c : versions[v - 1].prefixes) {
+			Cidr h = member(rng, c);
+			if (!in_set(versions[v], h)) {
+				ASSERT_EQ(run({.src = host_text(h)}), XDP_PASS) << host_text(h);
+				break;
+			}
+		}
+	}
 }
 
 TEST_F(SetRules, ALimitRuleOnASetLimitsEachMemberByItsPer)
