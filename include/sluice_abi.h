@@ -360,22 +360,61 @@ SLUICE_ASSERT_SIZE(struct sluice_rule_info, 104);
 
 /*
  * IPv4 rule lookup: a 16-8-8 multibit table built by the controller (prefix
- * expansion), at most three array lookups per packet whatever the rule count.
- * An entry is 0 (no rule), a match-list index into SLUICE_MAP_LISTS, or
- * SLUICE_DIR_CHILD | the index of the block holding the next 8 bits. Set s's
- * top level is entries s * SLUICE_DIR_TOP_SIZE on; blocks and lists of set s
- * start at s times the set's capacity. Entries and indices are absolute.
+ * expansion), at most three array lookups per packet whatever the number of
+ * rules. An entry is 0 (no rule), a match-list index into SLUICE_MAP_LISTS,
+ * SLUICE_DIR_CHILD | the index of the block holding the next 8 bits, or (at
+ * the second level only) SLUICE_DIR_BITMAP | block << 4 | slot: a compact
+ * third level, the bitmap in that slot of that block. Set s's top level is
+ * entries s * SLUICE_DIR_TOP_SIZE on; blocks and lists of set s start at s
+ * times the set's capacity. Entries and indices are absolute.
+ *
+ * The compact third level's invariant: a /24 whose longer prefixes all carry
+ * one and the same entry `hit` is stored as a bitmap, bit i set where address
+ * i of the /24 is under one of them, and `miss`, the entry the /24 inherits
+ * from the levels above (0 or a match list); its 256 entries are exactly
+ * bit i ? hit : miss (sluice_dir_bitmap_entry). A /24 whose longer prefixes
+ * carry two entries or more is a full block of 256 entries. Sixteen bitmaps
+ * share a block, one cache line each.
+ *
  * A set needs at most two blocks per rule (a /32 in a /16 and a /24 of its
- * own), which is what the block map holds.
+ * own), which is what the block map holds; compact /24s need a sixteenth.
+ * Match-list indices stay below SLUICE_DIR_BITMAP and block indices below
+ * 1 << 26: --max-rules is at most SLUICE_MAX_MAX_RULES.
  */
 #define SLUICE_DIR_CHILD     0x80000000u
+#define SLUICE_DIR_BITMAP    0x40000000u
 #define SLUICE_DIR_TOP_BITS  16
 #define SLUICE_DIR_TOP_SIZE  (1u << SLUICE_DIR_TOP_BITS) /* per set */
+#define SLUICE_DIR_BITMAP_SLOTS 16 /* bitmaps in a block */
+#define SLUICE_DIR_BITMAP_SLOT_BITS 4
+#define SLUICE_MAX_MAX_RULES (1u << 24)
+/* The second-level entry of bitmap `slot` in block `block`, and back. */
+#define SLUICE_DIR_BITMAP_ENTRY(block, slot) (SLUICE_DIR_BITMAP | (block) << SLUICE_DIR_BITMAP_SLOT_BITS | (slot))
+#define SLUICE_DIR_BITMAP_BLOCK(e) (((e) & ~(SLUICE_DIR_CHILD | SLUICE_DIR_BITMAP)) >> SLUICE_DIR_BITMAP_SLOT_BITS)
+#define SLUICE_DIR_BITMAP_SLOT(e) ((e) & (SLUICE_DIR_BITMAP_SLOTS - 1))
+
+struct sluice_dir_bitmap {
+	__u32 bits[8]; /* bit i (of word i / 32, from its low bit) for address i of the /24 */
+	__u32 hit;     /* the entry where the bit is set */
+	__u32 miss;    /* the entry where it is clear: what the /24 inherits */
+	__u32 pad[6];
+};
+SLUICE_ASSERT_SIZE(struct sluice_dir_bitmap, 64);
 
 struct sluice_dir_block {
-	__u32 entry[256];
+	union {
+		__u32 entry[256];
+		struct sluice_dir_bitmap bitmap[SLUICE_DIR_BITMAP_SLOTS];
+	};
 };
 SLUICE_ASSERT_SIZE(struct sluice_dir_block, 1024);
+
+/* The entry of address `low` (its last byte) of a compact /24: both sides
+ * look up through this. */
+static inline __u32 sluice_dir_bitmap_entry(const struct sluice_dir_bitmap *b, __u32 low)
+{
+	return (b->bits[(low >> 5) & 7] >> (low & 31)) & 1 ? b->hit : b->miss;
+}
 
 /*
  * IPv6 LPM trie key (prefixlen first, as the kernel requires). The set is the

@@ -66,7 +66,8 @@ static __always_inline __u32 active_sets(void)
 }
 
 /* The first match list's index for an IPv4 source: at most three array
- * lookups; 0 if no rule covers it. */
+ * lookups (the third a full block's entry or a compact /24's bit); 0 if no
+ * rule covers it. */
 static __always_inline __u32 lookup_v4(const __u8 *saddr, __u32 set)
 {
 	const struct sluice_dir_block *blk;
@@ -91,6 +92,13 @@ static __always_inline __u32 lookup_v4(const __u8 *saddr, __u32 set)
 			if (!blk)
 				return 0;
 			e = blk->entry[addr & 0xff];
+		} else if (e & SLUICE_DIR_BITMAP) {
+			/* A compact /24 (see sluice_abi.h): one bit of its bitmap. */
+			idx = SLUICE_DIR_BITMAP_BLOCK(e);
+			blk = bpf_map_lookup_elem(&SLUICE_MAP_DIR4_BLOCKS, &idx);
+			if (!blk)
+				return 0;
+			e = sluice_dir_bitmap_entry(&blk->bitmap[SLUICE_DIR_BITMAP_SLOT(e)], addr & 0xff);
 		}
 	}
 	return e;

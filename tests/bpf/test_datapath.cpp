@@ -582,10 +582,16 @@ std::vector<uint32_t> walk_set(const MapSet &maps, uint32_t set, const Cidr &add
 			     addr.addr[3];
 		uint32_t e = 0;
 		read(maps.dir4_top.get(), set * SLUICE_DIR_TOP_SIZE + (a >> 16), e);
-		for (int shift = 8; (e & SLUICE_DIR_CHILD) && shift >= 0; shift -= 8) {
+		for (int shift = 8; (e & (SLUICE_DIR_CHILD | SLUICE_DIR_BITMAP)) && shift >= 0; shift -= 8) {
 			struct sluice_dir_block b = {};
-			read(maps.dir4_blocks.get(), e & ~SLUICE_DIR_CHILD, b);
-			e = b.entry[(a >> shift) & 0xff];
+			if (e & SLUICE_DIR_CHILD) {
+				read(maps.dir4_blocks.get(), e & ~SLUICE_DIR_CHILD, b);
+				e = b.entry[(a >> shift) & 0xff];
+			} else {
+				EXPECT_EQ(shift, 0) << "a compact block at the third level only";
+				read(maps.dir4_blocks.get(), SLUICE_DIR_BITMAP_BLOCK(e), b);
+				e = sluice_dir_bitmap_entry(&b.bitmap[SLUICE_DIR_BITMAP_SLOT(e)], a & 0xff);
+			}
 		}
 		list = e;
 	} else {

@@ -3,7 +3,9 @@
 // on exactly the members of S (IPv4 and IPv6), and replacing S while packets
 // flow never shows a packet a gap (no set, or half of one).
 #include <atomic>
+#include <cstring>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "fixture.h"
@@ -121,6 +123,146 @@ TEST_F(SetRules, ADenyRuleOnASetDropsExactlyItsMembers)
 	EXPECT_GT(drops, 1000u);
 	EXPECT_GT(passes, 900u);
 	EXPECT_EQ(rule_counters("deny4").dropped_packets + rule_counters("deny6").dropped_packets, drops);
+}
+
+// The /24s of sets of hosts are compact bitmaps while their members carry one
+// rule, and full blocks once two rules meet in a /24: members added and
+// deleted by `set load`, a second set's members and a CIDR /25 in the same
+// /24s. After each change every address of those /24s gets the verdict of
+// the rule of its longest prefix (a set's outermost; ties to the rule added
+// first).
+TEST_F(SetRules, CompactAndFullBlocksGiveEveryAddressItsRule)
+{
+	std::mt19937_64 rng(2429);
+	auto host = [&] {
+		Cidr c = parse_cidr("10.9.0.0");
+		c.addr[2] = static_cast<uint8_t>(rng() % 4);
+		c.addr[3] = static_cast<uint8_t>(rng());
+		if (rng() % 5 == 0) {
+			c.prefix_len = static_cast<int>(26 + rng() % 6);
+			mask_address(c.addr, c.prefix_len);
+		}
+		return c;
+	};
+	AddressSet allowed{4, {}}, denied{4, {}};
+	for (int i = 0; i < 300; i++)
+		denied.prefixes.push_back(host());
+	for (int i = 0; i < 3; i++)
+		allowed.prefixes.push_back(host());
+	normalize(allowed.prefixes);
+	normalize(denied.prefixes);
+	SetContents sets{{"allowed", allowed}, {"denied", denied}};
+	RuleSpec rule;
+	rule.action = Action::allow;
+	rule.name = "allow";
+	add_on_set(rule, "allowed", sets); // first: wins a tie
+	rule.action = Action::deny;
+	rule.name = "deny";
+	add_on_set(rule, "denied", sets);
+	const Cidr slash25 = parse_cidr("10.9.2.128/25");
+	bool with_slash25 = false;
+
+	// A rule on a set ranks at the set's outermost prefix over the address.
+	auto outermost = [](const AddressSet &s, const Cidr &h) {
+		int len = -1;
+		for (const auto &c : s.prefixes)
+			if (cidr_contains(c, h) && (len < 0 || c.prefix_len < len))
+				len = c.prefix_len;
+		return len;
+	};
+	size_t compact_seen = 0, full_seen = 0;
+	for (int step = 0; step < 16; step++) {
+		// A change: members added or deleted, the /25 allow added or deleted.
+		auto &s = rng() % 3 ? sets.at("denied") : sets.at("allowed");
+		for (int n = static_cast<int>(rng() % 40); n > 0; n--)
+			s.prefixes.push_back(host());
+		for (int n = static_cast<int>(rng() % 40); n > 0 && s.prefixes.size() > 1; n--)
+			s.prefixes.erase(s.prefixes.begin() + static_cast<long>(rng() % s.prefixes.size()));
+		normalize(s.prefixes);
+		if (step % 4 == 3) {
+			with_slash25 = !with_slash25;
+			if (with_slash25) {
+				RuleSpec allow;
+				allow.cidr = slash25;
+				allow.action = Action::allow;
+				allow.name = "allow25";
+				Transaction(maps_).with_sets(sets).add(allow).commit();
+			} else {
+				Transaction(maps_).with_sets(sets).remove("allow25").commit();
+			}
+		} else {
+			load(sets);
+		}
+
+		struct sluice_active active = {};
+		uint32_t zero = 0;
+		ASSERT_EQ(bpf_map_lookup_elem(maps_.active.get(), &zero, &active), 0);
+		uint32_t top_index = sluice_lookup_set(active.set) * SLUICE_DIR_TOP_SIZE + 0x0a09, top = 0;
+		ASSERT_EQ(bpf_map_lookup_elem(maps_.dir4_top.get(), &top_index, &top), 0);
+		ASSERT_TRUE(top & SLUICE_DIR_CHILD);
+		struct sluice_dir_block level2 = {};
+		uint32_t level2_index = top & ~SLUICE_DIR_CHILD;
+		ASSERT_EQ(bpf_map_lookup_elem(maps_.dir4_blocks.get(), &level2_index, &level2), 0);
+		for (uint32_t third = 0; third < 4; third++) {
+			compact_seen += (level2.entry[third] & SLUICE_DIR_BITMAP) != 0;
+			full_seen += (level2.entry[third] & SLUICE_DIR_CHILD) != 0;
+			for (uint32_t low = 0; low < 256; low++) {
+				Cidr h = parse_cidr("10.9.0.0");
+				h.addr[2] = static_cast<uint8_t>(third);
+				h.addr[3] = static_cast<uint8_t>(low);
+				int a = outermost(sets.at("allowed"), h), d = outermost(sets.at("denied"), h);
+				int c = with_slash25 && cidr_contains(slash25, h) ? 25 : -1;
+				bool drop = d >= 0 && d > a && d >= c;
+				ASSERT_EQ(run({.src = host_text(h)}), drop ? XDP_DROP : XDP_PASS)
+					<< host_text(h) << " at step " << step;
+			}
+		}
+	}
+	EXPECT_GT(compact_seen, 5u) << "/24s of one rule's members are bitmaps";
+	EXPECT_GT(full_seen, 5u) << "/24s of two rules' are full blocks";
+}
+
+// A load writes the IPv6 trie's idle set over what it held two loads ago:
+// the stale keys go (in batches where the kernel has them), so the live set
+// holds exactly the new set's prefixes, and no packet sees an old one.
+TEST_F(SetRules, ALoadLeavesTheTrieHoldingExactlyTheNewSetsPrefixes)
+{
+	std::mt19937_64 rng(64);
+	RuleSpec deny;
+	deny.action = Action::deny;
+	deny.name = "deny6";
+	std::vector<AddressSet> versions;
+	for (size_t n : {2000u, 300u, 1500u, 10u, 2500u})
+		versions.push_back(random_set(rng, 6, n, 0x20));
+	add_on_set(deny, "v6", SetContents{{"v6", versions[0]}});
+	for (size_t v = 1; v < versions.size(); v++) {
+		load(SetContents{{"v6", versions[v]}});
+		struct sluice_active active = {};
+		uint32_t zero = 0;
+		ASSERT_EQ(bpf_map_lookup_elem(maps_.active.get(), &zero, &active), 0);
+		uint32_t live = sluice_lookup_set(active.set);
+		std::set<Cidr> held;
+		struct sluice_lpm_v6 cur = {}, next = {};
+		for (int err = bpf_map_get_next_key(maps_.match6.get(), nullptr, &next); !err;
+		     err = bpf_map_get_next_key(maps_.match6.get(), &cur, &next)) {
+			cur = next;
+			if (cur.set != live)
+				continue;
+			Cidr c{6, {}, static_cast<int>(cur.prefixlen) - SLUICE_LPM_SET_BITS};
+			std::memcpy(c.addr.data(), cur.addr, 16);
+			held.insert(c);
+		}
+		std::set<Cidr> want(versions[v].prefixes.begin(), versions[v].prefixes.end());
+		ASSERT_EQ(held, want) << "load " << v;
+		// A member of the version before that this one lacks passes.
+		for (const auto &c : versions[v - 1].prefixes) {
+			Cidr h = member(rng, c);
+			if (!in_set(versions[v], h)) {
+				ASSERT_EQ(run({.src = host_text(h)}), XDP_PASS) << host_text(h);
+				break;
+			}
+		}
+	}
 }
 
 TEST_F(SetRules, ALimitRuleOnASetLimitsEachMemberByItsPer)

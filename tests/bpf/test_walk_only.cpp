@@ -411,14 +411,16 @@ std::string pool_source(std::mt19937_64 &rng, bool v6)
 }
 
 /// The values the generated rule lines give each option: prefixes over
-/// pool_source's networks, and values the program takes.
+/// pool_source's networks (hosts, and /25 and /30 over them, so that a /24 of
+/// the IPv4 table goes from a compact bitmap to a full block and back as
+/// rules come and go), and values the program takes.
 OptionValues walk_values()
 {
 	OptionValues v = {
 		{"CIDR",
 		 {"0.0.0.0/0", "10.0.0.0/8", "10.0.0.0/16", "10.0.0.0/24", "10.0.0.1/32", "10.1.0.0/16", "10.2.0.0/16",
 		  "10.3.0.0/16", "10.4.0.0/16", "10.1.0.0/24", "10.1.1.0/24", "10.3.0.0/24", "10.2.0.3/32",
-		  "10.1.0.1/32", "10.4.1.4/32", "::/0", "2001:db8::/32", "2001:db8:1::/48", "2001:db8:2::/48",
+		  "10.1.0.1/32", "10.4.1.4/32", "10.0.0.3/32", "10.0.0.0/25", "10.1.0.0/30", "::/0", "2001:db8::/32", "2001:db8:1::/48", "2001:db8:2::/48",
 		  "2001:db8:3::/48", "2001:db8:4::/48", "2001:db8:1::/64", "2001:db8:3:1::/64", "2001:db8:2::2/128",
 		  "2001:db8:1:1::/64"}},
 		{"--rate",

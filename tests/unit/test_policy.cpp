@@ -250,6 +250,20 @@ TEST(PolicyPeek, ABlockStyleTablesSectionIsReadAsTheParseReadsIt)
 		EXPECT_FALSE(peek_table_sizes(text)) << text;
 }
 
+// The IPv4 table's entries hold block indices of 26 bits: a --max-rules
+// whose blocks would not fit them is refused with one line, before anything
+// is made.
+TEST(PolicyPeek, MaxRulesBeyondWhatTheTableIndexesHoldIsRefused)
+{
+	EXPECT_GT(LoadedProgram::table_bytes({0, SLUICE_MAX_MAX_RULES, 0}), 0u);
+	try {
+		LoadedProgram::table_bytes({0, SLUICE_MAX_MAX_RULES + 1, 0});
+		FAIL() << "accepted";
+	} catch (const Error &e) {
+		EXPECT_EQ(std::string(e.what()), "--max-rules 16777217 is more than the most, 16777216");
+	}
+}
+
 // apply's guess only loads ahead of the parse when the tables would take at
 // most half the memory available: their size is counted from the object,
 // before anything is made.

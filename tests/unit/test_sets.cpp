@@ -242,6 +242,19 @@ std::vector<uint32_t> walk_from(const MatchLists &m, uint32_t first)
 	return slots;
 }
 
+/// A /32, or now and then a /26 to /31, in 10.0.0.0/22: a set of hosts whose
+/// /24s hold one rule's prefixes, or several's.
+Cidr host_in_few_24s(std::mt19937_64 &rng)
+{
+	Cidr c = parse_cidr("10.0.0.0");
+	c.addr[2] = static_cast<uint8_t>(rng() % 4);
+	c.addr[3] = static_cast<uint8_t>(rng());
+	if (rng() % 5 == 0)
+		c.prefix_len = static_cast<int>(26 + rng() % 6);
+	mask_address(c.addr, c.prefix_len);
+	return c;
+}
+
 uint32_t host_order(const Cidr &c)
 {
 	return uint32_t(c.addr[0]) << 24 | uint32_t(c.addr[1]) << 16 | uint32_t(c.addr[2]) << 8 | c.addr[3];
@@ -252,7 +265,7 @@ uint32_t host_order(const Cidr &c)
 TEST(SetRules, CompiledTablesWalkAsTheRulesWrittenOncePerPrefix)
 {
 	std::mt19937_64 rng(0x5e75);
-	size_t compared = 0, set_hits = 0;
+	size_t compared = 0, set_hits = 0, full_blocks = 0, compact_blocks = 0;
 	for (int round = 0; round < 60; round++) {
 		int spread = round % 3 == 0 ? 256 : 3; // few distinct bytes: prefixes nest and meet
 		SetContents sets;
@@ -260,7 +273,8 @@ TEST(SetRules, CompiledTablesWalkAsTheRulesWrittenOncePerPrefix)
 			for (int family : {4, 6}) {
 				AddressSet s{family, {}};
 				for (size_t n = rng() % (k == 2 ? 2000 : 40); n > 0; n--)
-					s.prefixes.push_back(random_prefix(rng, family, spread));
+					s.prefixes.push_back(round % 3 == 1 && family == 4 ? host_in_few_24s(rng)
+											: random_prefix(rng, family, spread));
 				normalize(s.prefixes);
 				sets.emplace("s" + std::to_string(k) + "v" + std::to_string(family), s);
 			}
@@ -273,6 +287,11 @@ TEST(SetRules, CompiledTablesWalkAsTheRulesWrittenOncePerPrefix)
 			if (rng() % 3 == 0) {
 				s.set = "s" + std::to_string(rng() % 3) + "v" + std::to_string(family);
 				s.cidr = Cidr{family, {}, 0};
+			} else if (round % 3 == 1 && family == 4 && rng() % 2) {
+				s.cidr = host_in_few_24s(rng); // a second rule in a set's /24, or a /25 over its hosts
+				if (rng() % 3 == 0)
+					s.cidr.prefix_len = 25;
+				mask_address(s.cidr.addr, s.cidr.prefix_len);
 			} else {
 				s.cidr = random_prefix(rng, family, spread);
 			}
@@ -297,6 +316,12 @@ TEST(SetRules, CompiledTablesWalkAsTheRulesWrittenOncePerPrefix)
 			if (c.family == 4)
 				prefixes4.push_back({c, first});
 		Dir4Tables t = build_dir4(prefixes4, 0, 1000000);
+		for (uint32_t e : t.top)
+			if (e & SLUICE_DIR_CHILD)
+				for (uint32_t e2 : t.blocks[e & ~SLUICE_DIR_CHILD].entry) {
+					full_blocks += (e2 & SLUICE_DIR_CHILD) != 0;
+					compact_blocks += (e2 & SLUICE_DIR_BITMAP) != 0;
+				}
 		// Addresses near the prefixes (their ends and a random one under
 		// each), and random ones.
 		std::vector<Cidr> probes;
@@ -341,6 +366,9 @@ TEST(SetRules, CompiledTablesWalkAsTheRulesWrittenOncePerPrefix)
 	}
 	EXPECT_GT(compared, 20000u);
 	EXPECT_GT(set_hits, 5000u) << "the probes met rules on sets";
+	// /24s of one entry's longer prefixes are bitmaps, of two or more full.
+	EXPECT_GT(compact_blocks, 50u);
+	EXPECT_GT(full_blocks, 50u);
 }
 
 TEST(SetRules, ASetOfAMillionPrefixesTakesAFewLists)

@@ -283,6 +283,9 @@ struct bpf_object *open_sized(ObjectImage image, const TableSizes &sizes)
 		}
 	};
 	uint32_t rules = sizes.max_rules ? sizes.max_rules : SLUICE_DEFAULT_MAX_RULES;
+	if (rules > SLUICE_MAX_MAX_RULES) // the IPv4 table's entries hold block and list indices of 26 bits
+		throw Error("--max-rules " + std::to_string(rules) + " is more than the most, " +
+			    std::to_string(SLUICE_MAX_MAX_RULES));
 	// Two rule sets (struct sluice_active): each holds up to `rules` rules,
 	// as many match lists (+ index 0, unused), two IPv4 blocks a rule and a
 	// trie prefix a rule. Counters are per slot, shared by both sets.

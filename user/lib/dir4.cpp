@@ -2,7 +2,6 @@
 #include "dir4.h"
 
 #include <algorithm>
-#include <unordered_map>
 
 #include "error.h"
 
@@ -37,22 +36,58 @@ namespace {
 
 } // namespace
 
-uint32_t dir4_blocks_needed(const std::vector<std::pair<Cidr, uint32_t>> &prefixes)
+namespace {
+
+// The prefixes longer than /24 by /24 (then by length, shortest first), with
+// whether each /24's are compact: all of one entry (see sluice_abi.h).
+struct Level3 {
+	std::vector<std::pair<Cidr, uint32_t>> prefixes; // sorted by /24, then length
+	std::vector<std::pair<size_t, bool>> groups;     // first prefix of each /24, compact
+	uint32_t full = 0, compact = 0;
+	uint32_t blocks() const { return full + (compact + SLUICE_DIR_BITMAP_SLOTS - 1) / SLUICE_DIR_BITMAP_SLOTS; }
+};
+
+Level3 level3_of(const std::vector<std::pair<Cidr, uint32_t>> &prefixes)
 {
-	// A block for each /16 that holds a longer prefix, and for each /24
-	// that holds a longer one.
-	std::vector<uint32_t> l2, l3;
-	for (const auto &[cidr, entry] : prefixes) {
+	Level3 l;
+	for (const auto &p : prefixes)
+		if (p.first.prefix_len > 24)
+			l.prefixes.push_back(p);
+	std::stable_sort(l.prefixes.begin(), l.prefixes.end(), [](const auto &a, const auto &b) {
+		uint32_t x = host_order(a.first) >> 8, y = host_order(b.first) >> 8;
+		return x != y ? x < y : a.first.prefix_len < b.first.prefix_len;
+	});
+	for (size_t i = 0; i < l.prefixes.size();) {
+		size_t j = i;
+		bool one_entry = true;
+		for (; j < l.prefixes.size() && host_order(l.prefixes[j].first) >> 8 == host_order(l.prefixes[i].first) >> 8;
+		     j++)
+			one_entry = one_entry && l.prefixes[j].second == l.prefixes[i].second;
+		l.groups.push_back({i, one_entry});
+		(one_entry ? l.compact : l.full)++;
+		i = j;
+	}
+	return l;
+}
+
+uint32_t level2_blocks(const std::vector<std::pair<Cidr, uint32_t>> &prefixes)
+{
+	std::vector<uint32_t> l2;
+	for (const auto &[cidr, entry] : prefixes)
 		if (cidr.prefix_len > 16)
 			l2.push_back(host_order(cidr) >> 16);
-		if (cidr.prefix_len > 24)
-			l3.push_back(host_order(cidr) >> 8);
-	}
-	auto distinct = [](std::vector<uint32_t> &v) {
-		std::sort(v.begin(), v.end());
-		return static_cast<uint32_t>(std::unique(v.begin(), v.end()) - v.begin());
-	};
-	return distinct(l2) + distinct(l3);
+	std::sort(l2.begin(), l2.end());
+	return static_cast<uint32_t>(std::unique(l2.begin(), l2.end()) - l2.begin());
+}
+
+} // namespace
+
+uint32_t dir4_blocks_needed(const std::vector<std::pair<Cidr, uint32_t>> &prefixes)
+{
+	// A block for each /16 that holds a longer prefix, one for each /24
+	// that holds longer ones of two entries or more, and a sixteenth of
+	// one for each /24 that holds longer ones of one entry.
+	return level2_blocks(prefixes) + level3_of(prefixes).blocks();
 }
 
 void check_dir4(const std::vector<std::pair<Cidr, uint32_t>> &prefixes, uint32_t max_blocks)
@@ -64,56 +99,71 @@ void check_dir4(const std::vector<std::pair<Cidr, uint32_t>> &prefixes, uint32_t
 uint32_t build_dir4_into(const std::vector<std::pair<Cidr, uint32_t>> &prefixes, uint32_t block_base,
 			 uint32_t max_blocks, uint32_t *top, struct sluice_dir_block *blocks)
 {
-	// Shorter prefixes first, so that longer ones paint over them.
-	std::vector<std::pair<Cidr, uint32_t>> sorted = prefixes;
+	// Up to /24, shorter prefixes first, so that longer ones paint over them.
+	std::vector<std::pair<Cidr, uint32_t>> sorted;
+	for (const auto &p : prefixes)
+		if (p.first.prefix_len <= 24)
+			sorted.push_back(p);
 	std::stable_sort(sorted.begin(), sorted.end(),
 			 [](const auto &a, const auto &b) { return a.first.prefix_len < b.first.prefix_len; });
+	Level3 level3 = level3_of(prefixes);
+	if (level2_blocks(prefixes) + level3.blocks() > max_blocks)
+		too_many_blocks(max_blocks);
 
 	constexpr uint32_t NO_BLOCK = ~0u;
 	std::fill(top, top + SLUICE_DIR_TOP_SIZE, 0u);
 	std::vector<uint32_t> level2(SLUICE_DIR_TOP_SIZE, NO_BLOCK); // top index -> block number (relative)
-	std::unordered_map<uint32_t, uint32_t> level3; // top index << 8 | second byte -> block number
-	std::vector<uint32_t> level3_order; // its keys, as made
-	uint32_t needed = dir4_blocks_needed(prefixes);
-	if (needed > max_blocks)
-		too_many_blocks(max_blocks);
-	level3.reserve(needed);
 	uint32_t count = 0;
 	auto new_block = [&](uint32_t fill) {
 		std::fill(std::begin(blocks[count].entry), std::end(blocks[count].entry), fill);
 		return count++;
 	};
+	auto level2_block = [&](uint32_t hi16) {
+		// Made after every prefix up to /16 is painted: filled from the top.
+		if (level2[hi16] == NO_BLOCK)
+			level2[hi16] = new_block(top[hi16]);
+		return level2[hi16];
+	};
 
 	for (const auto &[cidr, entry] : sorted) {
 		uint32_t a = host_order(cidr);
-		int len = cidr.prefix_len;
-		if (len <= 16) {
-			paint(top, a >> 16, len, 16, entry);
-			continue;
-		}
-		uint32_t hi16 = a >> 16;
-		if (level2[hi16] == NO_BLOCK)
-			level2[hi16] = new_block(top[hi16]);
-		uint32_t l2 = level2[hi16];
-		if (len <= 24) {
-			paint(blocks[l2].entry, (a >> 8) & 0xff, len, 24, entry);
-			continue;
-		}
-		uint32_t hi24 = a >> 8;
-		auto l3 = level3.find(hi24);
-		if (l3 == level3.end()) {
-			uint32_t fill = blocks[l2].entry[hi24 & 0xff];
-			l3 = level3.emplace(hi24, new_block(fill)).first;
-			level3_order.push_back(hi24);
-		}
-		paint(blocks[l3->second].entry, a & 0xff, len, 32, entry);
+		if (cidr.prefix_len <= 16)
+			paint(top, a >> 16, cidr.prefix_len, 16, entry);
+		else
+			paint(blocks[level2_block(a >> 16)].entry, (a >> 8) & 0xff, cidr.prefix_len, 24, entry);
 	}
 
-	// Each block was filled from the entry above it when it was made, after
-	// every shorter prefix had been painted (they are sorted): only the links
-	// from the entries above to the blocks remain to be written.
-	for (uint32_t hi24 : level3_order)
-		blocks[level2[hi24 >> 8]].entry[hi24 & 0xff] = SLUICE_DIR_CHILD | (block_base + level3.at(hi24));
+	// The third level, a /24 at a time, once the levels above are whole:
+	// each /24 starts from the entry it inherits, which its link replaces.
+	uint32_t bitmaps = 0, bitmap_block = 0;
+	for (size_t g = 0; g < level3.groups.size(); g++) {
+		auto [first, compact] = level3.groups[g];
+		size_t last = g + 1 < level3.groups.size() ? level3.groups[g + 1].first : level3.prefixes.size();
+		uint32_t hi24 = host_order(level3.prefixes[first].first) >> 8;
+		uint32_t &link = blocks[level2_block(hi24 >> 8)].entry[hi24 & 0xff];
+		uint32_t entries[256];
+		std::fill(std::begin(entries), std::end(entries), link);
+		for (size_t i = first; i < last; i++) {
+			const auto &[cidr, entry] = level3.prefixes[i];
+			paint(entries, host_order(cidr) & 0xff, cidr.prefix_len, 32, entry);
+		}
+		if (!compact) {
+			uint32_t b = new_block(0);
+			std::copy(std::begin(entries), std::end(entries), blocks[b].entry);
+			link = SLUICE_DIR_CHILD | (block_base + b);
+			continue;
+		}
+		uint32_t slot = bitmaps++ % SLUICE_DIR_BITMAP_SLOTS;
+		if (slot == 0)
+			bitmap_block = new_block(0);
+		struct sluice_dir_bitmap &bm = blocks[bitmap_block].bitmap[slot];
+		bm.hit = level3.prefixes[first].second;
+		bm.miss = link;
+		for (uint32_t i = 0; i < 256; i++)
+			if (entries[i] == bm.hit)
+				bm.bits[i / 32] |= 1u << (i % 32);
+		link = SLUICE_DIR_BITMAP_ENTRY(block_base + bitmap_block, slot);
+	}
 	for (uint32_t hi16 = 0; hi16 < SLUICE_DIR_TOP_SIZE; hi16++)
 		if (level2[hi16] != NO_BLOCK)
 			top[hi16] = SLUICE_DIR_CHILD | (block_base + level2[hi16]);
@@ -137,6 +187,10 @@ uint32_t dir4_lookup(const Dir4Tables &t, uint32_t block_base, uint32_t addr)
 		e = t.blocks[(e & ~SLUICE_DIR_CHILD) - block_base].entry[(addr >> 8) & 0xff];
 		if (e & SLUICE_DIR_CHILD)
 			e = t.blocks[(e & ~SLUICE_DIR_CHILD) - block_base].entry[addr & 0xff];
+		else if (e & SLUICE_DIR_BITMAP)
+			e = sluice_dir_bitmap_entry(
+				&t.blocks[SLUICE_DIR_BITMAP_BLOCK(e) - block_base].bitmap[SLUICE_DIR_BITMAP_SLOT(e)],
+				addr & 0xff);
 	}
 	return e;
 }

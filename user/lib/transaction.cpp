@@ -210,8 +210,14 @@ void write_v6(int fd, uint32_t set, const MatchLists &lists)
 		cur = next;
 		check(cur, nullptr);
 	}
-	for (const auto &k : stale)
-		if (bpf_map_delete_elem(fd, &k) && errno != ENOENT)
+	// The stale keys in one syscall where the kernel deletes from a trie in
+	// batches; from the first it did not delete, one syscall a key.
+	__u32 deleted = static_cast<__u32>(stale.size());
+	LIBBPF_OPTS(bpf_map_batch_opts, delete_opts);
+	if (deleted && bpf_map_delete_batch(fd, stale.data(), &deleted, &delete_opts) && deleted >= stale.size())
+		deleted = 0; // not supported: the count is not written
+	for (size_t i = deleted; i < stale.size(); i++)
+		if (bpf_map_delete_elem(fd, &stale[i]) && errno != ENOENT)
 			throw_errno("cannot remove an IPv6 match list", errno);
 	std::vector<struct sluice_lpm_v6> keys;
 	std::vector<struct sluice_match_list> values;
@@ -458,7 +464,8 @@ CompiledRules prepare(const Snapshot &before, std::vector<InstalledRule> &after,
 	if (on_sets && c.blocks > c.blocks_per_set)
 		throw Error("the rules and sets need " + std::to_string(c.blocks) + " IPv4 table blocks and --max-rules " +
 			    std::to_string(n) + " holds " + std::to_string(c.blocks_per_set) +
-			    " (a block for each /16, and each /24, that holds a longer prefix); raise it with "
+			    " (a block for each /16 that holds a longer prefix, and for each /24 that does, or a sixteenth of "
+			    "one where its longer prefixes lead to the same rules); raise it with "
 			    "`sluice apply` (tables: max_rules)");
 	if (on_sets && prefixes6 > n)
 		throw Error("the rules and sets need " + std::to_string(prefixes6) + " IPv6 prefixes and --max-rules " +
