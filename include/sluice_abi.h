@@ -810,8 +810,9 @@ SLUICE_ASSERT_SIZE(struct sluice_pending_drops, 120);
  * at once. So on the fast path (an IPv4 source whose first rule decides), a
  * CPU that finds the word written by another CPU since its own last write
  * counts the bucket as shared for SLUICE_OWED_SHARED_NS, and while it is
- * shared and at least half full passes a packet on account: it adds the
- * charge here and writes nothing shared. It writes what it owes with its
+ * shared, at least half full and, with the account, not full at this CPU's
+ * clock, passes a packet on account: it adds the charge here and writes
+ * nothing shared. It writes what it owes with its
  * next write to the bucket: when the account holds SLUICE_OWED_MAX packets
  * or an eighth of the capacity, when the bucket would fall below half, when a
  * packet would be dropped (the account is paid, then the packet decided),
@@ -843,7 +844,18 @@ SLUICE_ASSERT_SIZE(struct sluice_pending_drops, 120);
  * account or one doubt per slot naming the bucket, each at most
  * SLUICE_OWED_MAX packets' and an eighth of the burst's charges, so at most
  * burst + rate x T + (that, for each CPU) pass, plus one packet per forced
- * pass (pass_contention). A bucket of one source has one slot per CPU; the
+ * pass (pass_contention). The argument: GCRA over every pass made (its
+ * arrival time G) stays within the word's arrival time plus the accounts'
+ * and doubts' charges. An account sits on the word: it starts from the
+ * word's arrival time (since), and a pass that would start it, or go on it,
+ * from this CPU's clock beyond that (the bucket, with the account, full) is
+ * written instead. So a pass on account, decided on max(word, since) +
+ * ticks >= its clock, adds its charge to G and to the account alike; a
+ * written pass, with or without the account, moves the word at least as
+ * far as G; a write may drop from the word only what GCRA forgot or the
+ * writer keeps as doubt. Another CPU then decides on the word, whatever its
+ * clock reads (an earlier clock only lowers its credit), and at most the
+ * others' accounts and doubts beyond what GCRA over every pass would allow. A bucket of one source has one slot per CPU; the
  * sources of a --per prefix bucket each take the slot their address hashes
  * to, and slots of one CPU see each other's writes as another CPU's: "a CPU
  * alone" above means one slot, and the bound counts each slot. Readers add
