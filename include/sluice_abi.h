@@ -878,8 +878,9 @@ SLUICE_ASSERT_SIZE(struct sluice_pending_drops, 128);
  * at once. So on the fast path (an IPv4 source whose first rule decides), a
  * CPU that finds the word written by another CPU since its own last write
  * counts the bucket as shared for SLUICE_OWED_SHARED_NS, and while it is
- * shared and at least half full passes a packet on account: it adds the
- * charge here and writes nothing shared. It writes what it owes with its
+ * shared, at least half full and, with the account, not full at this CPU's
+ * clock, passes a packet on account: it adds the charge here and writes
+ * nothing shared. It writes what it owes with its
  * next write to the bucket: when the account holds SLUICE_OWED_MAX packets
  * or an eighth of the capacity, when the bucket would fall below half, when a
  * packet would be dropped (the account is paid, then the packet decided),
@@ -911,10 +912,22 @@ SLUICE_ASSERT_SIZE(struct sluice_pending_drops, 128);
  * account or one doubt per slot naming the bucket, each at most
  * SLUICE_OWED_MAX packets' and an eighth of the burst's charges, so at most
  * burst + rate x T + (that, for each CPU) pass, plus one packet per forced
- * pass (pass_contention). A bucket of one source has one slot per CPU; the
- * sources of a --per prefix bucket each take the slot their address hashes
- * to, and slots of one CPU see each other's writes as another CPU's: "a CPU
- * alone" above means one slot, and the bound counts each slot. Readers add
+ * pass (pass_contention). The argument: the arrival time G of GCRA fed
+ * every pass made stays within the word's arrival time A plus every slot's
+ * account and doubt (G <= A + sum of ticks), whatever clock each CPU reads.
+ * An account sits on the word: it starts from A (since <= A, and A only
+ * grows), and a pass that would start it, or go on it, from a clock beyond
+ * A + ticks (the bucket, with the account, full) is written instead. So a
+ * pass on account is decided on A + ticks, not behind its clock, and adds
+ * its charge to G and to the account alike; a written pass takes A to
+ * max(A + ticks, clock) + charge, at least as far as G goes without the
+ * other slots' ticks; a settled account writes what is certain and keeps
+ * the rest as doubt. A CPU deciding on A with an earlier clock than
+ * another's gets less credit, never more. A bucket of one source has one
+ * slot per CPU; the sources of a --per prefix bucket each take the slot
+ * their address hashes to, and slots of one CPU see each other's writes as
+ * another CPU's: "a CPU alone" above means one slot, and the bound counts
+ * each slot. Readers add
  * every CPU's owed passes to the bucket the slot names, as they add pending
  * drops. Holds passes when packets is not 0.
  */

@@ -150,40 +150,42 @@ static __always_inline void settle_owed(struct sluice_owed *o, struct sluice_sou
 
 /* Whether a pass may go on this CPU's account (struct sluice_owed) rather
  * than be written: another CPU wrote the bucket's word `w` since this one
- * did (or did within SLUICE_OWED_SHARED_NS), the slot holds no doubt, and
- * after the pass the account stays within SLUICE_OWED_MAX packets and an
- * eighth of the capacity (`owed` with the pass), and the bucket (with the
- * account) at least half full: `next` is its arrival time after the pass. */
-static __always_inline int may_owe(const struct sluice_owed *o, __u64 w, __u64 owed, __u64 next, __u64 now_t,
-				   const struct sluice_rule *rule, const struct charge_req *req)
+ * did (or did within SLUICE_OWED_SHARED_NS), the slot holds no doubt, the
+ * bucket with the account is not full at this clock (`eff`, the arrival time
+ * the pass is decided on, is not behind `now_t`: the account stays on the
+ * word, "The bound" in struct sluice_owed), after the pass the account stays
+ * within SLUICE_OWED_MAX packets and an eighth of the capacity (`owed` with
+ * the pass), and the bucket (with the account) at least half full: `next` is
+ * its arrival time after the pass. */
+static __always_inline int may_owe(const struct sluice_owed *o, __u64 w, __u64 eff, __u64 owed, __u64 next,
+				   __u64 now_t, const struct sluice_rule *rule, const struct charge_req *req)
 {
 	__u64 cap = rule->bucket.capacity;
 
 	return (o->written != w || (__s64)(o->shared_until - req->now) > 0) && (o->packets || !o->ticks) &&
-	       o->packets + req->packets <= SLUICE_OWED_MAX && owed <= cap / 8 && next - now_t <= cap / 2;
+	       (__s64)(eff - now_t) >= 0 && o->packets + req->packets <= SLUICE_OWED_MAX && owed <= cap / 8 &&
+	       next - now_t <= cap / 2;
 }
 
 /* The account after a pass that takes the bucket's arrival time `tat`
- * (`eff` with the account `owed`) to `next`: from `since`, or, where the
- * bucket with it was full, from now (GCRA forgets the charges, not the
- * passes). */
-static __always_inline __u64 owed_after_pass(const struct sluice_owed *o, __u64 owed, __u64 tat, __u64 eff,
-					     __u64 next, __u64 now_t)
+ * (with the account `owed`, not behind the clock: may_owe) to `next`: from
+ * max(tat, since). */
+static __always_inline __u64 owed_after_pass(const struct sluice_owed *o, __u64 owed, __u64 tat, __u64 next)
 {
-	if (!owed || (__s64)(eff - now_t) < 0)
-		return next - ((__s64)(tat - now_t) > 0 ? tat : now_t);
+	if (!owed)
+		return next - tat;
 	return next - ((__s64)(tat - o->since) > 0 ? tat : o->since);
 }
 
 /* Puts a pass on this CPU's account (may_owe allowed it), which owes `owed`
- * ticks after it: nothing shared is written. */
-static __always_inline void owe_pass(struct sluice_owed *o, __u64 w, __u64 tat, __u64 eff, __u64 now_t,
-				     __u64 owed, const struct charge_req *req)
+ * ticks after it: nothing shared is written. The account sits on the word:
+ * it starts from its arrival time `tat`, never from a clock beyond it. */
+static __always_inline void owe_pass(struct sluice_owed *o, __u64 w, __u64 tat, __u64 owed,
+				     const struct charge_req *req)
 {
-	if (!o->packets || (__s64)(eff - now_t) < 0) {
-		o->since = (__s64)(tat - now_t) > 0 ? tat : now_t;
-		if (!o->packets)
-			o->written = w; /* the account's base */
+	if (!o->packets) {
+		o->since = tat;
+		o->written = w; /* the account's base */
 	} else if ((__s64)(tat - o->since) > 0) {
 		o->since = tat;
 	}
@@ -308,9 +310,9 @@ __noinline int sluice_charge_owed(struct sluice_source_state *st, struct sluice_
 			break;
 		}
 		req->full = sluice_tick_stamp(next);
-		owed = owed_after_pass(o, owed, tat, eff, next, now_t);
-		if (may_owe(o, w, owed, next, now_t, rule, req)) {
-			owe_pass(o, w, tat, eff, now_t, owed, req);
+		owed = owed_after_pass(o, owed, tat, next);
+		if (may_owe(o, w, eff, owed, next, now_t, rule, req)) {
+			owe_pass(o, w, tat, owed, req);
 			/* Counted on account. */
 			sluice_way_touch(t, req->way, req->want, req->now, req->full);
 			return BUCKET_PASS;

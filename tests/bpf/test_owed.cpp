@@ -270,6 +270,54 @@ TEST(Owed, AnAccountIsNotStackedOnAWriteMadeAtALaterClock)
 	pin(0);
 }
 
+// An account made from a clock beyond the bucket's word (the bucket, with
+// the account, found full) hid that clock from every other CPU: CPU 0 passed
+// 4 on account an hour later, then CPU 1, its clock reading 24 packets'
+// worth earlier, found the old word, refilled, and passed a burst from its
+// own clock: 4 packets beyond burst + rate x T and both CPUs' accounts
+// (SLUICE_OWED_SEED=3379286711, batch 4342). A pass at a bucket that is full
+// with the account is written, so that an account always sits on the word.
+TEST(Owed, AnAccountIsNotMadeFromAClockBeyondTheWord)
+{
+	ASSERT_EQ(geteuid(), 0u) << "loads a real XDP program: run as root";
+	ASSERT_GE(sysconf(_SC_NPROCESSORS_ONLN), 2) << "this test needs two CPUs";
+	RuleSpec r = gcra_rule("100/s", 32); // 10 ms a packet; an account holds at most 4 (an eighth)
+	Replayer kernel(r);
+	RuleTable table(kernel.maps());
+	Truth truth(table.datapath_rule(table.find(r.name).slot));
+	const uint64_t inc_ns = truth.inc >> SLUICE_TICK_SHIFT, t0 = T0, later = T0 + HOUR;
+	const std::vector<uint8_t> fast = build_packet({.src = "10.0.0.1"});
+	int64_t worst = INT64_MIN;
+	auto send = [&](int cpu, uint64_t t, int n) {
+		pin(cpu);
+		kernel.set_clocks({t, t});
+		int passed = 0, false_drops = 0;
+		for (int i = 0; i < n; i++) {
+			bool conforms = truth.conforms(t);
+			bool pass = run_frame(kernel.prog_fd(), fast) == XDP_PASS;
+			truth.pass(t, pass);
+			false_drops += !pass && conforms;
+			passed += pass;
+			if (pass)
+				worst = std::max(worst, truth.excess(t, owed_slack(truth, 2)));
+		}
+		EXPECT_EQ(false_drops, 0) << "a packet within the limit is dropped";
+		return passed;
+	};
+	// CPU 0 writes, CPU 1 writes: CPU 0 finds the other's write.
+	ASSERT_EQ(send(0, t0, 2), 2);
+	ASSERT_EQ(send(1, t0, 1), 1);
+	// An hour later, refilled: CPU 0 passes 4, the most an account could hold.
+	ASSERT_EQ(send(0, later, 4), 4);
+	// CPU 1's clock reads 24 packets' worth earlier: GCRA over the passes
+	// made holds them 28 packets ahead of it, and the bound leaves room for
+	// 12 more (burst 32 and two accounts of 4).
+	int passed = send(1, later - 24 * inc_ns, 40);
+	EXPECT_LE(worst, 0) << "ticks beyond burst + rate x T and the accounts, " << passed << " passed";
+	EXPECT_GE(passed, 4) << "CPU 1 passes what the bucket holds for it";
+	pin(0);
+}
+
 // Issue 26, Required 4: two CPUs, the fast path, the walk, the memo, accounts
 // and their doubt, rule edits, and a clock that stands, steps, jumps an hour
 // ahead or back: 10 million packets in batches, each batch from one CPU at
