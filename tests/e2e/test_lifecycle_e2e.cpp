@@ -1112,7 +1112,7 @@ TEST_F(Lifecycle, DetachingTheLastInterfaceKeepsTheRulesUntilDetachAll)
 	CommandResult all = cli_dst({"detach", "--all"});
 	ASSERT_EQ(all.exit_code, 0) << all.err;
 	EXPECT_NE(all.out.find("detached from 1 place (" + DST_IF + ")"), std::string::npos) << all.out;
-	EXPECT_NE(all.out.find("1 rules removed"), std::string::npos) << all.out;
+	EXPECT_NE(all.out.find("1 rule removed"), std::string::npos) << all.out;
 	EXPECT_EQ(run_command({"ls", "-A", pin_dir()}).out, "") << "pins left behind";
 	EXPECT_FALSE(cli_json({"status", "--json"})["loaded"].get<bool>());
 	EXPECT_EQ(run_command({"sh", "-c", "ls " + run_dir + " | grep -c retired-rules-"}).out, "0\n")

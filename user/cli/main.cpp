@@ -167,7 +167,7 @@ std::string unload_everything(Instance &inst)
 	return (places.empty() ? std::string("sluice was attached nowhere; unloaded: ")
 			       : "sluice detached from " + std::to_string(places.size()) +
 					 (places.size() == 1 ? " place" : " places") + where + " and unloaded: ") +
-	       std::to_string(rules) + (rules == 1 ? " rule" : " rules") + " removed with their counters and buckets, " +
+	       std::to_string(rules) + (rules == 1 ? " rule removed with its counters and buckets, " : " rules removed with their counters and buckets, ") +
 	       (set_count ? std::to_string(set_count) + (set_count == 1 ? " address set, " : " address sets, ") : "") +
 	       "state under " + inst.pin_dir() + " removed";
 }
