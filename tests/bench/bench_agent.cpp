@@ -110,8 +110,13 @@ int main(int argc, char **argv)
 			throw Error("run as root: the benchmark loads and pins the XDP program");
 		set_libbpf_verbose(false);
 		{
+			// Leftovers of an interrupted run: unloading removes the pin
+			// directory and its lock, so the load takes the lock anew.
+			{
+				auto leftovers = inst.lock(true, true);
+				inst.unload();
+			}
 			auto lock = inst.lock(true, true);
-			inst.unload(); // leftovers of an interrupted run
 			// Room for every bucket: with two choices of four ways a table
 			// fills to about 92 % before a source finds both sets full, so
 			// the table has half as many again.

@@ -178,8 +178,13 @@ private:
 			throw_errno("cannot make a run directory", errno);
 		run_dir_ = tmpl;
 		{
+			// Leftovers of an interrupted run: unloading removes the pin
+			// directory and its lock, so the load takes the lock anew.
+			{
+				auto leftovers = inst_.lock(true, true);
+				inst_.unload();
+			}
 			auto lock = inst_.lock(true, true);
-			inst_.unload(); // leftovers of an interrupted run
 			// Four times the buckets: their sets never both fill.
 			inst_.load({std::max<uint32_t>(4 * o.sources, 4096), std::max<uint32_t>(2 * o.rules, 64), 0});
 		}
