@@ -396,7 +396,7 @@ int main(int argc, char **argv)
 			throw Error("the export does not read back as the running state: " + diff.substr(0, 200));
 		Series again_s = median_of(again), one_s = median_of(one);
 		std::cout << "\n## 2. `sluice apply` and `sluice export` of " << with_commas(n)
-			  << " rules\n\n| command | wall ms | CPU ms | against | issue 9's target |\n"
+			  << " rules\n\n| command | wall ms | CPU ms | against | target |\n"
 			  << "| --- | ---: | ---: | --- | --- |\n";
 		row("`sluice --version` (process start and exit: baseline)", start_t, "1×");
 		row("`apply` of the tables alone, no rules, into nothing loaded (loading: baseline)", load_t, "");
@@ -419,7 +419,7 @@ int main(int argc, char **argv)
 			     "median of the "
 			  << std::max(repeat * 2, 9) << " `rule set`s after the first.\n\n"
 			  << "| rules installed | first after apply: wall ms | CPU ms | steady: wall ms | CPU ms | "
-			     "slowest ms | against 10 rules | against `--version` | issue 9's target |\n"
+			     "slowest ms | against 10 rules | against `--version` | target |\n"
 			  << "| ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |\n";
 		double base_set = 0;
 		std::vector<uint32_t> sizes = {10, 20000, n};
