@@ -892,13 +892,16 @@ SLUICE_ASSERT_SIZE(struct sluice_pending_drops, 128);
  * While the word still reads so, the account is exact: the charges go on as
  * if written at their own times, max(arrival time, since) + ticks, and GCRA
  * forgets them as it forgets any charge once the bucket is full again.
- * Another write since (another CPU's, or the controller's) stacked too while
- * the clock is behind that word's arrival time (no write can have found the
- * bucket full), and the account stacks on it. The clock here is the later of
- * this CPU's and algo.gcra.full_at, where a write that may find the bucket
- * full notes its clock (a fast-path pass, a walk's charge that finds it full,
- * an account's write): a CPU may read a clock earlier than that of another
- * CPU which wrote before it. Past that, which came first is unknown, so only what is certain is written, max(arrival time, since +
+ * Another write since (another CPU's) stacked too unless it found the bucket
+ * full, refilled it from its clock and so forgot what the account had charged
+ * before it. A write that may find the bucket full notes its clock in
+ * algo.gcra.full_at before it lands (a pass on any path, an account's write,
+ * a walk's charge); while that clock is behind the arrival time of the word
+ * the account was made on, no write since can have found the bucket full:
+ * every one stacked, and so does the account. (This CPU's own clock plays no
+ * part: a CPU may read a clock earlier, or later, than another CPU that wrote
+ * before it.) Past that, which came first is unknown, so only what is
+ * certain is written, max(arrival time, since +
  * ticks); the rest is doubt, kept in `ticks` with `packets` 0. Doubt is never
  * charged to a packet, the slot owes nothing new while it holds it, and it
  * is forgotten at a write once max(arrival time, since) + ticks is behind

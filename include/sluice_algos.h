@@ -318,14 +318,15 @@ SLUICE_RULE_INLINE int sluice_decide_locked(union sluice_algo_state *s, const st
  *
  * Whether the account in owed slot `o` cannot go onto the word `w` (offset
  * `off`) as it stands: another write landed since the account was made on
- * `written`, and the clock `now_t` has passed that word's arrival time, so
- * the other write may have found the bucket full and forgotten what this
- * account charged before it. While the clock is behind it, no write can have
- * found the bucket full: every write since stacked, and so does the account.
+ * `written`, and a write found the bucket full at a clock `full_t` beyond that
+ * word's arrival time (algo.gcra.full_at; `sluice upgrade` passes the later of
+ * it and its own clock), so it may have refilled the bucket and
+ * forgotten what this account charged before it. Otherwise no write since
+ * found the bucket full: every one stacked, and so does the account.
  */
-SLUICE_RULE_INLINE int sluice_owed_uncertain(const struct sluice_owed *o, __u64 w, __u64 off, __u64 now_t)
+SLUICE_RULE_INLINE int sluice_owed_uncertain(const struct sluice_owed *o, __u64 w, __u64 off, __u64 full_t)
 {
-	return w != o->written && (__s64)(o->written - off - now_t) < 0;
+	return w != o->written && (__s64)(o->written - off - full_t) < 0;
 }
 
 /*
@@ -337,12 +338,12 @@ SLUICE_RULE_INLINE int sluice_owed_uncertain(const struct sluice_owed *o, __u64 
  * max(arrival time, since + ticks), and the rest is doubt (*doubt): no packet
  * is behind it, and it is never charged to one.
  */
-SLUICE_RULE_INLINE __u64 sluice_owed_settled_word(const struct sluice_owed *o, __u64 w, __u64 off, __u64 now_t,
+SLUICE_RULE_INLINE __u64 sluice_owed_settled_word(const struct sluice_owed *o, __u64 w, __u64 off, __u64 full_t,
 					     __u64 *doubt)
 {
 	__u64 tat = w - off, c;
 
-	if (!sluice_owed_uncertain(o, w, off, now_t)) {
+	if (!sluice_owed_uncertain(o, w, off, full_t)) {
 		*doubt = 0;
 		c = ((__s64)(tat - o->since) > 0 ? tat : o->since) + o->ticks;
 	} else {

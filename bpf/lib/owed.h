@@ -25,14 +25,14 @@ static __always_inline void owed_note_full(struct sluice_source_state *st, __u64
 		sluice_store_relaxed(&st->algo.gcra.full_at, t);
 }
 
-/* The clock an account of bucket `st` settles against at this CPU's clock
- * `now_t` (sluice_owed_uncertain): the later of it and the latest clock a
- * write found the bucket full at. */
-static __always_inline __u64 owed_settle_clock(struct sluice_source_state *st, __u64 now_t)
+/* The clock an account of bucket `st` settles against (sluice_owed_uncertain):
+ * the latest clock a write found the bucket full at. Every write that may
+ * find it full notes its clock there before it lands (owed_note_full), so an
+ * account whose word's arrival time is not behind it was stacked on by no
+ * write that refilled the bucket from a clock: writing it on top is exact. */
+static __always_inline __u64 owed_settle_clock(struct sluice_source_state *st)
 {
-	__u64 full_at = sluice_load_relaxed(&st->algo.gcra.full_at);
-
-	return (__s64)(full_at - now_t) > 0 ? full_at : now_t;
+	return sluice_load_relaxed(&st->algo.gcra.full_at);
 }
 
 /* Whether doubt held in owed slot `o` (ticks from `since`) is spent: the
@@ -102,7 +102,7 @@ __noinline int sluice_flush_owed(struct sluice_owed *o, __u64 now_t)
 			continue;
 		}
 		if (o->packets) {
-			want = owed_settle_clock(st, now_t);
+			want = owed_settle_clock(st);
 			want = sluice_owed_settled_word(o, w, off, want, &doubt);
 			if (want != w) {
 				owed_note_full(st, w - off, o->since);
@@ -275,7 +275,7 @@ __noinline int sluice_charge_owed(struct sluice_source_state *st, struct sluice_
 			continue;
 		}
 		tat = w - off;
-		eff = owed_settle_clock(st, now_t);
+		eff = owed_settle_clock(st);
 		if (o->packets && sluice_owed_uncertain(o, w, off, eff)) {
 			/* Another write landed on the account: settle what is certain. */
 			eff = sluice_owed_settled_word(o, w, off, eff, &doubt);

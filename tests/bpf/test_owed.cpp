@@ -74,6 +74,18 @@ uint64_t owed_passes(const MapSet &maps)
 	return n;
 }
 
+/// The doubt every CPU's owed slots hold (ticks: slots without passes).
+uint64_t owed_doubt(const MapSet &maps)
+{
+	uint64_t n = 0;
+	std::vector<struct sluice_owed> v(static_cast<size_t>(libbpf_num_possible_cpus()));
+	for (uint32_t k = 0; k < SLUICE_PENDING_SLOTS; k++)
+		if (!bpf_map_lookup_elem(maps.owed.get(), &k, v.data()))
+			for (const auto &o : v)
+				n += o.packets ? 0 : o.ticks;
+	return n;
+}
+
 /// A rule's passed and dropped packets, summed over CPUs.
 std::pair<uint64_t, uint64_t> rule_passed_dropped(const MapSet &maps, uint32_t slot)
 {
@@ -315,6 +327,55 @@ TEST(Owed, AnAccountIsNotMadeFromAClockBeyondTheWord)
 	int passed = send(1, later - 24 * inc_ns, 40);
 	EXPECT_LE(worst, 0) << "ticks beyond burst + rate x T and the accounts, " << passed << " passed";
 	EXPECT_GE(passed, 4) << "CPU 1 passes what the bucket holds for it";
+	pin(0);
+}
+
+// An account is stacked on the writes made since whenever none of them found
+// the bucket full, however far the clock has moved: the slot held the doubt
+// back when the clock alone had passed the account's word, and then two CPUs
+// taking turns at one bucket passed more than GCRA would (the walk-only build
+// dropped packet 132 of a replayed two-CPU trace that the full build passed,
+// SLUICE_WALK_SEED=3155644438), and wrote the shared word at every pass until
+// the clock moved again.
+TEST(Owed, AnAccountIsStackedWhenNoWriteFoundTheBucketFull)
+{
+	ASSERT_EQ(geteuid(), 0u) << "loads a real XDP program: run as root";
+	ASSERT_GE(sysconf(_SC_NPROCESSORS_ONLN), 2) << "this test needs two CPUs";
+	RuleSpec r = gcra_rule("100/s", 32); // 10 ms a packet
+	Replayer kernel(r);
+	RuleTable table(kernel.maps());
+	Truth truth(table.datapath_rule(table.find(r.name).slot));
+	const uint64_t inc_ns = truth.inc >> SLUICE_TICK_SHIFT, t0 = T0;
+	const std::vector<uint8_t> fast = build_packet({.src = "10.0.0.1"});
+	int false_drops = 0, false_passes = 0;
+	auto send = [&](int cpu, uint64_t t, int n) {
+		pin(cpu);
+		kernel.set_clocks({t, t});
+		int passed = 0;
+		for (int i = 0; i < n; i++) {
+			bool conforms = truth.conforms(t);
+			bool pass = run_frame(kernel.prog_fd(), fast) == XDP_PASS;
+			truth.pass(t, pass);
+			false_drops += !pass && conforms;
+			false_passes += pass && !conforms;
+			passed += pass;
+		}
+		return passed;
+	};
+	// CPU 0 writes, CPU 1 writes, CPU 0 finds the other's write and passes
+	// 2 on account, made on the word at t0 + 3 packets; CPU 1 writes again.
+	ASSERT_EQ(send(0, t0, 2), 2);
+	ASSERT_EQ(send(1, t0, 1), 1);
+	ASSERT_EQ(send(0, t0, 2), 2);
+	ASSERT_EQ(owed_passes(kernel.maps()), 2u) << "CPU 0 holds an account";
+	ASSERT_EQ(send(1, t0, 1), 1);
+	// The clock passes the account's word (t0 + 3 packets), not the
+	// bucket's (t0 + 4): no write found the bucket full. CPU 0 settles its
+	// account on top and passes what GCRA over every pass made leaves: 29.
+	EXPECT_EQ(send(0, t0 + 7 * inc_ns / 2, 40), 29);
+	EXPECT_EQ(false_drops, 0) << "a packet within the limit is dropped";
+	EXPECT_EQ(false_passes, 0) << "a packet beyond GCRA over the passes made is passed";
+	EXPECT_EQ(owed_doubt(kernel.maps()), 0u) << "ticks held as doubt";
 	pin(0);
 }
 

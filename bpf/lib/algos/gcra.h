@@ -75,6 +75,8 @@ static __always_inline int charge_gcra(struct sluice_source_state *st, struct sl
 			req_dropped_on(req, w, off, g);
 			break;
 		}
+		if (owes && tries < SLUICE_CAS_RETRIES) /* the walk noted it: sluice_owed_pay */
+			owed_note_full(st, w - off, now_t); /* before the write lands (struct sluice_owed) */
 		old = sluice_cas(&st->word, w, next + off);
 		if (old == w) {
 			res = BUCKET_PASS;
@@ -90,8 +92,6 @@ static __always_inline int charge_gcra(struct sluice_source_state *st, struct sl
 		/* The slot names the bucket, with the word this CPU wrote. */
 		struct sluice_owed *o = bpf_map_lookup_elem(&SLUICE_MAP_OWED, &req->pending);
 
-		/* owed_note_full: the pass may have found the bucket full at this clock. */
-		sluice_store_relaxed(&st->algo.gcra.full_at, sluice_ns_to_ticks(req->now));
 		req->count_gen = g;
 		if (o && o->want == req->want && o->name == pending_name(req->set_idx, req->way, req->table, g))
 			o->written = req->written;
