@@ -373,8 +373,7 @@ TEST_F(AdversarialVeth, ShapesFromEveryRoleOverVethKeepTheInvariants)
 	ASSERT_GT(baseline["vlan_3_priority_tags_udp53"], 0) << "the kernel delivers three priority tags (defect 2)";
 
 	// 2. Sluice attached, the roles' rules added through the CLI.
-	CommandResult a = run_command({"nsenter", "--net=/run/netns/" + DST_NS, SLUICE_BIN, "attach", DST_IF, "--mode",
-				       "native", "--max-sources", "65536"});
+	CommandResult a = cli_in(DST_NS, {"attach", DST_IF, "--mode", "native", "--max-sources", "65536"});
 	ASSERT_EQ(a.exit_code, 0) << a.err;
 	Oracle oracle;
 	for (const auto &r : role_rules()) {
@@ -511,8 +510,7 @@ TEST_F(AdversarialVeth, ADuplicateFirstFragmentDoesNotCarryADatagramPastItsLimit
 			EXPECT_EQ(got[src + " udp123"], 0) << src;
 		}
 	}
-	CommandResult a = run_command({"nsenter", "--net=/run/netns/" + DST_NS, SLUICE_BIN, "attach", DST_IF, "--mode",
-				       "native"});
+	CommandResult a = cli_in(DST_NS, {"attach", DST_IF, "--mode", "native"});
 	ASSERT_EQ(a.exit_code, 0) << a.err;
 	for (const char *prefix : {"10.3.0.0/16", "2001:db8:3::/48"}) {
 		std::string fam = std::string(prefix).find(':') == std::string::npos ? "4" : "6";

@@ -47,11 +47,7 @@ const std::string DST_V4 = "10.201.0.1", SOURCE = "10.201.0.11";
 constexpr uint16_t PORT = 9000;
 constexpr int BURST = 5;
 
-CommandResult cli_dst(std::vector<std::string> args)
-{
-	args.insert(args.begin(), {"nsenter", "--net=/run/netns/" + DST_NS, SLUICE_BIN});
-	return run_command(args);
-}
+CommandResult cli_dst(std::vector<std::string> args) { return cli_in(DST_NS, std::move(args)); }
 
 /// A Prometheus server of the test's own: its configuration and storage in a
 /// scratch directory, scraping one target every second. Stopped and removed
