@@ -29,6 +29,7 @@
 #include "packet.h"
 #include "cli.h"
 #include "process.h"
+#include "sockaddr.h"
 
 using nlohmann::json;
 using namespace sluice::test;
@@ -213,37 +214,8 @@ SshRun ssh_session_then_five_connections(int segments)
 	return r;
 }
 
-/// Writes frames on the sender's veth from an AF_PACKET socket; returns how many went out.
-int send_frames(const std::vector<std::vector<uint8_t>> &frames)
-{
-	int pipefd[2];
-	EXPECT_EQ(pipe(pipefd), 0);
-	in_netns(SRC_NS, [&]() {
-		close(pipefd[0]);
-		int fd = socket(AF_PACKET, SOCK_RAW, 0);
-		int sent = 0;
-		if (fd >= 0) {
-			sockaddr_ll to{};
-			to.sll_family = AF_PACKET;
-			to.sll_ifindex = static_cast<int>(if_nametoindex(SRC_IF.c_str()));
-			to.sll_halen = 6;
-			uint8_t mac[6] = {0x02, 0, 0, 0, 0, 2};
-			std::memcpy(to.sll_addr, mac, 6);
-			for (const auto &f : frames) {
-				sent += sendto(fd, f.data(), f.size(), 0, reinterpret_cast<sockaddr *>(&to), sizeof(to)) ==
-					static_cast<ssize_t>(f.size());
-				if (sent % 16 == 0)
-					usleep(1000); // let the receiving ring drain
-			}
-		}
-		return write(pipefd[1], &sent, sizeof(sent)) == sizeof(sent) ? 0 : 1;
-	});
-	close(pipefd[1]);
-	int sent = -1;
-	EXPECT_EQ(read(pipefd[0], &sent, sizeof(sent)), static_cast<ssize_t>(sizeof(sent)));
-	close(pipefd[0]);
-	return sent;
-}
+/// Writes frames on the sender's veth; returns how many went out.
+int send_frames(const std::vector<std::vector<uint8_t>> &frames) { return send_frames_in(SRC_NS, SRC_IF, frames); }
 
 class Selectors : public AttachedToVeth {
 protected:
