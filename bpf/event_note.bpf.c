@@ -14,18 +14,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "sluice_abi.h"
-
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, SLUICE_EVENT_RING_BYTES);
-} SLUICE_MAP_EVENTS SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, SLUICE_CNT_MAX);
-	__type(key, __u32);
-	__type(value, struct sluice_counter);
-} SLUICE_MAP_COUNTERS SEC(".maps");
+#include "lib/event_maps.h"
 
 SEC("syscall")
 int sluice_event_note(struct sluice_event_note *ctx)

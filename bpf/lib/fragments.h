@@ -49,6 +49,22 @@ static __always_inline __u32 frag_word(struct sluice_frag_info *fi)
 	return __sync_fetch_and_or(&fi->flags, 0);
 }
 
+/* A snapshot of a fragment entry into `seen`: the flags word, then the
+ * fields, then the word again. Returns 0 if the word changed in between
+ * (the entry was claimed or written meanwhile): `seen` is then not to be
+ * used. */
+static __always_inline int frag_snapshot(struct sluice_frag_info *fi, struct sluice_frag_info *seen)
+{
+	seen->flags = frag_word(fi);
+	seen->first_ns = fi->first_ns;
+	seen->dport = fi->dport;
+	seen->sport = fi->sport;
+	seen->proto = fi->proto;
+	seen->ports_known = fi->ports_known;
+	seen->tcp_flags = fi->tcp_flags;
+	return frag_word(fi) == seen->flags;
+}
+
 /* A later fragment takes its datagram's protocol, ports and TCP flags,
  * remembered when the first fragment passed, until the datagram's last
  * fragment. An entry claimed or changed while read gives nothing:
@@ -57,29 +73,20 @@ static __always_inline void recall_first_fragment(struct packet_info *pkt)
 {
 	const struct sluice_frag_key *fk = frag_key();
 	struct sluice_frag_info *fi = fk ? bpf_map_lookup_elem(&SLUICE_MAP_FRAGS, fk) : NULL;
+	struct sluice_frag_info entry;
 	__u32 word, mark, seen;
-	__u64 first_ns;
-	__u16 dport, sport;
-	__u8 proto, ports_known, tcp_flags;
 
-	if (!fi)
+	if (!fi || !frag_snapshot(fi, &entry))
 		return;
-	word = frag_word(fi);
-	first_ns = fi->first_ns;
-	dport = fi->dport;
-	sport = fi->sport;
-	proto = fi->proto;
-	ports_known = fi->ports_known;
-	tcp_flags = fi->tcp_flags;
-	if (frag_word(fi) != word || (word & (SLUICE_FRAG_CLAIMED | SLUICE_FRAG_ENDED)) ||
-	    frag_clock() - first_ns > SLUICE_FRAG_TIMEOUT_NS)
+	word = entry.flags;
+	if ((word & (SLUICE_FRAG_CLAIMED | SLUICE_FRAG_ENDED)) || frag_clock() - entry.first_ns > SLUICE_FRAG_TIMEOUT_NS)
 		return;
-	pkt->proto = proto;
+	pkt->proto = entry.proto;
 	pkt->proto_known = 1;
-	pkt->dport = dport;
-	pkt->sport = sport;
-	pkt->tcp_flags = tcp_flags;
-	pkt->ports_known = ports_known;
+	pkt->dport = entry.dport;
+	pkt->sport = entry.sport;
+	pkt->tcp_flags = entry.tcp_flags;
+	pkt->ports_known = entry.ports_known;
 	mark = SLUICE_FRAG_JUDGED | (pkt->flags & PKT_LAST_FRAG ? SLUICE_FRAG_ENDED : 0);
 	/* Marked only in the entry it read: a claim in between keeps its own word. */
 	if ((word & mark) != mark) {
@@ -92,11 +99,11 @@ static __always_inline void recall_first_fragment(struct packet_info *pkt)
 }
 
 /* Whether a first fragment names what an entry says: protocol, ports and TCP flags. */
-static __always_inline int frag_names_same(const struct packet_info *pkt, __u8 proto, __u8 ports_known,
-					   __u16 dport, __u16 sport, __u8 tcp_flags)
+static __always_inline int frag_names_same(const struct packet_info *pkt, const struct sluice_frag_info *entry)
 {
-	return pkt->proto_known && proto == pkt->proto && ports_known == pkt->ports_known &&
-	       (!pkt->ports_known || (dport == pkt->dport && sport == pkt->sport && tcp_flags == pkt->tcp_flags));
+	return pkt->proto_known && entry->proto == pkt->proto && entry->ports_known == pkt->ports_known &&
+	       (!pkt->ports_known || (entry->dport == pkt->dport && entry->sport == pkt->sport &&
+				      entry->tcp_flags == pkt->tcp_flags));
 }
 
 /*
@@ -121,11 +128,9 @@ static __always_inline int claim_first_fragment(const struct packet_info *pkt, i
 						__u32 *before)
 {
 	const struct sluice_frag_key *fk = frag_key();
-	struct sluice_frag_info *fi;
+	struct sluice_frag_info *fi, entry;
 	__u32 word, mine;
-	__u64 now, first_ns;
-	__u16 dport, sport;
-	__u8 proto, ports_known, tcp_flags;
+	__u64 now;
 	int same;
 
 	if (!fk)
@@ -153,20 +158,14 @@ static __always_inline int claim_first_fragment(const struct packet_info *pkt, i
 		*before = 0;
 		return FRAG_CLAIMED;
 	}
-	word = frag_word(fi);
-	first_ns = fi->first_ns;
-	dport = fi->dport;
-	sport = fi->sport;
-	proto = fi->proto;
-	ports_known = fi->ports_known;
-	tcp_flags = fi->tcp_flags;
-	if (frag_word(fi) != word || (word & SLUICE_FRAG_CLAIMED))
+	if (!frag_snapshot(fi, &entry) || (entry.flags & SLUICE_FRAG_CLAIMED))
 		return FRAG_REFUSED; /* another first fragment is being judged under the key */
+	word = entry.flags;
 	same = 0;
-	if (now - first_ns <= SLUICE_FRAG_TIMEOUT_NS + SLUICE_FRAG_QUEUE_NS) {
-		if (!frag_names_same(pkt, proto, ports_known, dport, sport, tcp_flags))
+	if (now - entry.first_ns <= SLUICE_FRAG_TIMEOUT_NS + SLUICE_FRAG_QUEUE_NS) {
+		if (!frag_names_same(pkt, &entry))
 			return FRAG_REFUSED;
-		if (!(word & SLUICE_FRAG_ENDED) && now - first_ns <= SLUICE_FRAG_TIMEOUT_NS)
+		if (!(word & SLUICE_FRAG_ENDED) && now - entry.first_ns <= SLUICE_FRAG_TIMEOUT_NS)
 			return FRAG_JUDGE; /* a copy under a live entry */
 		same = 1;
 	}

@@ -3,7 +3,8 @@
  * The program's maps: the state the controller shares with it (named in
  * sluice_abi.h, pinned under the pin directory) and the program's own
  * per-CPU scratch. A room that owns a map of its own defines it there
- * (events.h, request.h, clock.h, sources.h).
+ * (events.h, request.h, clock.h, sources.h); the maps the controller's event
+ * note shares are in event_maps.h.
  */
 #ifndef SLUICE_LIB_MAPS_H
 #define SLUICE_LIB_MAPS_H
@@ -12,6 +13,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "sluice_abi.h"
+#include "lib/event_maps.h" /* the counters and the events' ring */
 
 /* The rule sets (see struct sluice_active): the live one's number. */
 struct {
@@ -155,13 +157,6 @@ struct {
 	__type(value, struct sluice_source_state);
 } sluice_scratch SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, SLUICE_CNT_MAX);
-	__type(key, __u32);
-	__type(value, struct sluice_counter);
-} SLUICE_MAP_COUNTERS SEC(".maps");
-
 /* Controller bookkeeping; the program never reads it. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -185,12 +180,6 @@ struct {
 	__type(key, __u32);
 	__type(value, __u32);
 } SLUICE_MAP_IFACE_MTU SEC(".maps");
-
-/* Throttle events (struct sluice_event), read by `sluice events` or the agent. */
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, SLUICE_EVENT_RING_BYTES);
-} SLUICE_MAP_EVENTS SEC(".maps");
 
 /* The buckets throttled now or within the last interval, each with a timer. */
 struct {

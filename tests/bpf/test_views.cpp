@@ -158,14 +158,36 @@ protected:
 		return std::nullopt;
 	}
 
-	/// Checks every view of `after` (the rule as edited from `before`) once
-	/// SOURCE sent 20 packets before the edit (`dropped_before` dropped)
-	/// and 20 after (`dropped_after`), with `pre` the stats read before the
-	/// edit. `same_rule`: the edit kept the rule (its id and counters).
-	void expect_views(const std::string &what, const InstalledRule &before, const InstalledRule &after,
-			  bool same_rule, uint64_t dropped_before, uint64_t dropped_after, const Stats &pre)
+	/// What an edit starts from: the rule BASE alone and new, SOURCE's 20
+	/// packets through it (`dropped_before` of them dropped), and the stats
+	/// read then.
+	struct Start {
+		InstalledRule before;
+		uint64_t dropped_before = 0;
+		Stats pre;
+	};
+
+	/// Sets the table to `start`'s state, with no events left in the ring.
+	void start_afresh(Start &start)
+	{
+		table_->flush();
+		take_events();
+		start.before = table_->add(spec_of(BASE));
+		start.dropped_before = send(SOURCE, 20);
+		ASSERT_EQ(start.dropped_before, 15u);
+		start.pre = stats();
+	}
+
+	/// Checks every view of `after` (the rule as edited from `start`'s)
+	/// once SOURCE sent 20 more packets after the edit (`dropped_after`
+	/// dropped). `same_rule`: the edit kept the rule (its id and counters).
+	void expect_views(const std::string &what, const Start &start, const InstalledRule &after, bool same_rule,
+			  uint64_t dropped_after)
 	{
 		SCOPED_TRACE(what);
+		const InstalledRule &before = start.before;
+		const uint64_t dropped_before = start.dropped_before;
+		const Stats &pre = start.pre;
 		bool restarted = !same_rule || bucket_id(after) != bucket_id(before);
 		if (same_rule) {
 			EXPECT_EQ(restarted, edit_restarts_buckets(before.spec, after.spec))
@@ -290,12 +312,8 @@ TEST_F(Views, EveryRuleSetEditKeepsTheLimitedSourceInView)
 			for (const auto &a : lines.words_for(f))
 				args.push_back(a);
 		std::string what = "rule set exp " + joined(args);
-		table_->flush();
-		take_events();
-		InstalledRule before = table_->add(spec_of(BASE));
-		uint64_t dropped_before = send(SOURCE, 20);
-		ASSERT_EQ(dropped_before, 15u);
-		Stats pre = stats();
+		Start start;
+		ASSERT_NO_FATAL_FAILURE(start_afresh(start));
 
 		RuleEdit edit;
 		try {
@@ -311,12 +329,12 @@ TEST_F(Views, EveryRuleSetEditKeepsTheLimitedSourceInView)
 			refused++; // a combination the rule checks refuse (--warmup with gcra)
 			auto still = rule("exp");
 			ASSERT_TRUE(still) << what << ": a refused edit changed the rule";
-			EXPECT_TRUE(same_spec(still->spec, before.spec)) << what;
+			EXPECT_TRUE(same_spec(still->spec, start.before.spec)) << what;
 			continue;
 		}
 		applied++;
 		uint64_t dropped_after = send(SOURCE, 20);
-		expect_views(what, before, *after, true, dropped_before, dropped_after, pre);
+		expect_views(what, start, *after, true, dropped_after);
 	}
 	std::cout << "rule set edits applied " << applied << ", refused " << refused << "\n";
 	EXPECT_GT(applied, 3 * refused) << "most combinations apply";
@@ -331,14 +349,10 @@ TEST_F(Views, EveryApplyChangeKeepsTheLimitedSourceInView)
 	size_t applied = 0, refused = 0;
 	for (const auto &fields : singles_and_pairs(keys)) {
 		std::string what = "apply with " + joined(fields) + " changed";
-		table_->flush();
-		take_events();
-		InstalledRule before = table_->add(spec_of(BASE));
-		uint64_t dropped_before = send(SOURCE, 20);
-		ASSERT_EQ(dropped_before, 15u);
-		Stats pre = stats();
+		Start start;
+		ASSERT_NO_FATAL_FAILURE(start_afresh(start));
 
-		RuleSpec desired = before.spec;
+		RuleSpec desired = start.before.spec;
 		for (const auto &f : fields)
 			POLICY_CHANGES.at(f)(desired);
 		try {
@@ -348,15 +362,15 @@ TEST_F(Views, EveryApplyChangeKeepsTheLimitedSourceInView)
 			refused++; // --dport without a protocol, a fallback on a local rule...
 			auto still = rule("exp");
 			ASSERT_TRUE(still) << what << ": a refused policy changed the rule";
-			EXPECT_TRUE(same_spec(still->spec, before.spec)) << what;
+			EXPECT_TRUE(same_spec(still->spec, start.before.spec)) << what;
 			continue;
 		}
 		applied++;
 		auto after = rule(desired.name);
 		ASSERT_TRUE(after) << what;
-		bool same_rule = after->id == before.id; // a rename is a removal and an addition
+		bool same_rule = after->id == start.before.id; // a rename is a removal and an addition
 		uint64_t dropped_after = send(SOURCE, 20);
-		expect_views(what, before, *after, same_rule, dropped_before, dropped_after, pre);
+		expect_views(what, start, *after, same_rule, dropped_after);
 	}
 	std::cout << "policy changes applied " << applied << ", refused " << refused << "\n";
 	EXPECT_GT(applied, 2 * refused) << "most combinations apply";

@@ -539,20 +539,45 @@ double since(std::chrono::steady_clock::time_point start)
 	return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+/// What each test starts from: root, its seed (printed; SLUICE_WALK_SEED
+/// replays it), the rule-line generator drawn from it, and the time its
+/// summary counts from. Each test makes its own Twin, with the table size it
+/// needs.
+class WalkOnly : public ::testing::Test {
+protected:
+	void SetUp() override { ASSERT_EQ(geteuid(), 0u) << "loads the real XDP program: run as root"; }
+
+	const ::testing::TestInfo &info = *::testing::UnitTest::GetInstance()->current_test_info();
+	const std::string test_name = std::string(info.test_suite_name()) + "." + info.name();
+	const uint64_t seed = seed_for(test_name.c_str());
+	const std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+	std::mt19937_64 rng{seed};
+	RuleLines g{rng, walk_values()};
+
+	/// `p`, given a payload of 64 to 263 bytes, as a datagram of three
+	/// fragments: shuffled 30 % of the time, the list's first left out 15 %.
+	Frames fragmented(PacketSpec &p)
+	{
+		p.payload = 64 + g.below(200);
+		size_t len = fragmentable_length(p);
+		Frames frames = build_fragments(p, {{0, 24, true}, {24, 24, true}, {48, len - 48, false}});
+		if (g.chance(30))
+			std::shuffle(frames.begin(), frames.end(), rng);
+		if (g.chance(15))
+			frames.erase(frames.begin());
+		return frames;
+	}
+};
+
 } // namespace
 
 // (a) The corpus: every shape of corpus_shapes() from each of the four
 // roles (their rules installed, with the fuzz corpus's rule lines), each
 // send repeated at one clock reading (where the drop memo answers), with a
 // random rule change before 1 send in 20.
-TEST(WalkOnly, CorpusShapesAgree)
+TEST_F(WalkOnly, CorpusShapesAgree)
 {
-	ASSERT_EQ(geteuid(), 0u) << "loads the real XDP program: run as root";
-	const uint64_t seed = seed_for("WalkOnly.CorpusShapesAgree");
-	const auto start = std::chrono::steady_clock::now();
-	std::mt19937_64 rng(seed);
-	RuleLines g(rng, walk_values());
-	Twin twin("WalkOnly.CorpusShapesAgree", seed, 512);
+	Twin twin(test_name, seed, 512);
 	for (const auto &r : role_rules()) {
 		std::string line = std::string(r.cidr) + " --name " + r.name;
 		if (r.action == ModelRule::Action::limit)
@@ -604,16 +629,11 @@ TEST(WalkOnly, CorpusShapesAgree)
 // a coarse clock of 4 ms ticks would read them (so the drop memo answers
 // within a tick), with a random rule change before 1 frame in 200 and
 // every counter compared every 10 frames.
-TEST(WalkOnly, ReplayedTracesAgree)
+TEST_F(WalkOnly, ReplayedTracesAgree)
 {
-	ASSERT_EQ(geteuid(), 0u) << "loads the real XDP program: run as root";
-	const uint64_t seed = seed_for("WalkOnly.ReplayedTracesAgree");
-	const auto start = std::chrono::steady_clock::now();
-	std::mt19937_64 rng(seed);
-	RuleLines g(rng, walk_values());
 	const int cpus = std::min(2, libbpf_num_possible_cpus());
 	const uint64_t tick_ns = 4000000;
-	Twin twin("WalkOnly.ReplayedTracesAgree", seed, 512);
+	Twin twin(test_name, seed, 512);
 	int next_name = 0;
 	uint64_t base = TRACE_START_NS;
 	for (int a = 0; a < 256 && !twin.failed(); a++) {
@@ -661,14 +681,9 @@ TEST(WalkOnly, ReplayedTracesAgree)
 // sources of both families that the generated rules cover, sent in bursts at
 // one clock reading, with a random rule change (add, set of any option, del)
 // before 1 burst in 4 and before 15 % of the repeats inside a burst.
-TEST(WalkOnly, GeneratedMixesWithRuleChangesAgree)
+TEST_F(WalkOnly, GeneratedMixesWithRuleChangesAgree)
 {
-	ASSERT_EQ(geteuid(), 0u) << "loads the real XDP program: run as root";
-	const uint64_t seed = seed_for("WalkOnly.GeneratedMixesWithRuleChangesAgree");
-	const auto start = std::chrono::steady_clock::now();
-	std::mt19937_64 rng(seed);
-	RuleLines g(rng, walk_values());
-	Twin twin("WalkOnly.GeneratedMixesWithRuleChangesAgree", seed, 256);
+	Twin twin(test_name, seed, 256);
 	const auto &shapes = corpus_shapes();
 	int next_name = 0;
 	uint64_t now = TRACE_START_NS;
@@ -705,13 +720,7 @@ TEST(WalkOnly, GeneratedMixesWithRuleChangesAgree)
 			frames = {build_packet(p)};
 			what = "packet";
 		} else if (kind < 75) {
-			p.payload = 64 + g.below(200);
-			size_t len = fragmentable_length(p);
-			frames = build_fragments(p, {{0, 24, true}, {24, 24, true}, {48, len - 48, false}});
-			if (g.chance(30))
-				std::shuffle(frames.begin(), frames.end(), rng);
-			if (g.chance(15))
-				frames.erase(frames.begin());
+			frames = fragmented(p);
 			what = "fragments";
 		} else {
 			const Shape *s = nullptr;
@@ -774,17 +783,12 @@ TEST(WalkOnly, GeneratedMixesWithRuleChangesAgree)
 // IPv4 and IPv6, with a rule change (of any option) before 1 burst in 5 and
 // inside bursts now and then. The memo remembers the drops of the rules on
 // flags and ports: each such packet must be decided as the walk decides it.
-TEST(WalkOnly, SelectorRulesUnderTheMemoAgree)
+TEST_F(WalkOnly, SelectorRulesUnderTheMemoAgree)
 {
-	ASSERT_EQ(geteuid(), 0u) << "loads the real XDP program: run as root";
-	const uint64_t seed = seed_for("WalkOnly.SelectorRulesUnderTheMemoAgree");
-	const auto start = std::chrono::steady_clock::now();
-	std::mt19937_64 rng(seed);
-	RuleLines g(rng, walk_values());
 	// Tables the run does not fill: which bucket an insert evicts is not
 	// what this test is about (and the eviction counters differ between the
 	// builds now and then, from run to run of one seed, caches or none).
-	Twin twin("WalkOnly.SelectorRulesUnderTheMemoAgree", seed, 8192);
+	Twin twin(test_name, seed, 8192);
 	auto pick = [&](std::initializer_list<const char *> values) {
 		return std::string(values.begin()[g.below(values.size())]);
 	};
@@ -868,13 +872,7 @@ TEST(WalkOnly, SelectorRulesUnderTheMemoAgree)
 				p.payload = g.below(1400);
 				what = "payload " + std::to_string(p.payload);
 			} else {
-				p.payload = 64 + g.below(200);
-				size_t len = fragmentable_length(p);
-				frames = build_fragments(p, {{0, 24, true}, {24, 24, true}, {48, len - 48, false}});
-				if (g.chance(30))
-					std::shuffle(frames.begin(), frames.end(), rng);
-				if (g.chance(15))
-					frames.erase(frames.begin());
+				frames = fragmented(p);
 				what = "fragments";
 			}
 			if (frames.empty())

@@ -2,6 +2,8 @@
 #include "sockaddr.h"
 
 #include <arpa/inet.h>
+#include <linux/if_packet.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <unistd.h>
 
@@ -51,6 +53,41 @@ int send_udp_in(const std::string &ns, const std::string &src, const std::string
 		return n;
 	});
 	return sent == 255 ? -1 : sent;
+}
+
+int send_frames_in(const std::string &ns, const std::string &ifname, const std::vector<std::vector<uint8_t>> &frames)
+{
+	// The count comes back through a pipe: an exit code holds no more than 255.
+	int pipefd[2];
+	if (pipe(pipefd))
+		return -1;
+	in_netns(ns, [&]() {
+		close(pipefd[0]);
+		int fd = socket(AF_PACKET, SOCK_RAW, 0);
+		int sent = 0;
+		if (fd >= 0) {
+			sockaddr_ll to{};
+			to.sll_family = AF_PACKET;
+			to.sll_ifindex = static_cast<int>(if_nametoindex(ifname.c_str()));
+			to.sll_halen = 6;
+			uint8_t mac[6] = {0x02, 0, 0, 0, 0, 2}; // the packet builder's destination
+			std::memcpy(to.sll_addr, mac, 6);
+			for (const auto &f : frames) {
+				sent += sendto(fd, f.data(), f.size(), 0, reinterpret_cast<sockaddr *>(&to), sizeof(to)) ==
+					static_cast<ssize_t>(f.size());
+				if (sent % 16 == 0)
+					usleep(1000); // let the receiving ring drain
+			}
+			close(fd);
+		}
+		return write(pipefd[1], &sent, sizeof(sent)) == sizeof(sent) ? 0 : 1;
+	});
+	close(pipefd[1]);
+	int sent = -1;
+	if (read(pipefd[0], &sent, sizeof(sent)) != static_cast<ssize_t>(sizeof(sent)))
+		sent = -1;
+	close(pipefd[0]);
+	return sent;
 }
 
 int count_udp_arrivals(const std::string &ns, const std::string &dst, uint16_t port, int quiet_ms)

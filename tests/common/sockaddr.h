@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace sluice::test {
 
@@ -17,6 +18,12 @@ bool make_sockaddr(const std::string &text, uint16_t port, sockaddr_storage &out
 /// or -1 if the socket could not be set up.
 int send_udp_in(const std::string &ns, const std::string &src, const std::string &dst, uint16_t port, int count,
 		size_t payload);
+
+/// Writes whole Ethernet frames on interface `ifname` of network namespace
+/// `ns` from an AF_PACKET socket, pausing 1 ms every 16 frames so that the
+/// receiving ring drains; returns how many went out, or -1 if that could
+/// not be learnt.
+int send_frames_in(const std::string &ns, const std::string &ifname, const std::vector<std::vector<uint8_t>> &frames);
 
 /// Binds a UDP socket to dst:port in network namespace `ns` and counts the
 /// datagrams that arrive until none has for `quiet_ms`: at most 254, or 255

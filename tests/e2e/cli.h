@@ -47,6 +47,19 @@ inline nlohmann::json cli_json(std::vector<std::string> args)
 	return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json();
 }
 
+/// A rule's line of `stats --json` (by its name); a test failure (and an
+/// empty object) if there is none.
+inline nlohmann::json stats_rule_line(const std::string &name)
+{
+	nlohmann::json stats = cli_json({"stats", "--json"});
+	if (stats.is_object())
+		for (const auto &line : stats["rules"])
+			if (line["name"] == name)
+				return line;
+	ADD_FAILURE() << "no rule " << name << " in " << stats.dump();
+	return nlohmann::json::object();
+}
+
 /// A pin directory of this test process's own: /sys/fs/bpf/NAME-PID.
 inline std::string test_pin_dir(const std::string &name)
 {
@@ -76,5 +89,45 @@ inline void remove_instance_expecting_nothing_left(const std::string &pin_dir)
 		run_command({"rm", "-rf", d});
 	}
 }
+
+/// A fixture of the test's own sluice instance, attached in native mode to the
+/// receiving end of `topology` (made anew for each test) with the pin and run
+/// directories test_pin_dir(name) and test_run_dir(name) in SLUICE_PIN_DIR and
+/// SLUICE_RUN_DIR; `sluice ...` through cli() reaches it. Torn down with
+/// `detach --all`, both directories and the topology removed.
+class AttachedToVeth : public ::testing::Test {
+protected:
+	AttachedToVeth(const VethPair &topology, const std::string &name)
+		: topology_(topology), pin_dir_(test_pin_dir(name)), run_dir_(test_run_dir(name))
+	{
+	}
+
+	void SetUp() override
+	{
+		ASSERT_EQ(geteuid(), 0u) << "end-to-end tests create namespaces and attach XDP: run as root";
+		setenv("SLUICE_PIN_DIR", pin_dir_.c_str(), 1);
+		setenv("SLUICE_RUN_DIR", run_dir_.c_str(), 1);
+		topology_.remove(); // leftovers of an interrupted run
+		topology_.create();
+		CommandResult r = cli_in(topology_.dst_ns, {"attach", topology_.dst_if, "--mode", "native"});
+		ASSERT_EQ(r.exit_code, 0) << r.err;
+	}
+
+	void TearDown() override
+	{
+		cli({"detach", "--all"});
+		rmdir(pin_dir_.c_str());
+		rmdir((pin_dir_ + "-lock").c_str()); // the instance's lock, beside it
+		run_command({"rm", "-rf", run_dir_});
+		topology_.remove();
+		unsetenv("SLUICE_RUN_DIR");
+	}
+
+	const std::string &run_dir() const { return run_dir_; }
+
+private:
+	const VethPair &topology_;
+	std::string pin_dir_, run_dir_;
+};
 
 } // namespace sluice::test

@@ -29,6 +29,7 @@
 #include "oracle.h"
 #include "cli.h"
 #include "process.h"
+#include "sockaddr.h"
 
 using nlohmann::json;
 using namespace sluice::test;
@@ -251,29 +252,8 @@ private:
 	int stop_[2] = {-1, -1};
 };
 
-/// Writes frames on the source veth from an AF_PACKET socket; returns how many were sent.
-int send_frames(const std::vector<std::vector<uint8_t>> &frames)
-{
-	return in_netns(SRC_NS, [&]() {
-		int fd = socket(AF_PACKET, SOCK_RAW, 0);
-		if (fd < 0)
-			return 255;
-		sockaddr_ll to{};
-		to.sll_family = AF_PACKET;
-		to.sll_ifindex = static_cast<int>(if_nametoindex(SRC_IF.c_str()));
-		to.sll_halen = 6;
-		uint8_t mac[6] = {0x02, 0, 0, 0, 0, 2};
-		std::memcpy(to.sll_addr, mac, 6);
-		int sent = 0;
-		for (const auto &f : frames) {
-			sent += sendto(fd, f.data(), f.size(), 0, reinterpret_cast<sockaddr *>(&to), sizeof(to)) ==
-				static_cast<ssize_t>(f.size());
-			if (sent % 16 == 0)
-				usleep(1000); // let the receiving ring (256 frames) drain
-		}
-		return sent > 250 ? 250 : sent; // an exit code; the caller counts frames itself
-	});
-}
+/// Writes frames on the sender's veth; returns how many went out.
+int send_frames(const std::vector<std::vector<uint8_t>> &frames) { return send_frames_in(SRC_NS, SRC_IF, frames); }
 
 class AdversarialVeth : public ::testing::Test {
 protected:
@@ -373,8 +353,7 @@ TEST_F(AdversarialVeth, ShapesFromEveryRoleOverVethKeepTheInvariants)
 	ASSERT_GT(baseline["vlan_3_priority_tags_udp53"], 0) << "the kernel delivers three priority tags (defect 2)";
 
 	// 2. Sluice attached, the roles' rules added through the CLI.
-	CommandResult a = run_command({"nsenter", "--net=/run/netns/" + DST_NS, SLUICE_BIN, "attach", DST_IF, "--mode",
-				       "native", "--max-sources", "65536"});
+	CommandResult a = cli_in(DST_NS, {"attach", DST_IF, "--mode", "native", "--max-sources", "65536"});
 	ASSERT_EQ(a.exit_code, 0) << a.err;
 	Oracle oracle;
 	for (const auto &r : role_rules()) {
@@ -511,8 +490,7 @@ TEST_F(AdversarialVeth, ADuplicateFirstFragmentDoesNotCarryADatagramPastItsLimit
 			EXPECT_EQ(got[src + " udp123"], 0) << src;
 		}
 	}
-	CommandResult a = run_command({"nsenter", "--net=/run/netns/" + DST_NS, SLUICE_BIN, "attach", DST_IF, "--mode",
-				       "native"});
+	CommandResult a = cli_in(DST_NS, {"attach", DST_IF, "--mode", "native"});
 	ASSERT_EQ(a.exit_code, 0) << a.err;
 	for (const char *prefix : {"10.3.0.0/16", "2001:db8:3::/48"}) {
 		std::string fam = std::string(prefix).find(':') == std::string::npos ? "4" : "6";

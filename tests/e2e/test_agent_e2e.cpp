@@ -47,11 +47,7 @@ const std::string DST_V4 = "10.201.0.1", SOURCE = "10.201.0.11";
 constexpr uint16_t PORT = 9000;
 constexpr int BURST = 5;
 
-CommandResult cli_dst(std::vector<std::string> args)
-{
-	args.insert(args.begin(), {"nsenter", "--net=/run/netns/" + DST_NS, SLUICE_BIN});
-	return run_command(args);
-}
+CommandResult cli_dst(std::vector<std::string> args) { return cli_in(DST_NS, std::move(args)); }
 
 /// A Prometheus server of the test's own: its configuration and storage in a
 /// scratch directory, scraping one target every second. Stopped and removed
@@ -149,16 +145,20 @@ protected:
 		VethPair{SRC_NS, DST_NS, SRC_IF, DST_IF, DST_V4 + "/24", {SOURCE + "/24"}, "02:00:00:00:01"}.create();
 	}
 
+	/// The topology, sluice attached natively, and the rule `flood`: the
+	/// sources' UDP at 1/min with a burst of BURST.
+	void attach_with_flood_rule()
+	{
+		make_topology();
+		ASSERT_EQ(cli_dst({"attach", DST_IF, "--mode", "native", "--max-sources", "4096"}).exit_code, 0);
+		CommandResult r = cli({"rule", "add", "10.201.0.0/24", "--rate", "1/min", "--burst", std::to_string(BURST),
+				       "--proto", "udp", "--name", "flood"});
+		ASSERT_EQ(r.exit_code, 0) << r.err;
+	}
+
 	static uint64_t rule_dropped(const std::string &rule)
 	{
-		CommandResult r = cli({"stats", "--json"});
-		EXPECT_EQ(r.exit_code, 0) << r.err;
-		json stats = json::parse(r.out);
-		for (const auto &j : stats["rules"])
-			if (j["name"] == rule)
-				return j["dropped_packets"].get<uint64_t>();
-		ADD_FAILURE() << "no rule " << rule;
-		return 0;
+		return stats_rule_line(rule).value("dropped_packets", uint64_t(0));
 	}
 };
 
@@ -166,12 +166,7 @@ protected:
 
 TEST_F(AgentEndToEnd, PrometheusScrapesTheAgentAndPromqlGivesTheDropRateOfTheTrafficSent)
 {
-	make_topology();
-	ASSERT_EQ(cli_dst({"attach", DST_IF, "--mode", "native", "--max-sources", "4096"}).exit_code, 0);
-	ASSERT_EQ(cli({"rule", "add", "10.201.0.0/24", "--rate", "1/min", "--burst", std::to_string(BURST), "--proto",
-		       "udp", "--name", "flood"})
-			  .exit_code,
-		  0);
+	ASSERT_NO_FATAL_FAILURE(attach_with_flood_rule());
 	AgentProcess agent(SLUICE_BIN, {"--top-sources", "3"});
 	PrometheusServer prometheus(agent.port());
 	const std::string series = "sluice_rule_dropped_packets_total{rule=\"flood\"}";
@@ -457,12 +452,7 @@ TEST_F(AgentEndToEnd, TheGrafanaDashboardQueriesOnlyMetricsTheAgentServes)
 		return e;
 	};
 
-	make_topology();
-	ASSERT_EQ(cli_dst({"attach", DST_IF, "--mode", "native", "--max-sources", "4096"}).exit_code, 0);
-	ASSERT_EQ(cli({"rule", "add", "10.201.0.0/24", "--rate", "1/min", "--burst", std::to_string(BURST), "--proto",
-		       "udp", "--name", "flood"})
-			  .exit_code,
-		  0);
+	ASSERT_NO_FATAL_FAILURE(attach_with_flood_rule());
 	ASSERT_EQ(cli({"rule", "add", "10.201.0.0/24", "--rate", "1/min", "--proto", "tcp", "--shadow", "--name", "watch"})
 			  .exit_code,
 		  0);

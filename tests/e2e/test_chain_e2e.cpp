@@ -16,6 +16,7 @@
 
 #include "chain.h"
 #include "chain_test_bpf.skel.h"
+#include "cli.h"
 #include "process.h"
 #include "sockaddr.h"
 
@@ -34,11 +35,7 @@ const VethPair TOPOLOGY{SRC_NS, DST_NS, SRC_IF, DST_IF, DST + "/16", {DENIED + "
 constexpr uint16_t OPEN_PORT = 8888, FILTERED_PORT = 7777; // chain_test.bpf.c drops 7777
 enum { SEEN, FILTERED, ROOT_EMPTY_SLOT };
 
-CommandResult cli_dst(std::vector<std::string> args)
-{
-	args.insert(args.begin(), {"nsenter", "--net=/run/netns/" + DST_NS, SLUICE_BIN});
-	return run_command(args);
-}
+CommandResult cli_dst(std::vector<std::string> args) { return cli_in(DST_NS, std::move(args)); }
 
 json status()
 {
@@ -105,7 +102,7 @@ protected:
 
 	void TearDown() override
 	{
-		run_command({"nsenter", "--net=/run/netns/" + DST_NS, SLUICE_BIN, "detach", "--all"});
+		cli_in(DST_NS, {"detach", "--all"});
 		run_command({"ip", "-n", DST_NS, "link", "set", "dev", DST_IF, "xdp", "off"});
 		unlink(ROOT_PIN.c_str());
 		unlink(JMP_PIN.c_str());

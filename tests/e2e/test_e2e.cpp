@@ -25,6 +25,7 @@
 #include <set>
 #include <sstream>
 
+#include "cli.h"
 #include "process.h"
 #include "sockaddr.h"
 
@@ -43,26 +44,8 @@ constexpr size_t PAYLOAD = 64;
 
 std::string pin_dir() { return "/sys/fs/bpf/sluice-e2e-" + std::to_string(getpid()); }
 
-CommandResult cli(std::vector<std::string> args)
-{
-	args.insert(args.begin(), SLUICE_BIN);
-	return run_command(args);
-}
-
-/// The CLI inside the receiving namespace: interfaces resolve there, while
-/// nsenter --net keeps the mount namespace, so bpffs pins stay shared.
-CommandResult cli_dst(std::vector<std::string> args)
-{
-	args.insert(args.begin(), {"nsenter", "--net=/run/netns/" + DST_NS, SLUICE_BIN});
-	return run_command(args);
-}
-
-json cli_json(std::vector<std::string> args)
-{
-	CommandResult r = cli(args);
-	EXPECT_EQ(r.exit_code, 0) << r.err;
-	return json::parse(r.out);
-}
+/// The CLI inside the receiving namespace.
+CommandResult cli_dst(std::vector<std::string> args) { return cli_in(DST_NS, std::move(args)); }
 
 void remove_topology()
 {

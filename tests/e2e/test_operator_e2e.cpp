@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "child.h"
+#include "cli.h"
 #include "process.h"
 #include "sockaddr.h"
 
@@ -34,56 +35,9 @@ const VethPair TOPOLOGY{SRC_NS, DST_NS, SRC_IF, DST_IF, DST + "/24", {SOURCE + "
 constexpr uint16_t UDP_PORT = 9000, IPERF_PORT = 5201;
 using Counts = std::pair<uint64_t, uint64_t>; ///< passed, dropped packets
 
-std::string pin_dir() { return "/sys/fs/bpf/sluice-e2e-op-" + std::to_string(getpid()); }
-std::string run_dir() { return "/tmp/sluice-e2e-op-run-" + std::to_string(getpid()); }
-
-CommandResult cli(std::vector<std::string> args)
-{
-	args.insert(args.begin(), SLUICE_BIN);
-	return run_command(args);
-}
-
-json cli_json(std::vector<std::string> args)
-{
-	CommandResult r = cli(args);
-	EXPECT_EQ(r.exit_code, 0) << r.err;
-	return r.exit_code == 0 ? json::parse(r.out) : json::object();
-}
-
-/// A rule's line of `stats --json`.
-json rule_line(const std::string &name)
-{
-	json s = cli_json({"stats", "--json"});
-	for (const auto &r : s["rules"])
-		if (r["name"] == name)
-			return r;
-	ADD_FAILURE() << "no rule " << name;
-	return json::object();
-}
-
-class OperatorEndToEnd : public ::testing::Test {
+class OperatorEndToEnd : public AttachedToVeth {
 protected:
-	void SetUp() override
-	{
-		ASSERT_EQ(geteuid(), 0u) << "end-to-end tests create namespaces and attach XDP: run as root";
-		setenv("SLUICE_PIN_DIR", pin_dir().c_str(), 1);
-		setenv("SLUICE_RUN_DIR", run_dir().c_str(), 1);
-		TOPOLOGY.remove(); // leftovers of an interrupted run
-		TOPOLOGY.create();
-		CommandResult r = run_command({"nsenter", "--net=/run/netns/" + DST_NS, SLUICE_BIN, "attach", DST_IF,
-					       "--mode", "native"});
-		ASSERT_EQ(r.exit_code, 0) << r.err;
-	}
-
-	void TearDown() override
-	{
-		cli({"detach", "--all"});
-		rmdir(pin_dir().c_str());
-		rmdir((pin_dir() + "-lock").c_str()); // the instance's lock, beside it
-		run_command({"rm", "-rf", run_dir()});
-		TOPOLOGY.remove();
-		unsetenv("SLUICE_RUN_DIR");
-	}
+	OperatorEndToEnd() : AttachedToVeth(TOPOLOGY, "sluice-e2e-op") {}
 };
 
 class TcpThroughAByteLimit : public OperatorEndToEnd {};
@@ -146,7 +100,7 @@ TEST_F(TcpThroughAByteLimit, OneFlowGetsNinetyPercentOfTenMbitWithTheDefaultBurs
 	EXPECT_GE(received, 0.9 * 10e6) << "one TCP flow through 10mbit got " << received / 1e6 << " Mbit/s ("
 					<< retransmits << " retransmits)";
 
-	json line = rule_line("tcp");
+	json line = stats_rule_line("tcp");
 	double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 	uint64_t passed = line["passed_bytes"];
 	// The bound of a token bucket, with a coarse-clock tick of slack.
@@ -174,13 +128,13 @@ TEST_F(ResetAndRelease, ThroughTheCli)
 	EXPECT_NE(r.out.find("counters zeroed: 0 rules, 1 bucket; buckets kept"), std::string::npos) << r.out;
 	EXPECT_EQ(source_counts(SOURCE), Counts(0, 0));
 	EXPECT_EQ(source_counts(SECOND), Counts(5, 5));
-	EXPECT_EQ(rule_line("lim")["dropped_packets"], 20u) << "the rule's line stays";
+	EXPECT_EQ(stats_rule_line("lim")["dropped_packets"], 20u) << "the rule's line stays";
 
 	// One rule: its buckets and its line; the global counters stay.
 	r = cli({"stats", "--reset", "--rule", "lim"});
 	ASSERT_EQ(r.exit_code, 0) << r.err;
 	EXPECT_EQ(source_counts(SECOND), Counts(0, 0));
-	EXPECT_EQ(rule_line("lim")["dropped_packets"], 0u);
+	EXPECT_EQ(stats_rule_line("lim")["dropped_packets"], 0u);
 	EXPECT_EQ(global_drops(), 20u);
 
 	// Buckets kept: still throttled, counted from zero.
@@ -289,7 +243,7 @@ TEST_F(ResetAndRelease, ARepeatOffenderBanned)
 	EXPECT_NE(r.out.find("verdict: drop (drop_ban)"), std::string::npos) << r.out;
 
 	// `sluice upgrade` (within this release) carries the ban, its end and its count.
-	r = run_command({"nsenter", "--net=/run/netns/" + DST_NS, SLUICE_BIN, "upgrade"});
+	r = cli_in(DST_NS, {"upgrade"});
 	ASSERT_EQ(r.exit_code, 0) << r.err;
 	bans = cli_json({"bans", "--json"});
 	ASSERT_EQ(bans.size(), 1u) << bans.dump();

@@ -29,6 +29,7 @@
 #include "packet.h"
 #include "cli.h"
 #include "process.h"
+#include "sockaddr.h"
 
 using nlohmann::json;
 using namespace sluice::test;
@@ -43,25 +44,8 @@ const VethPair TOPOLOGY{SRC_NS, DST_NS, SRC_IF, DST_IF, DST + "/24", {SOURCE + "
 			"02:00:00:00:00"};
 constexpr uint16_t SSH = 22;
 
-std::string pin_dir() { return "/sys/fs/bpf/selectors-e2e-" + std::to_string(getpid()); }
-std::string run_dir() { return "/tmp/selectors-e2e-run-" + std::to_string(getpid()); }
-
-json rule_line(const std::string &name)
-{
-	CommandResult r = cli({"stats", "--json"});
-	EXPECT_EQ(r.exit_code, 0) << r.err;
-	if (r.exit_code)
-		return json::object();
-	json stats = json::parse(r.out);
-	for (const auto &line : stats["rules"])
-		if (line["name"] == name)
-			return line;
-	ADD_FAILURE() << "no rule " << name;
-	return json::object();
-}
-
-uint64_t passed(const std::string &name) { return rule_line(name).value("passed_packets", uint64_t(0)); }
-uint64_t dropped(const std::string &name) { return rule_line(name).value("dropped_packets", uint64_t(0)); }
+uint64_t passed(const std::string &name) { return stats_rule_line(name).value("passed_packets", uint64_t(0)); }
+uint64_t dropped(const std::string &name) { return stats_rule_line(name).value("dropped_packets", uint64_t(0)); }
 
 /// The `sluice ...` lines of the code block under heading `## TITLE` of
 /// docs/recipes.md, split at spaces, without the leading "sluice" and a
@@ -230,61 +214,12 @@ SshRun ssh_session_then_five_connections(int segments)
 	return r;
 }
 
-/// Writes frames on the sender's veth from an AF_PACKET socket; returns how many went out.
-int send_frames(const std::vector<std::vector<uint8_t>> &frames)
-{
-	int pipefd[2];
-	EXPECT_EQ(pipe(pipefd), 0);
-	in_netns(SRC_NS, [&]() {
-		close(pipefd[0]);
-		int fd = socket(AF_PACKET, SOCK_RAW, 0);
-		int sent = 0;
-		if (fd >= 0) {
-			sockaddr_ll to{};
-			to.sll_family = AF_PACKET;
-			to.sll_ifindex = static_cast<int>(if_nametoindex(SRC_IF.c_str()));
-			to.sll_halen = 6;
-			uint8_t mac[6] = {0x02, 0, 0, 0, 0, 2};
-			std::memcpy(to.sll_addr, mac, 6);
-			for (const auto &f : frames) {
-				sent += sendto(fd, f.data(), f.size(), 0, reinterpret_cast<sockaddr *>(&to), sizeof(to)) ==
-					static_cast<ssize_t>(f.size());
-				if (sent % 16 == 0)
-					usleep(1000); // let the receiving ring drain
-			}
-		}
-		return write(pipefd[1], &sent, sizeof(sent)) == sizeof(sent) ? 0 : 1;
-	});
-	close(pipefd[1]);
-	int sent = -1;
-	EXPECT_EQ(read(pipefd[0], &sent, sizeof(sent)), static_cast<ssize_t>(sizeof(sent)));
-	close(pipefd[0]);
-	return sent;
-}
+/// Writes frames on the sender's veth; returns how many went out.
+int send_frames(const std::vector<std::vector<uint8_t>> &frames) { return send_frames_in(SRC_NS, SRC_IF, frames); }
 
-class Selectors : public ::testing::Test {
+class Selectors : public AttachedToVeth {
 protected:
-	void SetUp() override
-	{
-		ASSERT_EQ(geteuid(), 0u) << "end-to-end tests create namespaces and attach XDP: run as root";
-		setenv("SLUICE_PIN_DIR", pin_dir().c_str(), 1);
-		setenv("SLUICE_RUN_DIR", run_dir().c_str(), 1);
-		TOPOLOGY.remove();
-		TOPOLOGY.create();
-		CommandResult r = run_command({"nsenter", "--net=/run/netns/" + DST_NS, SLUICE_BIN, "attach", DST_IF,
-					       "--mode", "native"});
-		ASSERT_EQ(r.exit_code, 0) << r.err;
-	}
-
-	void TearDown() override
-	{
-		cli({"detach", "--all"});
-		rmdir(pin_dir().c_str());
-		rmdir((pin_dir() + "-lock").c_str());
-		run_command({"rm", "-rf", run_dir()});
-		TOPOLOGY.remove();
-		unsetenv("SLUICE_RUN_DIR");
-	}
+	Selectors() : AttachedToVeth(TOPOLOGY, "selectors-e2e") {}
 
 	void add(const std::vector<std::string> &args)
 	{
@@ -310,7 +245,7 @@ TEST_F(Selectors, ASynLimitPassesASessionWholeAndDropsTheSixthConnection)
 		<< "connections 2-5 open, the sixth within the minute does not";
 	EXPECT_EQ(passed("ssh-new"), 5u) << "the rule saw five connection attempts pass";
 	EXPECT_GE(dropped("ssh-new"), 1u) << "and dropped the sixth's SYN (and its retries)";
-	json line = rule_line("ssh-new");
+	json line = stats_rule_line("ssh-new");
 	EXPECT_EQ(line["tcp_flags"], "syn,ack=syn");
 	EXPECT_EQ(line["proto"], "tcp");
 }
@@ -532,8 +467,7 @@ TEST_F(Selectors, MaxBansIsATableSize)
 {
 	ASSERT_EQ(cli({"detach", "--all"}).exit_code, 0);
 	auto attach = [](const std::string &n) {
-		return run_command({"nsenter", "--net=/run/netns/" + DST_NS, SLUICE_BIN, "attach", DST_IF, "--mode",
-				    "native", "--max-bans", n});
+		return cli_in(DST_NS, {"attach", DST_IF, "--mode", "native", "--max-bans", n});
 	};
 	CommandResult r = attach("8");
 	ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -542,16 +476,16 @@ TEST_F(Selectors, MaxBansIsATableSize)
 	EXPECT_EQ(json::parse(r.out)["max_bans"], 8u);
 	r = cli({"status"});
 	EXPECT_NE(r.out.find("bans: 0 of 8\n"), std::string::npos) << r.out;
-	r = run_command({"nsenter", "--net=/run/netns/" + DST_NS, SLUICE_BIN, "export"});
+	r = cli_in(DST_NS, {"export"});
 	ASSERT_EQ(r.exit_code, 0) << r.err;
 	EXPECT_NE(r.out.find("tables:\n  max_bans: 8\n"), std::string::npos) << r.out;
 	std::string policy = run_dir() + "-policy.yaml";
 	std::ofstream(policy) << r.out;
-	CommandResult applied = run_command({"nsenter", "--net=/run/netns/" + DST_NS, SLUICE_BIN, "apply", policy});
+	CommandResult applied = cli_in(DST_NS, {"apply", policy});
 	EXPECT_EQ(applied.exit_code, 0) << applied.err;
 	EXPECT_EQ(applied.out, "no changes\n");
 	unlink(policy.c_str());
-	r = run_command({"nsenter", "--net=/run/netns/" + DST_NS, SLUICE_BIN, "detach", DST_IF});
+	r = cli_in(DST_NS, {"detach", DST_IF});
 	ASSERT_EQ(r.exit_code, 0) << r.err; // the program stays loaded, its tables with it
 	r = attach("16");
 	EXPECT_EQ(r.exit_code, 1);

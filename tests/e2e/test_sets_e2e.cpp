@@ -30,8 +30,6 @@ const VethPair TOPOLOGY{SRC_NS, DST_NS, SRC_IF, DST_IF, DST + "/24", {SOURCE + "
 			"02:00:00:00:0c"};
 constexpr uint16_t UDP_PORT = 9000;
 
-std::string pin_dir() { return "/sys/fs/bpf/sluice-e2e-sets-" + std::to_string(getpid()); }
-std::string run_dir() { return "/tmp/sluice-e2e-sets-run-" + std::to_string(getpid()); }
 std::string work_dir() { return "/tmp/sluice-e2e-sets-work-" + std::to_string(getpid()); }
 
 /// The shell block of docs/operations.md whose first comment line is
@@ -87,29 +85,20 @@ std::string read_file(const std::string &path)
 	return s.str();
 }
 
-class BlocklistRecipe : public ::testing::Test {
+class BlocklistRecipe : public AttachedToVeth {
 protected:
+	BlocklistRecipe() : AttachedToVeth(TOPOLOGY, "sluice-e2e-sets") {}
+
 	void SetUp() override
 	{
-		ASSERT_EQ(geteuid(), 0u) << "end-to-end tests create namespaces and attach XDP: run as root";
-		setenv("SLUICE_PIN_DIR", pin_dir().c_str(), 1);
-		setenv("SLUICE_RUN_DIR", run_dir().c_str(), 1);
-		TOPOLOGY.remove(); // leftovers of an interrupted run
-		TOPOLOGY.create();
 		std::filesystem::create_directories(work_dir());
-		CommandResult r = run_command({"nsenter", "--net=/run/netns/" + DST_NS, SLUICE_BIN, "attach", DST_IF,
-					       "--mode", "native"});
-		ASSERT_EQ(r.exit_code, 0) << r.err;
+		AttachedToVeth::SetUp();
 	}
 
 	void TearDown() override
 	{
-		cli({"detach", "--all"});
-		rmdir(pin_dir().c_str());
-		rmdir((pin_dir() + "-lock").c_str());
-		run_command({"rm", "-rf", run_dir(), work_dir()});
-		TOPOLOGY.remove();
-		unsetenv("SLUICE_RUN_DIR");
+		AttachedToVeth::TearDown();
+		std::filesystem::remove_all(work_dir());
 	}
 
 	/// Sends `count` datagrams from `src`; returns how many the rule dropped.
@@ -120,17 +109,7 @@ protected:
 		return drops() - before;
 	}
 
-	static uint64_t drops()
-	{
-		CommandResult r = cli({"stats", "--json"});
-		EXPECT_EQ(r.exit_code, 0) << r.err;
-		json s = json::parse(r.out);
-		for (const auto &line : s["rules"])
-			if (line["name"] == "drop")
-				return line["dropped_packets"];
-		ADD_FAILURE() << "no rule drop in " << r.out;
-		return 0;
-	}
+	static uint64_t drops() { return stats_rule_line("drop").value("dropped_packets", uint64_t(0)); }
 };
 
 } // namespace

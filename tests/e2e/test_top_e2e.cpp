@@ -43,11 +43,7 @@ constexpr double TOLERANCE = 0.2;
 const std::string TMUX_SOCKET = "sltop-" + std::to_string(getpid());
 const std::string SESSION = "sltop";
 
-CommandResult cli_dst(std::vector<std::string> args)
-{
-	args.insert(args.begin(), {"nsenter", "--net=/run/netns/" + DST_NS, SLUICE_BIN});
-	return run_command(args);
-}
+CommandResult cli_dst(std::vector<std::string> args) { return cli_in(DST_NS, std::move(args)); }
 
 CommandResult tmux(std::vector<std::string> args)
 {

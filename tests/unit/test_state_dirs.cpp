@@ -38,18 +38,6 @@ private:
 	bool had_ = false;
 };
 
-/// `path` as one directory is spelled once: no repeated or trailing slash.
-std::string canonical(const std::string &path)
-{
-	std::string out;
-	for (char c : path)
-		if (c != '/' || out.empty() || out.back() != '/')
-			out += c;
-	while (out.size() > 1 && out.back() == '/')
-		out.pop_back();
-	return out;
-}
-
 } // namespace
 
 TEST(RunDir, TheDefaultInstanceKeepsRunSluiceAndAnotherUnderSysFsBpfIsNamedAfterIt)
@@ -68,7 +56,8 @@ TEST(RunDir, TheDefaultInstanceKeepsRunSluiceAndAnotherUnderSysFsBpfIsNamedAfter
 // bpffs names take no dots; a pin directory anywhere else gets its path's
 // hash after a dot. Generated pin directories: names of the letters bpffs
 // takes, at depths 1 to 3, under /sys/fs/bpf and under other mounts, with
-// the same names in several places, spelled with stray slashes too.
+// the same names in several places, spelled with stray slashes too: each
+// spelling of one directory has the same run directory.
 TEST(RunDir, NoTwoPinDirectoriesShareARunDirectory)
 {
 	NoRunDirVariable guard;
@@ -81,19 +70,27 @@ TEST(RunDir, NoTwoPinDirectoriesShareARunDirectory)
 			n += letters[rng() % letters.size()];
 		return n;
 	};
-	std::map<std::string, std::string> owner; // run directory -> the pin directory it serves
+	std::map<std::string, std::string> owner;  // run directory -> the pin directory it serves
+	std::map<std::string, std::string> run_of; // pin directory -> its run directory
 	for (int i = 0; i < 200000; i++) {
-		std::string pin = roots[rng() % roots.size()];
-		for (size_t depth = 1 + rng() % 3; depth; depth--)
-			pin += (rng() % 8 ? "/" : "//") + name();
+		// `dir` is the directory meant, spelled once; `pin` spells it as
+		// given, with a stray slash here and there.
+		std::string dir = roots[rng() % roots.size()], pin = dir;
+		for (size_t depth = 1 + rng() % 3; depth; depth--) {
+			const std::string slash = rng() % 8 ? "/" : "//", n = name();
+			dir += "/" + n;
+			pin += slash + n;
+		}
 		if (rng() % 8 == 0)
 			pin += "/";
 		std::string run = run_dir_for(pin);
 		ASSERT_EQ(run.rfind("/run/sluice", 0), 0u) << pin << " -> " << run;
 		ASSERT_EQ(run.find('/', 5), std::string::npos) << "one directory under /run: " << pin << " -> " << run;
-		auto [it, fresh] = owner.emplace(run, canonical(pin));
-		ASSERT_EQ(it->second, canonical(pin)) << "two pin directories share " << run;
-		if (canonical(pin) == "/sys/fs/bpf/sluice")
+		auto [it, fresh] = owner.emplace(run, dir);
+		ASSERT_EQ(it->second, dir) << "two pin directories share " << run << " (" << pin << ")";
+		auto [first, new_dir] = run_of.emplace(dir, run);
+		ASSERT_EQ(first->second, run) << "two spellings of " << dir << " have two run directories (" << pin << ")";
+		if (dir == "/sys/fs/bpf/sluice")
 			ASSERT_EQ(run, "/run/sluice");
 		else
 			ASSERT_NE(run, "/run/sluice") << pin;

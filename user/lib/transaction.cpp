@@ -294,32 +294,22 @@ void copy_rule_entries(const MappedArray &rules, const MappedArray &infos, uint3
 InstalledRule edited(const InstalledRule &r, const RuleEdit &e, uint32_t &next_id)
 {
 	RuleSpec spec = r.spec;
-	if (e.name)
-		spec.name = *e.name;
-	if (e.rate)
-		spec.rate = *e.rate;
-	if (e.algo)
-		spec.algo = *e.algo;
+	spec.name = e.name.value_or(spec.name);
+	spec.rate = e.rate.value_or(spec.rate);
+	spec.algo = e.algo.value_or(spec.algo);
 	bool default_burst_before = r.spec.action == Action::limit && r.spec.has_burst() &&
 				    r.spec.burst == default_burst(r.spec.rate);
 	if (e.burst)
 		spec.burst = *e.burst;
 	else if (!spec.has_burst() || default_burst_before)
 		spec.burst = 0; // no burst for a window; a default burst follows the rate
-	if (e.warmup_ns)
-		spec.warmup_ns = *e.warmup_ns;
-	if (e.shadow)
-		spec.shadow = *e.shadow;
-	if (e.layered)
-		spec.layered = *e.layered;
-	if (e.per_prefix)
-		spec.per_prefix = *e.per_prefix;
-	if (e.scope)
-		spec.scope = *e.scope;
-	if (e.ban.ns)
-		spec.ban.ns = *e.ban.ns;
-	if (e.ban.after)
-		spec.ban.after = *e.ban.after;
+	spec.warmup_ns = e.warmup_ns.value_or(spec.warmup_ns);
+	spec.shadow = e.shadow.value_or(spec.shadow);
+	spec.layered = e.layered.value_or(spec.layered);
+	spec.per_prefix = e.per_prefix.value_or(spec.per_prefix);
+	spec.scope = e.scope.value_or(spec.scope);
+	spec.ban.ns = e.ban.ns.value_or(spec.ban.ns);
+	spec.ban.after = e.ban.after.value_or(spec.ban.after);
 	if (!spec.ban.ns)
 		spec.ban.after = 0; // the ban removed: its threshold with it
 	if (e.fallback)
