@@ -994,6 +994,10 @@ static inline __u64 sluice_grant_taken(__u64 record, __u16 gen)
 }
 
 #define SLUICE_OWED_MAX 32
+/* algo.gcra.full_at's bit 0 (its clocks are even): the write that noted it
+ * refilled the bucket surely, every CPU's account and doubt included (see
+ * below), and GCRA forgot every charge made before it. */
+#define SLUICE_OWED_SURE 1ULL
 /* A CPU that finds another's write keeps owing for this long after. */
 #define SLUICE_OWED_SHARED_NS 1000000ULL
 

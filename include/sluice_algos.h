@@ -326,7 +326,7 @@ SLUICE_RULE_INLINE int sluice_decide_locked(union sluice_algo_state *s, const st
  */
 SLUICE_RULE_INLINE int sluice_owed_uncertain(const struct sluice_owed *o, __u64 w, __u64 off, __u64 full_t)
 {
-	return w != o->written && (__s64)(o->written - off - full_t) < 0;
+	return w != o->written && (__s64)(o->written - off - (full_t & ~SLUICE_OWED_SURE)) < 0;
 }
 
 /*
@@ -336,7 +336,9 @@ SLUICE_RULE_INLINE int sluice_owed_uncertain(const struct sluice_owed *o, __u64 
  * as if at its own times, max(arrival time, since) + ticks. Where it cannot,
  * which came first is unknown, so only what is certain is written,
  * max(arrival time, since + ticks), and the rest is doubt (*doubt): no packet
- * is behind it, and it is never charged to one.
+ * is behind it, and it is never charged to one. Where the latest of those
+ * writes refilled the bucket surely (SLUICE_OWED_SURE), GCRA forgot the
+ * account with every charge before it: nothing is written, and no doubt kept.
  */
 SLUICE_RULE_INLINE __u64 sluice_owed_settled_word(const struct sluice_owed *o, __u64 w, __u64 off, __u64 full_t,
 					     __u64 *doubt)
@@ -346,6 +348,9 @@ SLUICE_RULE_INLINE __u64 sluice_owed_settled_word(const struct sluice_owed *o, _
 	if (!sluice_owed_uncertain(o, w, off, full_t)) {
 		*doubt = 0;
 		c = ((__s64)(tat - o->since) > 0 ? tat : o->since) + o->ticks;
+	} else if (full_t & SLUICE_OWED_SURE) {
+		*doubt = 0;
+		return w;
 	} else {
 		*doubt = o->ticks;
 		c = o->since + o->ticks;

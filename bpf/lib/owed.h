@@ -14,22 +14,60 @@
  * sluice_owed_settled_word) is in include/sluice_algos.h: `sluice upgrade`
  * settles the old program's accounts with the same functions. */
 
-/* Before a write of the word of GCRA-form bucket `st` that decided on its
+/* Possible CPUs, set by the controller when it loads the program (0: not
+ * set): the bucket of one source is named by at most one owed slot per CPU. */
+const volatile __u32 sluice_owed_cpus = 0;
+
+/* Before a write of the word of GCRA-form bucket `st` that decided on the
  * arrival time `tat` at the clock `t` (ticks): where the write finds the
- * bucket full, it notes `t` in algo.gcra.full_at (if later), so that an
- * account made on an earlier word is not written as if stacked on it (struct
- * sluice_owed) by a CPU whose clock reads earlier. */
+ * bucket full, it notes `t` in algo.gcra.full_at (if later; rounded up to
+ * even, bit 0 being SLUICE_OWED_SURE), so that an account made on an earlier
+ * word is not written as if stacked on it (struct sluice_owed). By
+ * compare-and-swap: two CPUs noting at once keep the later clock. */
 static __always_inline void owed_note_full(struct sluice_source_state *st, __u64 tat, __u64 t)
 {
-	if ((__s64)(tat - t) < 0 && (__s64)(t - sluice_load_relaxed(&st->algo.gcra.full_at)) > 0)
-		sluice_store_relaxed(&st->algo.gcra.full_at, t);
+	__u64 f, n = (t + 1) & ~SLUICE_OWED_SURE;
+	int i;
+
+	if ((__s64)(tat - t) >= 0)
+		return;
+	f = sluice_load_relaxed(&st->algo.gcra.full_at);
+	for (i = 0; i < 2 && (__s64)(n - (f & ~SLUICE_OWED_SURE)) > 0; i++)
+		f = sluice_cas(&st->algo.gcra.full_at, f, n) == f ? n : sluice_load_relaxed(&st->algo.gcra.full_at);
 }
 
-/* The clock an account of bucket `st` settles against (sluice_owed_uncertain):
- * the latest clock a write found the bucket full at. Every write that may
- * find it full notes its clock there before it lands (owed_note_full), so an
- * account whose word's arrival time is not behind it was stacked on by no
- * write that refilled the bucket from a clock: writing it on top is exact. */
+/* After a write of `st` decided on the arrival time `tat` at the clock `t`
+ * landed (owed_note_full noted `t` before it): where it refilled the bucket
+ * of one source (rule `rule`) surely, its note is marked SLUICE_OWED_SURE.
+ * Done by sluice_charge_owed's writes (owed_write_pass), which a bucket
+ * charged from several CPUs takes: the fast path's and the walk's frames
+ * have no room for it, and their refills are left unmarked (doubt, as
+ * before, where one comes between an account and its settling).
+ * Surely: the bucket with every account and doubt of every CPU's slot (one
+ * per CPU, each at most SLUICE_OWED_MAX packets' and an eighth of the
+ * capacity's charges) would have been full at `t` too, so GCRA fed every pass
+ * made refilled it as the write did, and forgot every charge before it. */
+static __always_inline void owed_mark_sure(struct sluice_source_state *st, const struct sluice_rule *rule,
+					   __u64 tat, __u64 t)
+{
+	__u64 n = (t + 1) & ~SLUICE_OWED_SURE, most = rule->bucket.capacity / 8, p;
+
+	if (!sluice_owed_cpus || rule->per_prefix != 32 || (__s64)(tat - t) >= 0)
+		return;
+	if (rule->unit == SLUICE_UNIT_PACKETS) {
+		p = SLUICE_OWED_MAX * sluice_rule_cost_ticks(rule, 1);
+		most = p < most ? p : most;
+	}
+	if (t - tat > most * sluice_owed_cpus)
+		sluice_cas(&st->algo.gcra.full_at, n, n | SLUICE_OWED_SURE);
+}
+
+/* What an account of bucket `st` settles against (sluice_owed_uncertain):
+ * the latest clock a write found the bucket full at, with SLUICE_OWED_SURE
+ * where that write refilled it surely. Every write that may find it full
+ * notes its clock there before it lands (owed_note_full), so an account
+ * whose word's arrival time is not behind it was stacked on by no write that
+ * refilled the bucket from a clock: writing it on top is exact. */
 static __always_inline __u64 owed_settle_clock(struct sluice_source_state *st)
 {
 	return sluice_load_relaxed(&st->algo.gcra.full_at);
@@ -213,11 +251,13 @@ static __always_inline __u64 owed_pay_word(struct sluice_owed *o, struct sluice_
 }
 
 /* Writes a pass, with what owed slot `o` holds, as `written` over the word
- * `w` of bucket `st` (generation `gen`, arrival time `tat` before): what the
- * compare-and-swap found, `w` where it landed; then the slot owes nothing
- * but doubt not yet spent. */
+ * `w` of bucket `st` (generation `gen`, arrival time `tat` before; the pass
+ * decided on `eff` under `rule`): what the compare-and-swap found, `w` where
+ * it landed; then the slot owes nothing but doubt not yet spent, and a sure
+ * refill is marked (owed_mark_sure). */
 static __always_inline __u64 owed_write_pass(struct sluice_owed *o, struct sluice_source_state *st, __u16 gen,
-					     __u64 w, __u64 written, __u64 tat, __u64 now_t)
+					     __u64 w, __u64 written, __u64 tat, __u64 now_t,
+					     const struct sluice_rule *rule, __u64 eff)
 {
 	__u64 old, doubt;
 
@@ -226,6 +266,7 @@ static __always_inline __u64 owed_write_pass(struct sluice_owed *o, struct sluic
 		owed_note_full(st, tat, o->since);
 	old = sluice_cas(&st->word, w, written);
 	if (old == w) {
+		owed_mark_sure(st, rule, eff, now_t);
 		doubt = o->packets ? 0 : o->ticks;
 		settle_owed(o, &st->cnt, gen, written);
 		o->ticks = doubt;
@@ -317,7 +358,7 @@ __noinline int sluice_charge_owed(struct sluice_source_state *st, struct sluice_
 			sluice_way_touch(t, req->way, req->want, req->now, req->full);
 			return BUCKET_PASS;
 		}
-		old = owed_write_pass(o, st, (__u16)req->count_gen, w, next + off, tat, now_t);
+		old = owed_write_pass(o, st, (__u16)req->count_gen, w, next + off, tat, now_t, rule, eff);
 		if (old == w) {
 			res = BUCKET_PASS;
 			break;

@@ -379,6 +379,59 @@ TEST(Owed, AnAccountIsStackedWhenNoWriteFoundTheBucketFull)
 	pin(0);
 }
 
+// A write that refills the bucket of one source surely (the bucket with
+// every CPU's account, at most an account's worth per CPU, would have been
+// full too) marks its note: GCRA fed every pass made refilled it as well and
+// forgot every charge before it, so an account made before it is settled
+// without writing anything and without doubt. Held as doubt, it kept the CPU
+// writing the shared word at every pass until the bucket filled up again.
+TEST(Owed, AnAccountBeforeASureRefillIsForgottenWithoutDoubt)
+{
+	ASSERT_EQ(geteuid(), 0u) << "loads a real XDP program: run as root";
+	ASSERT_GE(sysconf(_SC_NPROCESSORS_ONLN), 2) << "this test needs two CPUs";
+	RuleSpec r = gcra_rule("1000000/s", 1000); // 1 us a packet; an account holds at most 32
+	Replayer kernel(r);
+	RuleTable table(kernel.maps());
+	Truth truth(table.datapath_rule(table.find(r.name).slot));
+	const uint64_t inc_ns = truth.inc >> SLUICE_TICK_SHIFT, t0 = T0, t1 = T0 + 500 * inc_ns;
+	const std::vector<uint8_t> fast = build_packet({.src = "10.0.0.1"});
+	int false_drops = 0, false_passes = 0;
+	auto send = [&](int cpu, uint64_t t, int n) {
+		pin(cpu);
+		kernel.set_clocks({t, t});
+		int passed = 0;
+		for (int i = 0; i < n; i++) {
+			bool conforms = truth.conforms(t);
+			bool pass = run_frame(kernel.prog_fd(), fast) == XDP_PASS;
+			truth.pass(t, pass);
+			false_drops += !pass && conforms;
+			false_passes += pass && !conforms;
+			passed += pass;
+		}
+		return passed;
+	};
+	// Each CPU finds the other's write, and both hold an account at t0.
+	ASSERT_EQ(send(0, t0, 1), 1); // the walk makes the bucket
+	ASSERT_EQ(send(1, t0, 1), 1); // written
+	ASSERT_EQ(send(0, t0, 1), 1); // written
+	ASSERT_EQ(send(1, t0, 1), 1); // CPU 1 finds CPU 0's write: on account
+	ASSERT_EQ(send(0, t0, 1), 1); // written
+	ASSERT_EQ(send(1, t0, 40), 40); // CPU 1 writes its account at 32, then owes again
+	ASSERT_EQ(send(0, t0, 1), 1);   // CPU 0 finds that write: on account
+	const uint64_t owed = owed_passes(kernel.maps());
+	ASSERT_GE(owed, 2u) << "each CPU holds an account";
+	// 500 packets' time later the bucket, with both accounts, is full: CPU 0
+	// writes its account and a pass from the clock, a sure refill.
+	ASSERT_EQ(send(0, t1, 1), 1);
+	// CPU 1's account came before it: forgotten, as GCRA forgot it. CPU 1
+	// then passes what GCRA over every pass made leaves, and holds no doubt.
+	EXPECT_EQ(send(1, t1, 1200), 999);
+	EXPECT_EQ(false_drops, 0) << "a packet within the limit is dropped";
+	EXPECT_EQ(false_passes, 0) << "a packet beyond GCRA over the passes made is passed";
+	EXPECT_EQ(owed_doubt(kernel.maps()), 0u) << "ticks held as doubt";
+	pin(0);
+}
+
 // Issue 26, Required 4: two CPUs, the fast path, the walk, the memo, accounts
 // and their doubt, rule edits, and a clock that stands, steps, jumps an hour
 // ahead or back: 10 million packets in batches, each batch from one CPU at

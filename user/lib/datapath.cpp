@@ -350,7 +350,7 @@ LoadedProgram::LoadedProgram(ObjectImage image, const TableSizes &sizes) : image
 	// The maps alone: the program is loaded by load_program, from a second
 	// opening of the image that takes these maps.
 	bpf_program__set_autoload(bpf_object__find_program_by_name(tables_, SLUICE_STR(SLUICE_PROG_NAME)), false);
-	set_tick_clock(tables_); // the program takes these maps, its read-only data too
+	set_load_constants(tables_); // the program takes these maps, its read-only data too
 	int err = bpf_object__load(tables_);
 	if (err)
 		throw_errno("cannot create the program's tables", err);

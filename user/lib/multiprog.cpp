@@ -81,7 +81,7 @@ void attach_through_dispatcher(const MapSet &maps, uint32_t ifindex, const std::
 		throw_errno("cannot open the embedded BPF object", errno);
 	// libxdp does not close an object it was given: closed last, here.
 	std::unique_ptr<struct bpf_object, void (*)(struct bpf_object *)> owned_obj(obj, bpf_object__close);
-	set_tick_clock(obj);
+	set_load_constants(obj);
 	maps.for_each([obj](const char *name, int fd) {
 		struct bpf_map *m = bpf_object__find_map_by_name(obj, name);
 		if (!m || bpf_map__reuse_fd(m, fd))

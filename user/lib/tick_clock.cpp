@@ -78,7 +78,7 @@ struct sluice_tick_clock calibrate_tick_clock()
 	return *clk;
 }
 
-void set_tick_clock(struct bpf_object *obj)
+void set_load_constants(struct bpf_object *obj)
 {
 	struct bpf_map *rodata = bpf_object__find_map_by_name(obj, ".rodata");
 	const struct btf *btf = bpf_object__btf(obj);
@@ -87,26 +87,38 @@ void set_tick_clock(struct bpf_object *obj)
 	const void *initial = rodata ? bpf_map__initial_value(rodata, &size) : nullptr;
 	if (sec < 0 || !initial)
 		return;
+	std::vector<char> data(static_cast<const char *>(initial), static_cast<const char *>(initial) + size);
+	bool changed = false;
 	const struct btf_type *t = btf__type_by_id(btf, sec);
 	const struct btf_var_secinfo *v = btf_var_secinfos(t);
 	for (int i = 0; i < btf_vlen(t); i++, v++) {
 		const struct btf_type *var = btf__type_by_id(btf, v->type);
-		if (std::strcmp(btf__name_by_offset(btf, var->name_off), "sluice_tick_clock") != 0 ||
-		    v->size != sizeof(struct sluice_tick_clock) || v->offset + v->size > size)
+		const std::string_view name = btf__name_by_offset(btf, var->name_off);
+		if (v->offset + v->size > size)
 			continue;
-		std::vector<char> data(static_cast<const char *>(initial), static_cast<const char *>(initial) + size);
-		// A calibration fails its check when this thread is preempted
-		// between the last sample and the coarse clock's reading (CI saw
-		// the program fall back to the kernel's coarse clock once): try
-		// again before falling back.
-		struct sluice_tick_clock clk = {};
-		for (int attempt = 0; attempt < 3 && !clk.tick_ns; attempt++)
-			clk = calibrate_tick_clock();
-		std::memcpy(data.data() + v->offset, &clk, sizeof(clk));
-		if (int err = bpf_map__set_initial_value(rodata, data.data(), size))
-			throw_errno("cannot set the program's clock", err);
-		return;
+		if (name == "sluice_tick_clock" && v->size == sizeof(struct sluice_tick_clock)) {
+			// A calibration fails its check when this thread is preempted
+			// between the last sample and the coarse clock's reading (CI saw
+			// the program fall back to the kernel's coarse clock once): try
+			// again before falling back.
+			struct sluice_tick_clock clk = {};
+			for (int attempt = 0; attempt < 3 && !clk.tick_ns; attempt++)
+				clk = calibrate_tick_clock();
+			std::memcpy(data.data() + v->offset, &clk, sizeof(clk));
+			changed = true;
+		} else if (name == "sluice_owed_cpus" && v->size == sizeof(__u32)) {
+			int cpus = libbpf_num_possible_cpus();
+			if (cpus < 0)
+				throw_errno("cannot count the possible CPUs", cpus);
+			const __u32 n = static_cast<__u32>(cpus);
+			std::memcpy(data.data() + v->offset, &n, sizeof(n));
+			changed = true;
+		}
 	}
+	if (!changed)
+		return;
+	if (int err = bpf_map__set_initial_value(rodata, data.data(), size))
+		throw_errno("cannot set the program's constants", err);
 }
 
 uint64_t program_coarse_floor_ns()

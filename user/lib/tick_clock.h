@@ -35,11 +35,12 @@ std::optional<struct sluice_tick_clock> tick_clock_from(const std::vector<TickSa
 /// if the probe cannot run or its answer strays more than two ticks from that clock.
 struct sluice_tick_clock calibrate_tick_clock();
 
-/// Sets the coarse clock's constants in an opened, not yet loaded object's
-/// read-only data, calibrated now (calibrate_tick_clock); nothing for a build
-/// without them (the test-clock build). Every loader of the program calls it:
-/// the program and the libxdp dispatcher's copy read the same clock.
-void set_tick_clock(struct bpf_object *obj);
+/// Sets the constants in an opened, not yet loaded object's read-only data:
+/// the coarse clock's, calibrated now (calibrate_tick_clock; nothing for a
+/// build without them, the test-clock build), and the number of possible
+/// CPUs (sluice_owed_cpus, bpf/lib/owed.h). Every loader of the program calls
+/// it: the program and the libxdp dispatcher's copy read the same clock.
+void set_load_constants(struct bpf_object *obj);
 
 /// The program's coarse clock read from userspace, never later than it
 /// reads: the earlier of CLOCK_MONOTONIC_COARSE (which a program loaded

@@ -367,7 +367,7 @@ void flush_caches(CarriedState &s, uint64_t now_ns)
 			continue; // evicted: its charges and counts went with it, as in the program
 		__u64 doubt = 0;
 		// The later of the latest clock a write found the bucket full at and this one.
-		const __u64 full_t = std::max<__u64>(b->algo.gcra.full_at, now_t);
+		const __u64 full_t = std::max<__u64>(b->algo.gcra.full_at & ~SLUICE_OWED_SURE, now_t);
 		b->word = sluice_owed_settled_word(&o, b->word, b->algo.gcra.off, full_t, &doubt);
 		add_count(b->cnt.passed_packets, name.gen, o.packets);
 		add_count(b->cnt.passed_bytes, name.gen, o.bytes);
