@@ -902,7 +902,15 @@ SLUICE_ASSERT_SIZE(struct sluice_pending_drops, 128);
  * part: a CPU may read a clock earlier, or later, than another CPU that wrote
  * before it.) Past that, which came first is unknown, so only what is
  * certain is written, max(arrival time, since +
- * ticks); the rest is doubt, kept in `ticks` with `packets` 0. Doubt is never
+ * ticks); the rest is doubt, kept in `ticks` with `packets` 0, unless the
+ * latest of those writes refilled the bucket surely: a write of an account
+ * (sluice_charge_owed) to the bucket of one source whose clock is past the
+ * arrival time it decided on by more than an account's most for every CPU
+ * (sluice_owed_cpus) marks its note SLUICE_OWED_SURE once it has landed.
+ * GCRA fed every pass made stood below that clock too (see the argument
+ * below: G <= A + every slot's account or doubt), so it refilled as well and
+ * forgot every charge before it: such an account is settled by writing
+ * nothing, and leaves no doubt. Doubt is never
  * charged to a packet, the slot owes nothing new while it holds it, and it
  * is forgotten at a write once max(arrival time, since) + ticks is behind
  * the clock (the bucket with it would be full).
