@@ -418,18 +418,12 @@ std::string format_seconds(uint64_t ns)
 	return std::to_string((ns + 999999999ULL) / 1000000000ULL) + "s";
 }
 
-/// A CLOCK_MONOTONIC time as UTC wall-clock time, to the second.
+/// A CLOCK_MONOTONIC time, past or future, as UTC wall-clock time, to the second.
 std::string format_monotonic(uint64_t mono_ns, uint64_t mono_now)
 {
 	struct timespec real = {};
 	clock_gettime(CLOCK_REALTIME, &real);
-	int64_t wall = int64_t(real.tv_sec) - int64_t((mono_now - mono_ns) / 1000000000ULL);
-	time_t t = time_t(wall);
-	struct tm tm = {};
-	gmtime_r(&t, &tm);
-	char buf[32];
-	strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	return buf;
+	return monotonic_to_utc(mono_ns, mono_now, int64_t(real.tv_sec));
 }
 
 /// `sluice bans`: the bans in force, with the rule that banned each.
