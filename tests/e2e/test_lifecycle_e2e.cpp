@@ -1097,14 +1097,14 @@ TEST_F(Lifecycle, DetachingTheLastInterfaceKeepsTheRulesUntilDetachAll)
 	EXPECT_EQ(send_and_count({PROBES[0]}, 4)["drop_deny"], 4u);
 	CommandResult d = cli_dst({"detach", DST_IF});
 	ASSERT_EQ(d.exit_code, 0) << d.err;
-	EXPECT_NE(d.out.find("attached nowhere now, 1 rules kept"), std::string::npos) << d.out;
+	EXPECT_NE(d.out.find("attached nowhere now, 1 rule kept loaded"), std::string::npos) << d.out;
 	EXPECT_EQ(rule_names(), std::vector<std::string>{"kept"});
 	json s = cli_json({"status", "--json"});
 	EXPECT_TRUE(s["loaded"].get<bool>());
 	EXPECT_FALSE(s["attached"].get<bool>());
 	EXPECT_EQ(s["rules"], 1u);
 	std::string human = cli({"status"}).out;
-	EXPECT_NE(human.find("attached nowhere: 1 rules kept"), std::string::npos) << human;
+	EXPECT_NE(human.find("attached nowhere: 1 rule kept loaded"), std::string::npos) << human;
 	EXPECT_EQ(rule_stats("kept")["dropped_packets"], 4u) << "counters kept";
 
 	attach();

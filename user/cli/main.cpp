@@ -137,8 +137,8 @@ std::string attached_nowhere_note(const Instance &inst)
 	if (!s.loaded || !s.links.empty() || !s.arrays.empty())
 		return "";
 	size_t rules = RuleTable(inst.maps()).list().size();
-	return "; attached nowhere now, " + std::to_string(rules) +
-	       " rules kept loaded (enforced at the next `sluice attach`; `sluice detach --all` removes them)";
+	return "; attached nowhere now, " + std::to_string(rules) + (rules == 1 ? " rule" : " rules") +
+	       " kept loaded (enforced at the next `sluice attach`; `sluice detach --all` removes them)";
 }
 
 /// `detach --all`: detaches everywhere, removes every pin, and says what it removed.
@@ -237,8 +237,8 @@ void print_status_link(const AttachedLink &l, uint32_t loaded_prog)
 void print_status_places(const Status &s, size_t rules)
 {
 	if (s.links.empty() && s.arrays.empty())
-		std::cout << "attached nowhere: " << rules
-			  << " rules kept loaded, enforced on no interface (`sluice attach IFACE` enforces them; "
+		std::cout << "attached nowhere: " << rules << (rules == 1 ? " rule" : " rules")
+			  << " kept loaded, enforced on no interface (`sluice attach IFACE` enforces them; "
 			     "`sluice detach --all` removes them)\n";
 	std::cout << "interfaces:" << (s.links.empty() ? " none" : "") << "\n";
 	for (const auto &l : s.links)
