@@ -418,6 +418,8 @@ TEST_F(EndToEnd, BadInputPrintsOneLineExitsNonZeroAndChangesNothing)
 		{{"rule", "add", "10.1.0.0/16", "--allow", "--shadow"}, "--shadow applies to"},
 		{{"rule", "add", "10.1.0.0/16", "--rate", "10/s", "--warmup", "10"}, "a number and a unit"},
 		{{"stats", "--top", "-1"}, "--top"},
+		{{"events", "--count", "0"}, "--count: a count of 1 or more, not 0"},
+		{{"events", "--count", "-3"}, "--count: a count of 1 or more, not -3"},
 		{{"stats", "--rule", "nosuch"}, "no rule named"},
 		{{"attach", "nosuchif0"}, "cannot attach to nosuchif0: no such interface"},
 		{{"detach", "nosuchif0"}, "no such interface"},

@@ -750,6 +750,20 @@ CLI::Validator count_check(std::optional<size_t> max = std::nullopt)
 		"N");
 }
 
+/// `--count N`: a count of 1 or more. CLI::PositiveNumber's refusal of 0
+/// read "Value 0 not in range 0.000000 to 1.79...e308".
+CLI::Validator positive_count_check()
+{
+	return CLI::Validator(
+		[](std::string &v) {
+			bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
+			if (digits && v.find_first_not_of('0') != std::string::npos)
+				return std::string();
+			return "a count of 1 or more, not " + v;
+		},
+		"POSITIVE");
+}
+
 /// Every option of every subcommand: each subcommand's setup binds its own
 /// fields, and its handler reads them.
 struct Args {
@@ -1138,7 +1152,7 @@ const std::vector<Command> BAN_COMMANDS = {
 void setup_events(CLI::App &cmd, Args &a)
 {
 	cmd.add_flag("--json", a.json, "One JSON object per line");
-	cmd.add_option("--count", a.event_count, "Exit after N events")->check(CLI::PositiveNumber);
+	cmd.add_option("--count", a.event_count, "Exit after N events")->check(positive_count_check());
 	cmd.add_option("--timeout", a.event_timeout, "Exit after this long (e.g. 30s, 2min)");
 	cmd.add_option("--socket", a.events_from,
 		       "Follow the agent serving this socket (default " + a.events_from +
