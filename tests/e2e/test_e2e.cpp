@@ -376,6 +376,15 @@ TEST_F(EndToEnd, BadInputPrintsOneLineExitsNonZeroAndChangesNothing)
 			<< r.err;
 		EXPECT_NE(access(pin_dir().c_str(), F_OK), 0) << args[0] << " created " << pin_dir();
 	}
+	// Readers that answer with nothing loaded (no set, nothing attached) make nothing either.
+	for (const auto &args : std::vector<std::vector<std::string>>{
+		     {"status"}, {"set", "list"}, {"set", "list", "--json"}, {"set", "show", "x"}}) {
+		cli(args);
+		EXPECT_NE(access(pin_dir().c_str(), F_OK), 0) << args[0] << " " << args[1 % args.size()] << " created "
+							 << pin_dir();
+		EXPECT_NE(access((pin_dir() + "-lock").c_str(), F_OK), 0)
+			<< args[0] << " " << args[1 % args.size()] << " created " << pin_dir() << "-lock";
+	}
 	// Rules may come first: the program loads, attached nowhere, and keeps them.
 	expect_ok(cli({"rule", "add", "10.0.0.0/8", "--rate", "10/s", "--name", "early"}));
 	json early = cli_json({"status", "--json"});
@@ -409,6 +418,8 @@ TEST_F(EndToEnd, BadInputPrintsOneLineExitsNonZeroAndChangesNothing)
 		{{"rule", "add", "10.1.0.0/16", "--allow", "--shadow"}, "--shadow applies to"},
 		{{"rule", "add", "10.1.0.0/16", "--rate", "10/s", "--warmup", "10"}, "a number and a unit"},
 		{{"stats", "--top", "-1"}, "--top"},
+		{{"events", "--count", "0"}, "--count: a count of 1 or more, not 0"},
+		{{"events", "--count", "-3"}, "--count: a count of 1 or more, not -3"},
 		{{"stats", "--rule", "nosuch"}, "no rule named"},
 		{{"attach", "nosuchif0"}, "cannot attach to nosuchif0: no such interface"},
 		{{"detach", "nosuchif0"}, "no such interface"},

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <ctime>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -241,6 +242,11 @@ TEST_F(ResetAndRelease, ARepeatOffenderBanned)
 	ASSERT_EQ(r.exit_code, 0) << r.err;
 	EXPECT_NE(r.out.find("banned: " + SOURCE + " is banned by rule 1 (offender) until "), std::string::npos) << r.out;
 	EXPECT_NE(r.out.find("verdict: drop (drop_ban)"), std::string::npos) << r.out;
+	// The ban's end as a date: ten minutes from now, not the past.
+	json ban = cli_json({"explain", SOURCE, "--json"})["ban"];
+	struct tm until = {};
+	ASSERT_NE(strptime(ban["until"].get<std::string>().c_str(), "%Y-%m-%dT%H:%M:%SZ", &until), nullptr) << ban.dump();
+	EXPECT_NEAR(double(timegm(&until)), double(time(nullptr) + 600), 15.0) << ban.dump();
 
 	// `sluice upgrade` (within this release) carries the ban, its end and its count.
 	r = cli_in(DST_NS, {"upgrade"});

@@ -7,6 +7,7 @@
 #include <random>
 #include <sstream>
 
+#include "bans.h"
 #include "error.h"
 #include "stats.h"
 #include "text_table.h"
@@ -297,5 +298,27 @@ TEST(TextTable, EveryCellSitsInItsColumnOverRandomTables)
 				start += width[i] + 2;
 			}
 		}
+	}
+}
+
+// `sluice bans` and `explain` print a ban's start and end as UTC: a start
+// lies behind the monotonic reading, an end ahead of it. Generated
+// offsets, past and future, each read back through timegm.
+TEST(Output, MonotonicTimesPastAndFutureAsUtc)
+{
+	// 2026-11-27T20:50:04Z, a ban of ten minutes begun then.
+	EXPECT_EQ(monotonic_to_utc(5000000000000ULL + 600000000000ULL, 5000000000000ULL, 1795812604),
+		  "2026-11-27T21:00:04Z");
+	EXPECT_EQ(monotonic_to_utc(5000000000000ULL, 5000000000000ULL, 1795812604), "2026-11-27T20:50:04Z");
+	std::mt19937_64 rng(7);
+	for (int round = 0; round < 10000; round++) {
+		int64_t wall = 1000000000 + int64_t(rng() % 3000000000ULL);
+		uint64_t mono_now = 400ULL * 86400 * 1000000000ULL + rng() % (1ULL << 60);
+		int64_t secs = int64_t(rng() % (2ULL * 366 * 86400 + 1)) - 366 * 86400; // a ban is at most 366 days
+		uint64_t mono = mono_now + uint64_t(secs * 1000000000LL);
+		std::string text = monotonic_to_utc(mono, mono_now, wall);
+		struct tm tm = {};
+		ASSERT_NE(strptime(text.c_str(), "%Y-%m-%dT%H:%M:%SZ", &tm), nullptr) << text;
+		EXPECT_EQ(int64_t(timegm(&tm)), wall + secs) << "offset " << secs << "s: " << text;
 	}
 }

@@ -137,8 +137,8 @@ std::string attached_nowhere_note(const Instance &inst)
 	if (!s.loaded || !s.links.empty() || !s.arrays.empty())
 		return "";
 	size_t rules = RuleTable(inst.maps()).list().size();
-	return "; attached nowhere now, " + std::to_string(rules) +
-	       " rules kept loaded (enforced at the next `sluice attach`; `sluice detach --all` removes them)";
+	return "; attached nowhere now, " + std::to_string(rules) + (rules == 1 ? " rule" : " rules") +
+	       " kept loaded (enforced at the next `sluice attach`; `sluice detach --all` removes them)";
 }
 
 /// `detach --all`: detaches everywhere, removes every pin, and says what it removed.
@@ -237,8 +237,8 @@ void print_status_link(const AttachedLink &l, uint32_t loaded_prog)
 void print_status_places(const Status &s, size_t rules)
 {
 	if (s.links.empty() && s.arrays.empty())
-		std::cout << "attached nowhere: " << rules
-			  << " rules kept loaded, enforced on no interface (`sluice attach IFACE` enforces them; "
+		std::cout << "attached nowhere: " << rules << (rules == 1 ? " rule" : " rules")
+			  << " kept loaded, enforced on no interface (`sluice attach IFACE` enforces them; "
 			     "`sluice detach --all` removes them)\n";
 	std::cout << "interfaces:" << (s.links.empty() ? " none" : "") << "\n";
 	for (const auto &l : s.links)
@@ -418,18 +418,12 @@ std::string format_seconds(uint64_t ns)
 	return std::to_string((ns + 999999999ULL) / 1000000000ULL) + "s";
 }
 
-/// A CLOCK_MONOTONIC time as UTC wall-clock time, to the second.
+/// A CLOCK_MONOTONIC time, past or future, as UTC wall-clock time, to the second.
 std::string format_monotonic(uint64_t mono_ns, uint64_t mono_now)
 {
 	struct timespec real = {};
 	clock_gettime(CLOCK_REALTIME, &real);
-	int64_t wall = int64_t(real.tv_sec) - int64_t((mono_now - mono_ns) / 1000000000ULL);
-	time_t t = time_t(wall);
-	struct tm tm = {};
-	gmtime_r(&t, &tm);
-	char buf[32];
-	strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	return buf;
+	return monotonic_to_utc(mono_ns, mono_now, int64_t(real.tv_sec));
 }
 
 /// `sluice bans`: the bans in force, with the rule that banned each.
@@ -754,6 +748,20 @@ CLI::Validator count_check(std::optional<size_t> max = std::nullopt)
 				   : "a count of 0 or more, not " + v;
 		},
 		"N");
+}
+
+/// `--count N`: a count of 1 or more. CLI::PositiveNumber's refusal of 0
+/// read "Value 0 not in range 0.000000 to 1.79...e308".
+CLI::Validator positive_count_check()
+{
+	return CLI::Validator(
+		[](std::string &v) {
+			bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
+			if (digits && v.find_first_not_of('0') != std::string::npos)
+				return std::string();
+			return "a count of 1 or more, not " + v;
+		},
+		"POSITIVE");
 }
 
 /// Every option of every subcommand: each subcommand's setup binds its own
@@ -1144,7 +1152,7 @@ const std::vector<Command> BAN_COMMANDS = {
 void setup_events(CLI::App &cmd, Args &a)
 {
 	cmd.add_flag("--json", a.json, "One JSON object per line");
-	cmd.add_option("--count", a.event_count, "Exit after N events")->check(CLI::PositiveNumber);
+	cmd.add_option("--count", a.event_count, "Exit after N events")->check(positive_count_check());
 	cmd.add_option("--timeout", a.event_timeout, "Exit after this long (e.g. 30s, 2min)");
 	cmd.add_option("--socket", a.events_from,
 		       "Follow the agent serving this socket (default " + a.events_from +

@@ -83,7 +83,7 @@ int run_set_del(Instance &inst, const SetArgs &a)
 
 int run_set_list(Instance &inst, const SetArgs &a)
 {
-	auto lock = inst.lock(false, true);
+	auto lock = inst.lock(false); // a reader: with nothing loaded, it makes no pin or lock directory
 	auto sets = list_sets(inst);
 	if (a.json) {
 		nlohmann::ordered_json j = nlohmann::ordered_json::array();
@@ -105,7 +105,7 @@ int run_set_list(Instance &inst, const SetArgs &a)
 
 int run_set_show(Instance &inst, const SetArgs &a)
 {
-	auto lock = inst.lock(false, true);
+	auto lock = inst.lock(false);
 	AddressSet s = SetStore(inst.run_dir()).read(a.name);
 	if (a.json) {
 		nlohmann::ordered_json prefixes = nlohmann::ordered_json::array();

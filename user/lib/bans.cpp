@@ -145,6 +145,18 @@ uint64_t ban_clock_ns()
 	return uint64_t(ts.tv_sec) * 1000000000ULL + uint64_t(ts.tv_nsec);
 }
 
+std::string monotonic_to_utc(uint64_t mono_ns, uint64_t mono_now, int64_t wall_now_s)
+{
+	// Signed: a ban's end lies ahead, its start behind.
+	int64_t delta_ns = int64_t(mono_ns - mono_now);
+	time_t t = time_t(wall_now_s + delta_ns / 1000000000LL);
+	struct tm tm = {};
+	gmtime_r(&t, &tm);
+	char buf[32];
+	strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	return buf;
+}
+
 std::vector<std::pair<struct sluice_ban_key, struct sluice_ban>> read_ban_entries(int fd)
 {
 	std::vector<std::pair<struct sluice_ban_key, struct sluice_ban>> out;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -33,6 +34,11 @@ Cidr ban_prefix(const struct sluice_ban_key &key);
 
 /// The clock bans are kept on: CLOCK_MONOTONIC, in ns.
 uint64_t ban_clock_ns();
+
+/// A CLOCK_MONOTONIC time, past or future, as UTC wall-clock time to the
+/// second ("2026-11-27T21:00:04Z"), given the monotonic and the wall-clock
+/// (Unix seconds) readings of one instant.
+std::string monotonic_to_utc(uint64_t mono_ns, uint64_t mono_now, int64_t wall_now_s);
 
 /// Every entry of the ban table, run out or not, raw.
 std::vector<std::pair<struct sluice_ban_key, struct sluice_ban>> read_ban_entries(int fd);

@@ -31,7 +31,7 @@ namespace {
 [[noreturn]] void too_many_blocks(uint32_t max_blocks)
 {
 	throw Error("the IPv4 rule table needs more than " + std::to_string(max_blocks) +
-		    " blocks; attach again with a larger --max-rules");
+		    " blocks; raise --max-rules with `sluice apply` (tables: max_rules)");
 }
 
 } // namespace

@@ -908,7 +908,7 @@ MatchLists compile_match_lists(const std::vector<InstalledRule> &rules, uint32_t
 	auto new_list = [&]() {
 		if (m.lists.size() >= capacity)
 			throw Error("the rule set needs more than " + std::to_string(capacity) +
-				    " match lists; raise --max-rules");
+				    " match lists; raise --max-rules with `sluice apply` (tables: max_rules)");
 		m.lists.push_back({});
 		return base + static_cast<uint32_t>(m.lists.size() - 1);
 	};

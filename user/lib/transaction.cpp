@@ -396,7 +396,7 @@ void place_new_rules(const Snapshot &before, std::vector<InstalledRule> &after, 
 					reused++;
 				if (reused == n)
 					throw Error("the rule table is full (" + std::to_string(n) +
-						    " rules); delete rules, or raise --max-rules with `sluice apply`");
+						    " rules); delete rules, or raise the size with `sluice apply` (tables: max_rules)");
 				r.slot = reused;
 			}
 			used[r.slot] = true;
