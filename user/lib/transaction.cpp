@@ -87,6 +87,7 @@ struct CompiledRules {
 };
 
 struct PreparedRules {
+	RuleRoom room;   ///< of the empty table prepare_empty assumed
 	Snapshot before; ///< an empty table's, as prepare_empty assumed it
 	std::vector<InstalledRule> after;
 	uint32_t next_id = 1;
@@ -438,8 +439,9 @@ void check_unique(const std::vector<InstalledRule> &after, const std::vector<std
 /// does not fit. Writes nothing: the IPv4 table is only checked to fit here,
 /// and the writer builds it in the idle set.
 CompiledRules prepare(const Snapshot &before, std::vector<InstalledRule> &after, uint32_t &next_id,
-		      const std::vector<std::string> &where, uint32_t n, SetSource &sets)
+		      const std::vector<std::string> &where, RuleRoom room, SetSource &sets)
 {
+	const uint32_t n = room.rules;
 	place_new_rules(before, after, next_id, n);
 	check_unique(after, where);
 	sets.load(after);
@@ -459,18 +461,19 @@ CompiledRules prepare(const Snapshot &before, std::vector<InstalledRule> &after,
 	c.block_base = c.set * c.blocks_per_set;
 	c.blocks = dir4_blocks_needed(c.prefixes4);
 	bool on_sets = std::any_of(after.begin(), after.end(), [](const auto &r) { return !r.spec.set.empty(); });
-	// The tables are sized by --max-rules: a set's prefixes fill them as
-	// that many rules on CIDRs would (see docs/packets.md, "Address sets").
+	// The IPv4 tables are sized by --max-rules: a set's prefixes fill them
+	// as that many rules on CIDRs would; the trie by --max-v6-prefixes (see
+	// docs/packets.md, "Address sets").
 	if (on_sets && c.blocks > c.blocks_per_set)
 		throw Error("the rules and sets need " + std::to_string(c.blocks) + " IPv4 table blocks and --max-rules " +
 			    std::to_string(n) + " holds " + std::to_string(c.blocks_per_set) +
 			    " (a block for each /16 that holds a longer prefix, and for each /24 that does, or a sixteenth of "
 			    "one where its longer prefixes lead to the same rules); raise it with "
 			    "`sluice apply` (tables: max_rules)");
-	if (on_sets && prefixes6 > n)
-		throw Error("the rules and sets need " + std::to_string(prefixes6) + " IPv6 prefixes and --max-rules " +
-			    std::to_string(n) + " holds " + std::to_string(n) +
-			    "; raise it with `sluice apply` (tables: max_rules)");
+	if (prefixes6 > room.v6_prefixes)
+		throw Error("the rules and sets need " + std::to_string(prefixes6) + " IPv6 prefixes and --max-v6-prefixes " +
+			    "holds " + std::to_string(room.v6_prefixes) +
+			    "; raise it with `sluice apply` (tables: max_v6_prefixes)");
 	check_dir4(c.prefixes4, c.blocks_per_set);
 	return c;
 }
@@ -743,7 +746,7 @@ ChangeSummary Transaction::run(bool write_it)
 			source.resolve(spec);
 		stage(s, step);
 	}
-	CompiledRules c = prepare(s.before, s.after, s.next_id, s.where, maps_.max_rules(), source);
+	CompiledRules c = prepare(s.before, s.after, s.next_id, s.where, maps_.rule_room(), source);
 	if (write_it)
 		write(s, c, false);
 	return summarize(s.before, s.after, s.edited);
@@ -754,9 +757,9 @@ void Transaction::install_prepared(const PreparedRules &p)
 	StagedRules s;
 	s.before = read(maps_);
 	if (!s.before.rules.empty() || s.before.active.set != p.before.active.set || s.before.meta.next_rule_id > 1 ||
-	    maps_.max_rules() != p.before.idle_used.size())
-		throw Error("rules prepared for an empty table of " + std::to_string(p.before.idle_used.size()) +
-			    " rules cannot go into this one");
+	    maps_.rule_room() != p.room)
+		throw Error("rules prepared for an empty table of " + std::to_string(p.room.rules) + " rules and " +
+			    std::to_string(p.room.v6_prefixes) + " IPv6 prefixes cannot go into this one");
 	s.after = p.after;
 	s.next_id = p.next_id;
 	write(s, p.compiled, true);
@@ -1025,11 +1028,12 @@ void Transaction::retire_buckets(const Snapshot &before, const std::vector<Insta
 	purge_buckets(maps_, [&gone](uint32_t id) { return gone.count(id) > 0; });
 }
 
-std::shared_ptr<const PreparedRules> Transaction::prepare_empty(std::vector<RuleSpec> desired, uint32_t max_rules,
+std::shared_ptr<const PreparedRules> Transaction::prepare_empty(std::vector<RuleSpec> desired, RuleRoom room,
 								 const SetContents *sets)
 {
 	auto p = std::make_shared<PreparedRules>();
-	p->before.idle_used.assign(max_rules, false);
+	p->room = room;
+	p->before.idle_used.assign(room.rules, false);
 	p->after.reserve(desired.size());
 	SetSource source;
 	if (sets)
@@ -1039,21 +1043,21 @@ std::shared_ptr<const PreparedRules> Transaction::prepare_empty(std::vector<Rule
 		check_policy_rule(spec, nullptr);
 		p->after.push_back({0, NO_SLOT, std::move(spec)});
 	}
-	p->compiled = prepare(p->before, p->after, p->next_id, {}, max_rules, source);
+	p->compiled = prepare(p->before, p->after, p->next_id, {}, room, source);
 	return p;
 }
 
-void Transaction::check_fits(const std::vector<RuleSpec> &rules, uint32_t max_rules, const SetContents *sets)
+void Transaction::check_fits(const std::vector<RuleSpec> &rules, RuleRoom room, const SetContents *sets)
 {
-	prepare_empty(rules, max_rules, sets);
+	prepare_empty(rules, room, sets);
 }
 
 ChangeSummary Transaction::check_adds_on_empty(const std::vector<RuleSpec> &rules,
-					       const std::vector<std::string> &where, bool import, uint32_t max_rules)
+					       const std::vector<std::string> &where, bool import, RuleRoom room)
 {
 	// run() on a snapshot of an empty table of that size, as load() makes it.
 	StagedRules s;
-	s.before.idle_used.assign(max_rules, false);
+	s.before.idle_used.assign(room.rules, false);
 	SetSource source;
 	for (size_t i = 0; i < rules.size(); i++) {
 		TransactionStep step{import ? TransactionStep::Kind::import : TransactionStep::Kind::add};
@@ -1062,7 +1066,7 @@ ChangeSummary Transaction::check_adds_on_empty(const std::vector<RuleSpec> &rule
 		source.resolve(step.spec);
 		stage(s, step);
 	}
-	prepare(s.before, s.after, s.next_id, s.where, max_rules, source);
+	prepare(s.before, s.after, s.next_id, s.where, room, source);
 	return summarize(s.before, s.after, s.edited);
 }
 

@@ -117,22 +117,21 @@ public:
 	ChangeSummary check();
 
 	/// Validates and compiles `desired` with no maps, for an empty table of
-	/// `max_rules`, as replace() would; throws as commit() does. `apply`
+	/// that room, as replace() would; throws as commit() does. `apply`
 	/// prepares its rules while the program loads, then installs them.
-	static std::shared_ptr<const PreparedRules> prepare_empty(std::vector<RuleSpec> desired, uint32_t max_rules,
+	static std::shared_ptr<const PreparedRules> prepare_empty(std::vector<RuleSpec> desired, RuleRoom room,
 								   const SetContents *sets = nullptr);
 	/// prepare_empty with its result dropped: checks that a rule set fits.
-	static void check_fits(const std::vector<RuleSpec> &rules, uint32_t max_rules,
-			       const SetContents *sets = nullptr);
+	static void check_fits(const std::vector<RuleSpec> &rules, RuleRoom room, const SetContents *sets = nullptr);
 	/// What a transaction of add() steps (import() steps with `import`),
-	/// `where[i]` naming rule i, would commit into an empty table of
-	/// `max_rules`, found with no maps: its summary, or the error commit()
+	/// `where[i]` naming rule i, would commit into an empty table of that
+	/// room, found with no maps: its summary, or the error commit()
 	/// would throw. A command that loads the program for its rules checks
 	/// them so first, so that a refused rule loads nothing, and a rule an
 	/// empty table takes is the rule a loaded one does (unnamed ones named
 	/// `rule<ID>`), unlike a policy's (check_fits: names required).
 	static ChangeSummary check_adds_on_empty(const std::vector<RuleSpec> &rules,
-						 const std::vector<std::string> &where, bool import, uint32_t max_rules);
+						 const std::vector<std::string> &where, bool import, RuleRoom room);
 	/// The rules a prepared set installs, as list() will read them back.
 	static std::vector<InstalledRule> prepared_rules(const PreparedRules &prepared);
 
