@@ -2,11 +2,16 @@
 // Rules on address sets in the real program: a deny or limit rule on @S acts
 // on exactly the members of S (IPv4 and IPv6), and replacing S while packets
 // flow never shows a packet a gap (no set, or half of one).
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <fstream>
+#include <iostream>
 #include <random>
 #include <set>
 #include <thread>
+#include <unordered_set>
 
 #include "fixture.h"
 #include "sets.h"
@@ -339,4 +344,235 @@ TEST_F(SetRules, ReplacingASetUnderTrafficNeverShowsAGap)
 	Stats st = stats();
 	EXPECT_EQ(st.global[SLUICE_CNT_PASS_NO_MATCH].packets, 0u);
 	EXPECT_EQ(st.global[SLUICE_CNT_DROP_DENY].packets, sent.load());
+}
+
+namespace {
+
+/// An IPv6 address or prefix as two 64-bit halves, for a reference that
+/// looks a source up by hashing, independently of the trie.
+struct V6Key {
+	uint64_t hi = 0, lo = 0;
+	bool operator==(const V6Key &) const = default;
+};
+struct V6KeyHash {
+	size_t operator()(const V6Key &k) const { return std::hash<uint64_t>()(k.hi * 0x9e3779b97f4a7c15ull ^ k.lo); }
+};
+
+Cidr v6_cidr(uint64_t hi, uint64_t lo, int len)
+{
+	Cidr c{6, {}, len};
+	for (int i = 0; i < 8; i++) {
+		c.addr[i] = static_cast<uint8_t>(hi >> (56 - 8 * i));
+		c.addr[8 + i] = static_cast<uint8_t>(lo >> (56 - 8 * i));
+	}
+	return c;
+}
+
+V6Key v6_key(const Cidr &c)
+{
+	V6Key k;
+	for (int i = 0; i < 8; i++) {
+		k.hi = k.hi << 8 | c.addr[i];
+		k.lo = k.lo << 8 | c.addr[8 + i];
+	}
+	return k;
+}
+
+/// A set of `n` distinct /64s and /128s under 2001:db8::/32, none inside
+/// another (a prefix inside another of its set takes no room: the trie
+/// holds exactly `n` of its prefixes), some /128s sharing a /64; `set64` and
+/// `set128` get its members by length.
+AddressSet million_v6(std::mt19937_64 &rng, size_t n, std::unordered_set<uint64_t> &set64,
+		      std::unordered_set<V6Key, V6KeyHash> &set128)
+{
+	AddressSet s{6, {}};
+	std::unordered_set<uint64_t> hosts64; // /64s that hold /128s of the set
+	std::vector<uint64_t> host_his;
+	while (set64.size() + set128.size() < n) {
+		uint64_t hi = 0x20010db800000000ull | (rng() & 0xffffffffull), r = rng();
+		if (r % 5 < 3) {
+			if (!hosts64.count(hi) && set64.insert(hi).second)
+				s.prefixes.push_back(v6_cidr(hi, 0, 64));
+			continue;
+		}
+		if (r % 5 == 3 && !host_his.empty())
+			hi = host_his[rng() % host_his.size()]; // beside another host of the set
+		uint64_t lo = rng();
+		if (set64.count(hi) || !set128.insert({hi, lo}).second)
+			continue;
+		s.prefixes.push_back(v6_cidr(hi, lo, 128));
+		if (hosts64.insert(hi).second)
+			host_his.push_back(hi);
+	}
+	normalize(s.prefixes);
+	return s;
+}
+
+/// The memory the kernel charges a map (its fdinfo's memlock), in bytes.
+uint64_t memlock_of(int fd)
+{
+	std::ifstream in("/proc/self/fdinfo/" + std::to_string(fd));
+	for (std::string key; in >> key;) {
+		if (key == "memlock:") {
+			uint64_t v = 0;
+			in >> v;
+			return v;
+		}
+		in.ignore(1 << 20, '\n');
+	}
+	return 0;
+}
+
+/// How many keys the trie holds under each of its two rule sets.
+std::array<size_t, 2> trie_keys(int fd)
+{
+	std::array<size_t, 2> n = {0, 0};
+	struct sluice_lpm_v6 cur = {}, next = {};
+	for (int err = bpf_map_get_next_key(fd, nullptr, &next); !err; err = bpf_map_get_next_key(fd, &cur, &next)) {
+		cur = next;
+		n.at(cur.set)++;
+	}
+	return n;
+}
+
+} // namespace
+
+// A set of 1,000,000 IPv6 /64s and /128s fits a trie sized by
+// --max-v6-prefixes beside 4,096 rule slots (no IPv4 table of a million
+// rules), and the program matches it: sampled sources (members, their
+// neighbours, addresses under /96 allows inside the set's /64s, others) each
+// get the verdict a hash lookup of the set gives. A second million replaces
+// it, filling the trie's two rule sets to the last entry; a load of one
+// prefix more is refused with one line, and nothing changes.
+TEST_F(SetRules, AMillionIPv6PrefixesFitTheirOwnRoomAndEverySampledSourceMeetsItsRule)
+{
+	constexpr size_t MILLION = 1000000;
+	std::mt19937_64 rng(1000000);
+	// Allows: the /32 all of the set is under (shorter: the set wins), and
+	// /96s inside /64s of the set (longer: they win) and elsewhere.
+	std::vector<Cidr> allows = {parse_cidr("2001:db8::/32")};
+	const uint32_t room = static_cast<uint32_t>(MILLION + 1 + 16);
+	table_.reset();
+	prog_ = std::make_unique<LoadedProgram>(
+		TableSizes{.max_sources = 4096, .max_rules = 4096, .max_v6_prefixes = room});
+	maps_ = prog_->maps();
+	table_ = std::make_unique<RuleTable>(maps_);
+	ASSERT_EQ(maps_.max_v6_prefixes(), room);
+	ASSERT_EQ(maps_.max_rules(), 4096u);
+
+	std::unordered_set<uint64_t> set64[2];
+	std::unordered_set<V6Key, V6KeyHash> set128[2];
+	AddressSet versions[2];
+	for (int v = 0; v < 2; v++)
+		versions[v] = million_v6(rng, MILLION, set64[v], set128[v]);
+	ASSERT_EQ(versions[0].prefixes.size(), MILLION);
+	for (int i = 0; i < 16; i++) {
+		// Anywhere; inside a /64 of either set (the allow is longer: it
+		// wins); over a /128 of the second (the host is longer: denied).
+		uint64_t hi = 0x20010db800000000ull | (rng() & 0xffffffffull), lo = rng();
+		if (i % 4 == 1 || i % 4 == 2)
+			hi = *std::next(set64[i % 4 - 1].begin(), static_cast<long>(rng() % 1000));
+		if (i % 4 == 3) {
+			const V6Key &k = *std::next(set128[1].begin(), static_cast<long>(rng() % 1000));
+			hi = k.hi;
+			lo = k.lo;
+		}
+		allows.push_back(v6_cidr(hi, lo & 0xffffffff00000000ull, 96));
+	}
+	ASSERT_EQ(allows.size() + MILLION, room) << "the rule set fills its room exactly";
+	for (size_t i = 0; i < allows.size(); i++) {
+		RuleSpec allow;
+		allow.name = "allow" + std::to_string(i);
+		allow.cidr = allows[i];
+		allow.action = Action::allow;
+		table_->add(allow);
+	}
+	RuleSpec deny;
+	deny.action = Action::deny;
+	deny.name = "deny-big";
+	auto t0 = std::chrono::steady_clock::now();
+	add_on_set(deny, "big", SetContents{{"big", versions[0]}});
+	auto t1 = std::chrono::steady_clock::now();
+	load(SetContents{{"big", versions[1]}});
+	auto t2 = std::chrono::steady_clock::now();
+	std::cout << "1,000,000 IPv6 prefixes: rule added in "
+		  << std::chrono::duration<double>(t1 - t0).count() << " s, set replaced in "
+		  << std::chrono::duration<double>(t2 - t1).count() << " s; the trie's memlock with both rule sets full: "
+		  << memlock_of(maps_.match6.get()) << " bytes\n";
+
+	// The reference: the set rule ranks at the outermost set prefix over
+	// the source (its /64 if it has one), an allow at its own length.
+	auto expect_drop = [&](int v, const Cidr &host) {
+		V6Key k = v6_key(host);
+		int d = set64[v].count(k.hi) ? 64 : set128[v].count(k) ? 128 : -1;
+		int a = -1;
+		for (const auto &c : allows)
+			if (cidr_contains(c, host))
+				a = std::max(a, c.prefix_len);
+		return d >= 0 && d > a;
+	};
+	auto probe = [&](int v, int samples) {
+		const AddressSet &s = versions[v];
+		uint64_t drops = 0, passes = 0;
+		for (int i = 0; i < samples; i++) {
+			Cidr host;
+			switch (i % 5) {
+			case 0: // a member
+			case 1:
+				host = member(rng, s.prefixes[rng() % s.prefixes.size()]);
+				break;
+			case 2: // a neighbour: the next /64, or the next address
+				host = member(rng, s.prefixes[rng() % s.prefixes.size()]);
+				host.addr[rng() % 2 ? 7 : 15] ^= 1;
+				break;
+			case 3: // under an allow
+				host = member(rng, allows[rng() % allows.size()]);
+				break;
+			default: // anywhere under 2001:db8::/31
+				host = member(rng, parse_cidr("2001:db8::/31"));
+			}
+			bool drop = expect_drop(v, host);
+			int verdict = run({.src = host_text(host)});
+			EXPECT_EQ(verdict, drop ? XDP_DROP : XDP_PASS) << host_text(host) << " against version " << v;
+			if (verdict != (drop ? XDP_DROP : XDP_PASS))
+				return;
+			(drop ? drops : passes)++;
+		}
+		EXPECT_GT(drops, uint64_t(samples) / 4) << "members were probed";
+		EXPECT_GT(passes, uint64_t(samples) / 4) << "non-members were probed";
+	};
+	probe(1, 20000);
+	// Members of the first million that the second lacks: passed.
+	for (int i = 0; i < 2000; i++) {
+		Cidr host = member(rng, versions[0].prefixes[rng() % MILLION]);
+		if (!expect_drop(1, host)) {
+			ASSERT_EQ(run({.src = host_text(host)}), XDP_PASS) << host_text(host);
+		}
+	}
+
+	// One prefix more than the room: refused before anything is written.
+	AddressSet over = versions[0];
+	over.prefixes.push_back(v6_cidr(0x20010db9ull << 32, 1, 128)); // outside the others' /32
+	normalize(over.prefixes);
+	ASSERT_EQ(over.prefixes.size(), MILLION + 1);
+	struct sluice_active before = {}, after = {};
+	uint32_t zero = 0;
+	ASSERT_EQ(bpf_map_lookup_elem(maps_.active.get(), &zero, &before), 0);
+	uint64_t memlock = memlock_of(maps_.match6.get());
+	EXPECT_EQ(trie_keys(maps_.match6.get()), (std::array<size_t, 2>{room, room})) << "both rule sets fill the room";
+	try {
+		load(SetContents{{"big", over}});
+		ADD_FAILURE() << "a load of one prefix over the room went in";
+	} catch (const Error &e) {
+		EXPECT_EQ(std::string(e.what()), "the rules and sets need " + std::to_string(room + 1) +
+							 " IPv6 prefixes and --max-v6-prefixes holds " +
+							 std::to_string(room) +
+							 "; raise it with `sluice apply` (tables: max_v6_prefixes)");
+	}
+	ASSERT_EQ(bpf_map_lookup_elem(maps_.active.get(), &zero, &after), 0);
+	EXPECT_EQ(std::memcmp(&before, &after, sizeof(before)), 0) << "the live-set word is as it was";
+	EXPECT_EQ(memlock_of(maps_.match6.get()), memlock) << "the trie holds what it held";
+	EXPECT_EQ(trie_keys(maps_.match6.get()), (std::array<size_t, 2>{room, room}));
+	EXPECT_EQ(run({.src = "2001:db9::1"}), XDP_PASS) << "the refused set's extra member";
+	probe(1, 5000);
 }
