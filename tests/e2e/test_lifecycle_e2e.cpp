@@ -632,6 +632,7 @@ TEST_F(Lifecycle, UpgradeFromThePreviousReleaseKeepsEveryRuleLimitsCountersAndTh
 	EXPECT_NE(new_link.find("prog/xdp id " + std::to_string(status["prog_id"].get<uint32_t>())), std::string::npos)
 		<< new_link;
 	EXPECT_EQ(cli_dst({"export"}).out, exported.out) << "every rule, field by field";
+	EXPECT_EQ(status["max_v6_prefixes"], status["max_rules"]) << "0.2.7's IPv6 trie held max_rules prefixes a set";
 	json global_after = cli_json({"stats", "--json"})["global"];
 	for (const char *c : {"pass_limit", "drop_rate"})
 		EXPECT_EQ(global_after[c]["packets"], global_before[c]["packets"]) << c << ": the global counters go on";
