@@ -161,24 +161,34 @@ bool same_list(const struct sluice_match_list &a, const struct sluice_match_list
 /// lookup) under that set, whatever it held there before.
 void write_v6(int fd, uint32_t set, const MatchLists &lists)
 {
-	// What the set should hold, by key.
-	std::map<LpmV6Bytes, struct sluice_match_list> wanted;
+	// What the set should hold, sorted by key: looked up by halving, and
+	// written in that order, which the kernel's trie inserts faster than
+	// another (a hash table's order cost a million inserts 0.4 s more).
+	struct Wanted {
+		LpmV6Bytes key;
+		struct sluice_match_list list;
+		bool held = false; ///< the set holds it already, with this list
+	};
+	std::vector<Wanted> wanted;
+	wanted.reserve(lists.first.size());
 	for (const auto &[prefix, first] : lists.first)
 		if (prefix.family == 6)
-			wanted.emplace(key_bytes(lpm_key<struct sluice_lpm_v6>(prefix, set)), lists.at(first));
+			wanted.push_back({key_bytes(lpm_key<struct sluice_lpm_v6>(prefix, set)), lists.at(first)});
+	auto by_key = [](const Wanted &a, const Wanted &b) { return a.key < b.key; };
+	std::sort(wanted.begin(), wanted.end(), by_key);
 	// What the set held before (a change two transactions old, or a killed
 	// one's leftovers): whatever is not wanted goes, and what it holds as
 	// wanted is not written again.
 	std::vector<struct sluice_lpm_v6> stale;
-	std::set<LpmV6Bytes> held;
 	auto check = [&](const struct sluice_lpm_v6 &k, const struct sluice_match_list *value) {
 		if (k.set != set)
 			return;
-		auto it = wanted.find(key_bytes(k));
-		if (it == wanted.end())
+		Wanted probe{key_bytes(k), {}};
+		auto it = std::lower_bound(wanted.begin(), wanted.end(), probe, by_key);
+		if (it == wanted.end() || it->key != probe.key)
 			stale.push_back(k);
-		else if (value && same_list(*value, it->second))
-			held.insert(it->first);
+		else if (value && same_list(*value, it->list))
+			it->held = true;
 	};
 	// The keys in batches of a syscall each where the kernel reads a trie
 	// in batches, else one syscall a key.
@@ -222,13 +232,13 @@ void write_v6(int fd, uint32_t set, const MatchLists &lists)
 			throw_errno("cannot remove an IPv6 match list", errno);
 	std::vector<struct sluice_lpm_v6> keys;
 	std::vector<struct sluice_match_list> values;
-	for (const auto &[bytes, list] : wanted) {
-		if (held.count(bytes))
+	for (const auto &w : wanted) {
+		if (w.held)
 			continue;
 		struct sluice_lpm_v6 k;
-		std::memcpy(&k, bytes.data(), sizeof(k));
+		std::memcpy(&k, w.key.data(), sizeof(k));
 		keys.push_back(k);
-		values.push_back(list);
+		values.push_back(w.list);
 	}
 	__u32 n = static_cast<__u32>(keys.size());
 	LIBBPF_OPTS(bpf_map_batch_opts, opts);
