@@ -35,6 +35,7 @@
 #include "rule_table.h"
 #include "set_cli.h"
 #include "transaction.h"
+#include "trie6.h"
 #include "sluice_build.h"
 #include "stats.h"
 #include "text_table.h"
@@ -160,6 +161,7 @@ std::string unload_everything(Instance &inst)
 	SetStore sets(inst.run_dir());
 	size_t set_count = sets.names().size();
 	sets.remove_all();
+	remove_trie6_record(inst.run_dir());
 	std::string where;
 	for (const auto &p : places)
 		where += (where.empty() ? " (" : ", ") + p;

@@ -26,6 +26,8 @@
 #include "dir4.h"
 #include "sets.h"
 #include "events.h"
+#include "state_dirs.h"
+#include "trie6.h"
 #include "name_index.h"
 #include "rule_maps.h"
 #include "sources.h"
@@ -128,124 +130,6 @@ auto selector_key(const RuleSpec &r)
 {
 	return std::tuple{r.cidr, r.set, r.proto, r.dport.lo, r.dport.hi, r.sport.lo, r.sport.hi, r.tcp_flags.mask,
 			  r.tcp_flags.value};
-}
-
-template <class Key> Key lpm_key(const Cidr &c, uint32_t set)
-{
-	Key k = {};
-	k.prefixlen = SLUICE_LPM_SET_BITS + static_cast<__u32>(c.prefix_len);
-	k.set = static_cast<__u8>(set);
-	std::memcpy(k.addr, c.addr.data(), sizeof(k.addr));
-	return k;
-}
-
-/// An IPv6 trie key's bytes, padding included, as the kernel compares them.
-/// A fixed-size array, not a vector: GCC 12 at -O3 warns falsely
-/// (-Wstringop-overread) on comparing two vectors' bytes.
-using LpmV6Bytes = std::array<uint8_t, sizeof(struct sluice_lpm_v6)>;
-
-LpmV6Bytes key_bytes(const struct sluice_lpm_v6 &k)
-{
-	LpmV6Bytes b;
-	std::memcpy(b.data(), &k, sizeof(k));
-	return b;
-}
-
-bool same_list(const struct sluice_match_list &a, const struct sluice_match_list &b)
-{
-	return std::memcmp(&a, &b, sizeof(a)) == 0;
-}
-
-/// Writes one set's IPv6 prefixes: the trie ends up holding exactly each
-/// prefix's first list (the list itself, so that a packet reads it with the
-/// lookup) under that set, whatever it held there before.
-void write_v6(int fd, uint32_t set, const MatchLists &lists)
-{
-	// What the set should hold, sorted by key: looked up by halving, and
-	// written in that order, which the kernel's trie inserts faster than
-	// another (a hash table's order cost a million inserts 0.4 s more).
-	struct Wanted {
-		LpmV6Bytes key;
-		struct sluice_match_list list;
-		bool held = false; ///< the set holds it already, with this list
-	};
-	std::vector<Wanted> wanted;
-	wanted.reserve(lists.first.size());
-	for (const auto &[prefix, first] : lists.first)
-		if (prefix.family == 6)
-			wanted.push_back({key_bytes(lpm_key<struct sluice_lpm_v6>(prefix, set)), lists.at(first)});
-	auto by_key = [](const Wanted &a, const Wanted &b) { return a.key < b.key; };
-	std::sort(wanted.begin(), wanted.end(), by_key);
-	// What the set held before (a change two transactions old, or a killed
-	// one's leftovers): whatever is not wanted goes, and what it holds as
-	// wanted is not written again.
-	std::vector<struct sluice_lpm_v6> stale;
-	auto check = [&](const struct sluice_lpm_v6 &k, const struct sluice_match_list *value) {
-		if (k.set != set)
-			return;
-		Wanted probe{key_bytes(k), {}};
-		auto it = std::lower_bound(wanted.begin(), wanted.end(), probe, by_key);
-		if (it == wanted.end() || it->key != probe.key)
-			stale.push_back(k);
-		else if (value && same_list(*value, it->list))
-			it->held = true;
-	};
-	// The keys in batches of a syscall each where the kernel reads a trie
-	// in batches, else one syscall a key.
-	constexpr uint32_t BATCH = 4096;
-	std::vector<struct sluice_lpm_v6> batch(BATCH);
-	std::vector<struct sluice_match_list> batch_values(BATCH);
-	struct sluice_lpm_v6 cursor = {};
-	bool batched = true;
-	for (bool first = true;; first = false) {
-		uint32_t count = BATCH;
-		LIBBPF_OPTS(bpf_map_batch_opts, opts);
-		int err = bpf_map_lookup_batch(fd, first ? nullptr : &cursor, &cursor, batch.data(), batch_values.data(),
-					       &count, &opts);
-		int saved = errno;
-		if (err && saved != ENOENT && first) {
-			batched = false;
-			break;
-		}
-		for (uint32_t i = 0; i < count; i++)
-			check(batch[i], &batch_values[i]);
-		if (err) {
-			if (saved != ENOENT)
-				throw_errno("cannot read the IPv6 match lists", saved);
-			break;
-		}
-	}
-	struct sluice_lpm_v6 cur, next;
-	for (int err = batched ? -1 : bpf_map_get_next_key(fd, nullptr, &next); !err;
-	     err = bpf_map_get_next_key(fd, &cur, &next)) {
-		cur = next;
-		check(cur, nullptr);
-	}
-	// The stale keys in one syscall where the kernel deletes from a trie in
-	// batches; from the first it did not delete, one syscall a key.
-	__u32 deleted = static_cast<__u32>(stale.size());
-	LIBBPF_OPTS(bpf_map_batch_opts, delete_opts);
-	if (deleted && bpf_map_delete_batch(fd, stale.data(), &deleted, &delete_opts) && deleted >= stale.size())
-		deleted = 0; // not supported: the count is not written
-	for (size_t i = deleted; i < stale.size(); i++)
-		if (bpf_map_delete_elem(fd, &stale[i]) && errno != ENOENT)
-			throw_errno("cannot remove an IPv6 match list", errno);
-	std::vector<struct sluice_lpm_v6> keys;
-	std::vector<struct sluice_match_list> values;
-	for (const auto &w : wanted) {
-		if (w.held)
-			continue;
-		struct sluice_lpm_v6 k;
-		std::memcpy(&k, w.key.data(), sizeof(k));
-		keys.push_back(k);
-		values.push_back(w.list);
-	}
-	__u32 n = static_cast<__u32>(keys.size());
-	LIBBPF_OPTS(bpf_map_batch_opts, opts);
-	if (n == 0 || bpf_map_update_batch(fd, keys.data(), values.data(), &n, &opts) == 0)
-		return;
-	for (size_t i = 0; i < keys.size(); i++) // kernels without batch updates on LPM tries
-		map_update(fd, &keys[i], &values[i], "IPv6 match list");
 }
 
 /// Empties every bucket of a rule id for which doomed(id) holds.
@@ -856,6 +740,7 @@ std::optional<ChangeSummary> Transaction::commit_one_edit(const TransactionStep 
 	next.slots[idle] = active.slots[live];
 	next.sync = (active.sync & SLUICE_SYNC_LOOKUPS) | SLUICE_SYNC_RULES | (slot + 1);
 	map_update(maps_.active.get(), &zero, &next, "the live rule set's number");
+	trie6_rules_switched(maps_.match6.get(), default_run_dir(), active.set, next.set);
 	if (before.spec.ban.ns && !after.spec.ban.ns)
 		bans_after_switch(maps_, table_.list()); // its bans are lifted with its --ban
 
@@ -895,10 +780,11 @@ void Transaction::write(const StagedRules &s, const CompiledRules &c, bool unuse
 	uint32_t bound = std::max(upto, high);
 	MappedArray rules(maps_.rules.get(), 0, 2 * bound), infos(maps_.rule_info.get(), 0, 2 * bound);
 	write_idle_rules(s, unused, rules, infos, c.rules_set, upto, high);
-	write_idle_lookups(c);
+	Trie6Writer trie6(maps_.match6.get(), default_run_dir(), before.active.set);
+	write_idle_lookups(c, trie6);
 	fail_point("rules-written");
 	bans_before_switch(maps_, s.after);
-	switch_sets(s, c, unused, rules, infos, bound, high);
+	trie6.switched(switch_sets(s, c, unused, rules, infos, bound, high));
 	bans_after_switch(maps_, s.after); // a deleted rule's bans go with it
 	retire_buckets(before, s.after);
 }
@@ -938,7 +824,7 @@ void Transaction::write_idle_rules(const StagedRules &s, bool unused, const Mapp
 	}
 }
 
-void Transaction::write_idle_lookups(const CompiledRules &c)
+void Transaction::write_idle_lookups(const CompiledRules &c, Trie6Writer &trie6)
 {
 	const MatchLists &lists = c.lists;
 	uint32_t set = c.set;
@@ -958,7 +844,7 @@ void Transaction::write_idle_lookups(const CompiledRules &c)
 			blocks.at<struct sluice_dir_block>(c.block_base));
 	for (uint32_t i = 0; i < SLUICE_DIR_TOP_SIZE; i++)
 		top.put(set * SLUICE_DIR_TOP_SIZE + i, top_level[i]);
-	write_v6(maps_.match6.get(), set, lists);
+	trie6.write(set, lists);
 }
 
 namespace {
@@ -987,8 +873,8 @@ std::pair<uint32_t, uint32_t> differing_slots(const MappedArray &rules, const Ma
 
 } // namespace
 
-void Transaction::switch_sets(const StagedRules &s, const CompiledRules &c, bool unused, const MappedArray &rules,
-			      const MappedArray &infos, uint32_t bound, uint32_t high)
+uint32_t Transaction::switch_sets(const StagedRules &s, const CompiledRules &c, bool unused, const MappedArray &rules,
+				  const MappedArray &infos, uint32_t bound, uint32_t high)
 {
 	// One word, and the new rule set is live. The sets left idle hold the
 	// rules and lookups it replaced: what the next change can skip.
@@ -1017,6 +903,7 @@ void Transaction::switch_sets(const StagedRules &s, const CompiledRules &c, bool
 		active.sync |= SLUICE_SYNC_RULES;
 		map_update(maps_.active.get(), &zero, &active, "the live rule set's number");
 	}
+	return active.set;
 }
 
 void Transaction::retire_buckets(const Snapshot &before, const std::vector<InstalledRule> &after)

@@ -24,6 +24,7 @@ struct PreparedRules;
 struct TransactionStep;
 struct StagedRules;
 struct CompiledRules;
+class Trie6Writer;
 
 /// Changes to the rule table, staged, then written all or none by commit().
 ///
@@ -149,8 +150,9 @@ private:
 	void write(const StagedRules &s, const CompiledRules &c, bool unused);
 	void write_idle_rules(const StagedRules &s, bool unused, const MappedArray &rules, const MappedArray &infos,
 			      uint32_t rules_set, uint32_t reach, uint32_t high);
-	void write_idle_lookups(const CompiledRules &c);
-	void switch_sets(const StagedRules &s, const CompiledRules &c, bool unused, const MappedArray &rules,
+	void write_idle_lookups(const CompiledRules &c, Trie6Writer &trie6);
+	/// The switch; returns the live-set word it wrote.
+	uint32_t switch_sets(const StagedRules &s, const CompiledRules &c, bool unused, const MappedArray &rules,
 			 const MappedArray &infos, uint32_t bound, uint32_t high);
 	void retire_buckets(const rule_maps::Snapshot &before, const std::vector<InstalledRule> &after);
 
