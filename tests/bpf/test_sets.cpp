@@ -15,6 +15,7 @@
 
 #include "fixture.h"
 #include "sets.h"
+#include "trie6.h"
 
 using namespace sluice;
 using namespace sluice::test;
@@ -575,4 +576,266 @@ TEST_F(SetRules, AMillionIPv6PrefixesFitTheirOwnRoomAndEverySampledSourceMeetsIt
 	EXPECT_EQ(trie_keys(maps_.match6.get()), (std::array<size_t, 2>{room, room}));
 	EXPECT_EQ(run({.src = "2001:db9::1"}), XDP_PASS) << "the refused set's extra member";
 	probe(1, 5000);
+}
+
+namespace {
+
+/// Removes a directory tree when it goes, whatever the test did.
+struct TempRunDir {
+	std::string path;
+	TempRunDir()
+	{
+		char tmpl[] = "/tmp/sluice-trie6-XXXXXX";
+		const char *d = mkdtemp(tmpl);
+		path = d ? d : "";
+		setenv("SLUICE_RUN_DIR", path.c_str(), 1);
+	}
+	~TempRunDir()
+	{
+		unsetenv("SLUICE_RUN_DIR");
+		unsetenv("SLUICE_APPLY_FAIL_AT");
+		if (!path.empty())
+			(void)!system(("rm -rf '" + path + "' '" + path + ".away'").c_str());
+	}
+};
+
+std::vector<uint8_t> file_bytes(const std::string &path)
+{
+	std::ifstream in(path, std::ios::binary);
+	return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+void put_file(const std::string &path, const std::vector<uint8_t> &bytes)
+{
+	std::ofstream out(path, std::ios::binary | std::ios::trunc);
+	out.write(reinterpret_cast<const char *>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+/// The prefixes of `s` that no other prefix of it holds, by brute force.
+std::set<Cidr> outermost_by_hand(const AddressSet &s)
+{
+	std::set<Cidr> out;
+	for (const auto &p : s.prefixes) {
+		bool inside = std::any_of(s.prefixes.begin(), s.prefixes.end(),
+					  [&](const Cidr &q) { return q.prefix_len < p.prefix_len && cidr_contains(q, p); });
+		if (!inside)
+			out.insert(p);
+	}
+	return out;
+}
+
+/// The next version of a set: grown, shrunk, replaced, or the same.
+AddressSet next_version(std::mt19937_64 &rng, const AddressSet &now, int family, uint8_t first_byte)
+{
+	AddressSet next = now;
+	switch (rng() % 4) {
+	case 0: { // grown
+		AddressSet more = random_set(rng, family, 1 + rng() % 800, first_byte);
+		next.prefixes.insert(next.prefixes.end(), more.prefixes.begin(), more.prefixes.end());
+		break;
+	}
+	case 1: // shrunk
+		std::erase_if(next.prefixes, [&](const Cidr &) { return rng() % 3 == 0; });
+		if (rng() % 8 == 0)
+			next.prefixes.clear();
+		break;
+	case 2: // replaced
+		next = random_set(rng, family, rng() % 1500, first_byte);
+		break;
+	default: // the same
+		break;
+	}
+	normalize(next.prefixes);
+	return next;
+}
+
+} // namespace
+
+// Set loads write the trie's idle set from a record of what it holds, kept in
+// the run directory, instead of reading the trie back. Whatever happens to
+// the record between loads (removed, a byte changed, an old copy put back, a
+// load that kept none, a load killed after writing the idle set, an entry
+// written into the trie behind it), after each load the trie's live set holds
+// every prefix the live rules and sets put there, and only those, and
+// packets get the brute-force verdict. The record is used where it is good
+// and refused where it is not.
+TEST_F(SetRules, LoadsKeepTheTrieExactWhateverHappensToItsRecord)
+{
+	TempRunDir run_dir;
+	ASSERT_FALSE(run_dir.path.empty());
+	const std::string &dir = run_dir.path;
+	std::mt19937_64 rng(2929);
+	SetContents sets{{"v4", random_set(rng, 4, 400, 10)}, {"v6", random_set(rng, 6, 600, 0x20)}};
+	RuleSpec deny;
+	deny.action = Action::deny;
+	deny.name = "deny4";
+	add_on_set(deny, "v4", sets);
+	deny.name = "deny6";
+	add_on_set(deny, "v6", sets);
+	// A CIDR rule beside the set: its prefix is a key of its own list.
+	RuleSpec cidr_rule;
+	cidr_rule.action = Action::deny;
+	cidr_rule.name = "deny-cidr";
+	cidr_rule.cidr = parse_cidr("2001:db8:ffff::/48");
+	Transaction(maps_).with_sets(sets).add(cidr_rule).commit();
+
+	std::vector<SetContents> history{sets};
+	std::vector<std::map<std::string, std::vector<uint8_t>>> saved; // the record after each load
+	auto save_record = [&] {
+		std::map<std::string, std::vector<uint8_t>> files;
+		for (const auto &p : {trie6_index_path(dir), trie6_set_path(dir, 0), trie6_set_path(dir, 1)})
+			files[p] = file_bytes(p);
+		saved.push_back(files);
+	};
+	save_record();
+	enum Tamper { none, no_index, no_idle_file, no_live_file, byte_flipped, old_copy, unrecorded, killed,
+		      stray_key, rules_edited, TAMPERS };
+	const char *tamper_names[] = {"none", "no index", "no idle set file", "no live set file", "a byte changed",
+				      "an old copy", "a load before kept none", "a killed load before",
+				      "an entry written behind it", "rule edits in place"};
+	std::map<int, int> used_record, tried;
+	bool record_good = true; // what the record should be trusted for at the next load
+	for (int step = 0; step < 100; step++) {
+		struct sluice_active active = {};
+		uint32_t zero = 0;
+		ASSERT_EQ(bpf_map_lookup_elem(maps_.active.get(), &zero, &active), 0);
+		const uint32_t idle = sluice_lookup_set(active.set) ^ 1;
+		int tamper = step < 3 ? none : static_cast<int>(rng() % TAMPERS);
+		bool detectable = true;
+		switch (tamper) {
+		case none:
+			detectable = false;
+			break;
+		case no_index:
+			unlink(trie6_index_path(dir).c_str());
+			break;
+		case no_idle_file:
+			unlink(trie6_set_path(dir, idle).c_str());
+			break;
+		case no_live_file:
+			unlink(trie6_set_path(dir, idle ^ 1).c_str());
+			detectable = false; // not read by this load; the next one reads the trie
+			break;
+		case byte_flipped: {
+			std::string p = rng() % 2 ? trie6_index_path(dir) : trie6_set_path(dir, idle);
+			auto bytes = file_bytes(p);
+			if (bytes.empty()) {
+				detectable = false;
+				break;
+			}
+			bytes[rng() % bytes.size()] ^= static_cast<uint8_t>(1 + rng() % 255);
+			put_file(p, bytes);
+			break;
+		}
+		case old_copy:
+			if (saved.size() < 2) {
+				detectable = false;
+				break;
+			}
+			for (const auto &[p, bytes] : saved[rng() % (saved.size() - 1)])
+				put_file(p, bytes);
+			break;
+		case unrecorded: { // a load by a writer that keeps no record
+			ASSERT_EQ(rename(dir.c_str(), (dir + ".away").c_str()), 0);
+			SetContents other = sets;
+			other.at("v6") = next_version(rng, sets.at("v6"), 6, 0x20);
+			load(other);
+			ASSERT_EQ(rename((dir + ".away").c_str(), dir.c_str()), 0);
+			sets = other;
+			history.push_back(sets);
+			break;
+		}
+		case killed: { // a load stopped after writing the idle set, before its switch
+			SetContents other = sets;
+			other.at("v6") = random_set(rng, 6, 300, 0x20); // prefixes no set holds: left over, they would show
+			setenv("SLUICE_APPLY_FAIL_AT", "rules-written", 1);
+			EXPECT_THROW(load(other), Error);
+			unsetenv("SLUICE_APPLY_FAIL_AT");
+			EXPECT_NE(access(trie6_index_path(dir).c_str(), F_OK), 0) << "a killed load leaves no index";
+			break;
+		}
+		case stray_key: { // an entry written into the idle set behind the record's back
+			Cidr stray = member(rng, parse_cidr("2001:db8::/32"));
+			mask_address(stray.addr, 100);
+			struct sluice_lpm_v6 k = {};
+			k.prefixlen = SLUICE_LPM_SET_BITS + 100;
+			k.set = static_cast<__u8>(idle);
+			std::memcpy(k.addr, stray.addr.data(), sizeof(k.addr));
+			struct sluice_match_list v = {};
+			ASSERT_EQ(bpf_map_update_elem(maps_.match6.get(), &k, &v, BPF_ANY), 0);
+			break;
+		}
+		case rules_edited: { // switches of the rule entries alone: the record follows them
+			RuleEdit on, off;
+			on.shadow = true;
+			off.shadow = false;
+			table_->edit("deny-cidr", on);
+			table_->edit("deny-cidr", off);
+			detectable = false;
+			break;
+		}
+		}
+		tried[tamper]++;
+
+		// The load: the IPv6 set, the IPv4 set, or both change.
+		SetContents next = sets;
+		int which = static_cast<int>(rng() % 3);
+		if (which != 1)
+			next.at("v6") = next_version(rng, sets.at("v6"), 6, 0x20);
+		if (which != 0)
+			next.at("v4") = next_version(rng, sets.at("v4"), 4, 10);
+		load(next);
+		sets = next;
+		history.push_back(sets);
+		Trie6WriteReport report = last_trie6_write();
+		if (report.from_record)
+			used_record[tamper]++;
+		if (detectable) {
+			EXPECT_FALSE(report.from_record) << "step " << step << ": " << tamper_names[tamper];
+		} else if (record_good) {
+			EXPECT_TRUE(report.from_record) << "step " << step << ": " << tamper_names[tamper];
+		}
+		record_good = tamper != no_live_file; // that load did not read the file it lost: the next one does
+		save_record();
+
+		// The live set of the trie holds exactly the live prefixes.
+		ASSERT_EQ(bpf_map_lookup_elem(maps_.active.get(), &zero, &active), 0);
+		const uint32_t live = sluice_lookup_set(active.set);
+		std::set<Cidr> held;
+		struct sluice_lpm_v6 cur = {}, nk = {};
+		for (int err = bpf_map_get_next_key(maps_.match6.get(), nullptr, &nk); !err;
+		     err = bpf_map_get_next_key(maps_.match6.get(), &cur, &nk)) {
+			cur = nk;
+			if (cur.set != live)
+				continue;
+			Cidr c{6, {}, static_cast<int>(cur.prefixlen) - SLUICE_LPM_SET_BITS};
+			std::memcpy(c.addr.data(), cur.addr, 16);
+			held.insert(c);
+		}
+		std::set<Cidr> want = outermost_by_hand(sets.at("v6"));
+		want.insert(cidr_rule.cidr);
+		ASSERT_EQ(held, want) << "step " << step << " after " << tamper_names[tamper];
+
+		// Packets: members of the live sets are dropped, and addresses of
+		// earlier versions that the live sets lack pass.
+		for (const char *name : {"v4", "v6"}) {
+			const AddressSet &s = sets.at(name);
+			for (int probe = 0; probe < 20 && !s.prefixes.empty(); probe++) {
+				Cidr h = member(rng, s.prefixes[rng() % s.prefixes.size()]);
+				ASSERT_EQ(run({.src = host_text(h)}), XDP_DROP) << "step " << step << ": " << host_text(h);
+			}
+			for (int probe = 0; probe < 20; probe++) {
+				const AddressSet &old = history[rng() % history.size()].at(name);
+				if (old.prefixes.empty())
+					continue;
+				Cidr h = member(rng, old.prefixes[rng() % old.prefixes.size()]);
+				bool denied = in_set(s, h) || (h.family == 6 && cidr_contains(cidr_rule.cidr, h));
+				ASSERT_EQ(run({.src = host_text(h)}), denied ? XDP_DROP : XDP_PASS)
+					<< "step " << step << ": " << host_text(h);
+			}
+		}
+	}
+	for (int t = 0; t < TAMPERS; t++)
+		EXPECT_GT(tried[t], 0) << tamper_names[t] << " never happened";
+	EXPECT_GT(used_record[none], 5) << "loads used the record";
 }
