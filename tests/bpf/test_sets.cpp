@@ -32,7 +32,23 @@ protected:
 		prog_ = std::make_unique<LoadedProgram>(TableSizes{4096, 4096});
 		maps_ = prog_->maps();
 		table_ = std::make_unique<RuleTable>(maps_);
+		// A run directory of the test's own: commits keep the IPv6 trie's
+		// record there (a million prefixes' is 56 MB).
+		char tmpl[] = "/tmp/sluice-sets-XXXXXX";
+		const char *d = mkdtemp(tmpl);
+		ASSERT_NE(d, nullptr);
+		run_dir_ = d;
+		setenv("SLUICE_RUN_DIR", run_dir_.c_str(), 1);
 	}
+	void TearDown() override
+	{
+		unsetenv("SLUICE_RUN_DIR");
+		unsetenv("SLUICE_APPLY_FAIL_AT");
+		if (!run_dir_.empty()) {
+			EXPECT_EQ(system(("rm -rf '" + run_dir_ + "' '" + run_dir_ + ".away'").c_str()), 0);
+		}
+	}
+	std::string run_dir_;
 
 	/// Adds a rule on set `name`, compiled with `sets` (not the store's).
 	InstalledRule add_on_set(RuleSpec spec, const std::string &name, const SetContents &sets)
@@ -580,25 +596,6 @@ TEST_F(SetRules, AMillionIPv6PrefixesFitTheirOwnRoomAndEverySampledSourceMeetsIt
 
 namespace {
 
-/// Removes a directory tree when it goes, whatever the test did.
-struct TempRunDir {
-	std::string path;
-	TempRunDir()
-	{
-		char tmpl[] = "/tmp/sluice-trie6-XXXXXX";
-		const char *d = mkdtemp(tmpl);
-		path = d ? d : "";
-		setenv("SLUICE_RUN_DIR", path.c_str(), 1);
-	}
-	~TempRunDir()
-	{
-		unsetenv("SLUICE_RUN_DIR");
-		unsetenv("SLUICE_APPLY_FAIL_AT");
-		if (!path.empty())
-			(void)!system(("rm -rf '" + path + "' '" + path + ".away'").c_str());
-	}
-};
-
 std::vector<uint8_t> file_bytes(const std::string &path)
 {
 	std::ifstream in(path, std::ios::binary);
@@ -661,9 +658,7 @@ AddressSet next_version(std::mt19937_64 &rng, const AddressSet &now, int family,
 // and refused where it is not.
 TEST_F(SetRules, LoadsKeepTheTrieExactWhateverHappensToItsRecord)
 {
-	TempRunDir run_dir;
-	ASSERT_FALSE(run_dir.path.empty());
-	const std::string &dir = run_dir.path;
+	const std::string &dir = run_dir_;
 	std::mt19937_64 rng(2929);
 	SetContents sets{{"v4", random_set(rng, 4, 400, 10)}, {"v6", random_set(rng, 6, 600, 0x20)}};
 	RuleSpec deny;

@@ -488,8 +488,9 @@ void trie6_rules_switched(int fd, const std::string &record_dir, uint32_t before
 void remove_trie6_record(const std::string &run_dir)
 {
 	for (const std::string &p : {trie6_index_path(run_dir), trie6_set_path(run_dir, 0), trie6_set_path(run_dir, 1)})
-		if (unlink(p.c_str()) && errno != ENOENT)
-			throw_errno("cannot remove " + p, errno);
+		for (const std::string &f : {p, p + ".tmp"}) // and what a killed command left aside
+			if (unlink(f.c_str()) && errno != ENOENT)
+				throw_errno("cannot remove " + f, errno);
 }
 
 } // namespace sluice
