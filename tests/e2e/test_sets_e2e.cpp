@@ -21,6 +21,7 @@
 #include "cli.h"
 #include "process.h"
 #include "sockaddr.h"
+#include "trie6.h"
 
 using nlohmann::json;
 using namespace sluice::test;
@@ -336,8 +337,15 @@ TEST_F(V6Room, TheIPv6TrieHasASizeOfItsOwnThatSetLoadKeepsToAndUpgradeAndApplyKe
 				 "'16777217'\n");
 	EXPECT_EQ(cli_json({"status", "--json"})["max_v6_prefixes"], 2000u);
 
-	// Unstated, it is max_rules's, and follows it.
+	// Unstated, it is max_rules's, and follows it. (And detach removes the
+	// trie's record in the run directory with the rest of the state.)
+	for (uint32_t set : {0u, 1u})
+		EXPECT_EQ(access(sluice::trie6_set_path(run(), set).c_str(), F_OK), 0) << "the IPv6 trie's record is kept";
+	EXPECT_EQ(access(sluice::trie6_index_path(run()).c_str(), F_OK), 0);
 	ASSERT_EQ(cli({"detach", "--all"}).exit_code, 0);
+	for (const auto &p :
+	     {sluice::trie6_index_path(run()), sluice::trie6_set_path(run(), 0), sluice::trie6_set_path(run(), 1)})
+		EXPECT_NE(access(p.c_str(), F_OK), 0) << p << " left by detach --all";
 	ASSERT_EQ(cli({"apply", file("p5.yaml", policy("tables:\n  max_rules: 2000\nsets:\n"
 							  "  - {name: six, family: 6, prefixes: []}\n"))})
 			  .exit_code,
