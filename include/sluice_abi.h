@@ -388,6 +388,10 @@ SLUICE_ASSERT_SIZE(struct sluice_rule_info, 104);
 #define SLUICE_DIR_BITMAP_SLOTS 16 /* bitmaps in a block */
 #define SLUICE_DIR_BITMAP_SLOT_BITS 4
 #define SLUICE_MAX_MAX_RULES (1u << 24)
+/* IPv6 prefixes a rule set holds (--max-v6-prefixes), at most: the trie holds
+ * two sets' worth, which a 32-bit max_entries holds with room; the bound
+ * refuses a typo rather than allowing a table of gigabytes. */
+#define SLUICE_MAX_MAX_V6_PREFIXES (1u << 24)
 /* The second-level entry of bitmap `slot` in block `block`, and back. */
 #define SLUICE_DIR_BITMAP_ENTRY(block, slot) (SLUICE_DIR_BITMAP | (block) << SLUICE_DIR_BITMAP_SLOT_BITS | (slot))
 #define SLUICE_DIR_BITMAP_BLOCK(e) (((e) & ~(SLUICE_DIR_CHILD | SLUICE_DIR_BITMAP)) >> SLUICE_DIR_BITMAP_SLOT_BITS)

@@ -9,6 +9,9 @@
 //     with one rule changed; `apply --check`; `sluice export`;
 //   - `sluice rule set` with 10, 20,000 and 100,000 rules installed, the first
 //     one after the apply apart from the ones after it;
+//   - `sluice set load` of sets of 1,000,000 IPv4 prefixes (two shapes) and of
+//     100,000 and 1,000,000 IPv6 prefixes (`--set-load-only ROWS` runs only
+//     these rows);
 // and prints Markdown tables, with ratios against baselines of the same run.
 // The targets are shown beside the figures; nothing here fails on a
 // figure. Run as root; it loads the program, attached nowhere, in its own
@@ -279,6 +282,92 @@ std::string target(double wall, double limit)
 	return (wall < limit ? "under " : "over ") + ms(limit) + " ms";
 }
 
+/// Section 4: `sluice set load` of large sets, one row a shape; `rows`
+/// (1-based) picks some, empty: all.
+void set_load_section(const std::string &bin, const std::string &dir, int repeat, bool quick,
+		      const std::vector<int> &rows)
+{
+	std::cout << "\n## 4. `sluice set load NAME FILE` of a large address set\n\n"
+		  << "One deny rule on the set; each load reads the file, compiles the rules with the new set "
+		     "into the idle tables, switches, and replaces the set's file. Median of "
+		  << repeat << " loads, alternating between two files of the same shape.\n\n"
+		  << "| set | tables | wall ms | CPU ms | target |\n| --- | --- | ---: | ---: | --- |\n";
+	struct SetShape {
+		const char *what;
+		uint32_t max_rules, max_v6_prefixes, count; ///< max_v6_prefixes 0: as max_rules
+		int family;
+		int kind; ///< 0: /24s anywhere; 1: /32s in 4,096 /24s; 2: IPv6 /64s; 3: IPv6 /64s and /128s
+	};
+	const uint32_t million = quick ? 100000 : 1000000;
+	const SetShape shapes[] = {{"IPv4 /24s anywhere", 32768, 0, million, 4, 0},
+				   {"IPv4 /32s in 4,096 /24s", 16384, 0, million, 4, 1},
+				   {"IPv6 /64s", 16384, 131072, 100000, 6, 2},
+				   {"IPv6 /64s and /128s (none inside another)", 16384, million, million, 6, 3}};
+	for (size_t row = 0; row < std::size(shapes); row++) {
+		const SetShape &shape = shapes[row];
+		if (!rows.empty() && std::find(rows.begin(), rows.end(), int(row + 1)) == rows.end())
+			continue;
+		run({bin, "detach", "--all"});
+		std::string files[2];
+		for (int v = 0; v < 2; v++) {
+			std::mt19937_64 rng(static_cast<uint64_t>(v * 10 + shape.kind));
+			std::set<uint64_t> seen;
+			std::string text;
+			while (seen.size() < shape.count) {
+				uint64_t r = rng();
+				// Kind 3: a /64's key is its 32 bits of network, even; a
+				// /128's its network, odd, and 32 bits of host: none lies
+				// in another, and the keys never meet.
+				uint64_t key = shape.kind == 0   ? (r & 0xffffff)
+					       : shape.kind == 1 ? (r % 4096) << 8 | (r >> 40 & 255)
+					       : shape.kind == 3 ? (r & 1 ? r | 1ull << 32 : r >> 32 & ~1ull)
+								 : r;
+				if (!seen.insert(key).second)
+					continue;
+				char line[96];
+				if (shape.kind == 0)
+					snprintf(line, sizeof(line), "%u.%u.%u.0/24\n", unsigned(key >> 16), unsigned(key >> 8 & 255),
+						 unsigned(key & 255));
+				else if (shape.kind == 1)
+					snprintf(line, sizeof(line), "10.%u.%u.%u\n", unsigned(key >> 16 & 255),
+						 unsigned(key >> 8 & 255), unsigned(key & 255));
+				else if (shape.kind == 2)
+					snprintf(line, sizeof(line), "2001:db8:%x:%x::/64\n", unsigned(key >> 16 & 0xffff),
+						 unsigned(key & 0xffff));
+				else if (key >> 32) // a /128: network key >> 32, host the low 32 bits
+					snprintf(line, sizeof(line), "2001:db8:%x:%x::%x:%x\n", unsigned(key >> 48 & 0xffff),
+						 unsigned(key >> 32 & 0xffff), unsigned(key >> 16 & 0xffff), unsigned(key & 0xffff));
+				else
+					snprintf(line, sizeof(line), "2001:db8:%x:%x::/64\n", unsigned(key >> 16 & 0xffff),
+						 unsigned(key & 0xffff));
+				text += line;
+			}
+			files[v] = dir + "/set" + std::to_string(v) + ".txt";
+			write_file(files[v], text);
+		}
+		const std::string setup = dir + "/sets.yaml";
+		std::string tables = "tables:\n  max_rules: " + std::to_string(shape.max_rules) + "\n";
+		if (shape.max_v6_prefixes)
+			tables += "  max_v6_prefixes: " + std::to_string(shape.max_v6_prefixes) + "\n";
+		write_file(setup, tables + "sets:\n  - {name: big, family: " + std::to_string(shape.family) +
+					  ", prefixes: []}\nrules:\n  - {name: big, cidr: \"@big\", action: deny}\n");
+		run({bin, "apply", setup});
+		std::vector<Timing> loads;
+		for (int i = 0; i < repeat; i++)
+			loads.push_back(run({bin, "set", "load", "big", files[i % 2]}));
+		Timing t = median_of(loads).median;
+		std::string sizes = "max_rules " + with_commas(shape.max_rules);
+		if (shape.max_v6_prefixes)
+			sizes += ", max_v6_prefixes " + with_commas(shape.max_v6_prefixes);
+		std::cout << "| " << with_commas(shape.count) << " " << shape.what << " | " << sizes << " | " << ms(t.wall)
+			  << " | " << ms(t.cpu) << " | "
+			  << (shape.kind != 2 ? target(t.wall, 2) : std::string("(IPv6 may be slower)")) << " |\n";
+		for (const auto &f : files)
+			unlink(f.c_str());
+		unlink(setup.c_str());
+	}
+}
+
 } // namespace
 
 int main(int argc, char **argv)
@@ -295,6 +384,11 @@ int main(int argc, char **argv)
 	app.add_option("--pin-dir", pin_dir, "Where the program's state is pinned (SLUICE_PIN_DIR)");
 	std::string bin = SLUICE_BIN;
 	app.add_option("--sluice", bin, "The sluice binary to time (default: this build's), e.g. an older one");
+	std::vector<int> set_rows;
+	app.add_option("--set-load-only", set_rows,
+		       "Only section 4 (`set load`), and of it only these rows (1-based, comma-separated)")
+		->delimiter(',')
+		->check(CLI::Range(1, 4));
 	std::string write_only;
 	app.add_option("--write-policy", write_only, "Only write the generated policy of --rules rules to this file");
 	CLI11_PARSE(app, argc, argv);
@@ -338,6 +432,12 @@ int main(int argc, char **argv)
 			  << load_average() << " at the start. Binary: " << bin << ". Times are the median of " << repeat
 			  << " runs of the `sluice` command, process start to exit: wall clock, and CPU (user + "
 			     "system) from the process's rusage.\n";
+
+		if (!set_rows.empty()) {
+			set_load_section(bin, dir, repeat, quick, set_rows);
+			cleanup();
+			return 0;
+		}
 
 		// ---- 1. The file.
 		const std::string policy = dir + "/policy.yaml", changed = dir + "/changed.yaml";
@@ -445,65 +545,7 @@ int main(int argc, char **argv)
 				  << " | " << target(s.median.wall, 0.01) << " |\n";
 		}
 		// ---- 4. set load.
-		std::cout << "\n## 4. `sluice set load NAME FILE` of a large address set\n\n"
-			  << "One deny rule on the set; each load reads the file, compiles the rules with the new set "
-			     "into the idle tables, switches, and replaces the set's file. Median of "
-			  << repeat << " loads, alternating between two files of the same shape.\n\n"
-			  << "| set | tables (max_rules) | wall ms | CPU ms | target |\n| --- | ---: | ---: | ---: | --- |\n";
-		struct SetShape {
-			const char *what;
-			uint32_t max_rules, count;
-			int family;
-			int kind; ///< 0: /24s anywhere; 1: /32s in 4,096 /24s; 2: IPv6 /64s
-		};
-		const uint32_t million = quick ? 100000 : 1000000;
-		const SetShape shapes[] = {{"IPv4 /24s anywhere", 32768, million, 4, 0},
-					   {"IPv4 /32s in 4,096 /24s", 16384, million, 4, 1},
-					   {"IPv6 /64s", 131072, 100000, 6, 2}};
-		for (const auto &shape : shapes) {
-			run({bin, "detach", "--all"});
-			std::string files[2];
-			for (int v = 0; v < 2; v++) {
-				std::mt19937_64 rng(static_cast<uint64_t>(v * 10 + shape.kind));
-				std::set<uint64_t> seen;
-				std::string text;
-				while (seen.size() < shape.count) {
-					uint64_t r = rng();
-					uint64_t key = shape.kind == 0 ? (r & 0xffffff) : shape.kind == 1 ? (r % 4096) << 8 | (r >> 40 & 255) : r;
-					if (!seen.insert(key).second)
-						continue;
-					char line[64];
-					if (shape.kind == 0)
-						snprintf(line, sizeof(line), "%u.%u.%u.0/24\n", unsigned(key >> 16), unsigned(key >> 8 & 255),
-							 unsigned(key & 255));
-					else if (shape.kind == 1)
-						snprintf(line, sizeof(line), "10.%u.%u.%u\n", unsigned(key >> 16 & 255),
-							 unsigned(key >> 8 & 255), unsigned(key & 255));
-					else
-						snprintf(line, sizeof(line), "2001:db8:%x:%x::/64\n", unsigned(key >> 16 & 0xffff),
-							 unsigned(key & 0xffff));
-					text += line;
-				}
-				files[v] = dir + "/set" + std::to_string(v) + ".txt";
-				write_file(files[v], text);
-			}
-			const std::string setup = dir + "/sets.yaml";
-			write_file(setup, "tables:\n  max_rules: " + std::to_string(shape.max_rules) +
-						  "\nsets:\n  - {name: big, family: " + std::to_string(shape.family) +
-						  ", prefixes: []}\nrules:\n  - {name: big, cidr: \"@big\", action: deny}\n");
-			run({bin, "apply", setup});
-			std::vector<Timing> loads;
-			for (int i = 0; i < repeat; i++)
-				loads.push_back(run({bin, "set", "load", "big", files[i % 2]}));
-			Timing t = median_of(loads).median;
-			std::cout << "| " << with_commas(shape.count) << " " << shape.what << " | " << with_commas(shape.max_rules)
-				  << " | " << ms(t.wall) << " | " << ms(t.cpu) << " | "
-				  << (shape.family == 4 ? target(t.wall, 2) : std::string("(IPv6 may be slower)")) << " |\n";
-			for (const auto &f : files)
-				unlink(f.c_str());
-			unlink(setup.c_str());
-		}
-
+		set_load_section(bin, dir, repeat, quick, {});
 		std::cout << "\nLoad average at the end: " << load_average() << ".\n";
 		cleanup();
 		return 0;

@@ -409,7 +409,7 @@ TEST_F(EmptyTableChecks, EveryAddAndImportFormFaresAsOnALoadedTable)
 		std::string empty_error;
 		std::vector<InstalledRule> added;
 		try {
-			added = Transaction::check_adds_on_empty(specs, where, import, maps_.max_rules()).added;
+			added = Transaction::check_adds_on_empty(specs, where, import, maps_.rule_room()).added;
 		} catch (const Error &e) {
 			empty_error = e.what();
 		}

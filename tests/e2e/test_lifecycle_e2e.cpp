@@ -634,6 +634,7 @@ TEST_F(Lifecycle, UpgradeFromThePreviousReleaseKeepsEveryRuleLimitsCountersAndTh
 	EXPECT_NE(new_link.find("prog/xdp id " + std::to_string(status["prog_id"].get<uint32_t>())), std::string::npos)
 		<< new_link;
 	EXPECT_EQ(cli_dst({"export"}).out, exported.out) << "every rule, field by field";
+	EXPECT_EQ(status["max_v6_prefixes"], status["max_rules"]) << "0.2.7's IPv6 trie held max_rules prefixes a set";
 	json global_after = cli_json({"stats", "--json"})["global"];
 	for (const char *c : {"pass_limit", "drop_rate"})
 		EXPECT_EQ(global_after[c]["packets"], global_before[c]["packets"]) << c << ": the global counters go on";
@@ -864,11 +865,12 @@ namespace {
 
 /// One state a policy file can ask for: each interface absent, native or
 /// generic; a subset of a pool of rules, each in one of two variants (their
-/// rates differ); the rule table's size.
+/// rates differ); the rule table's and the IPv6 trie's sizes.
 struct PolicyCase {
 	std::vector<int> modes; ///< per interface: 0 absent, 1 native, 2 generic
 	std::vector<int> rules; ///< per pool rule: 0 absent, 1 or 2 its variant
 	uint32_t max_rules = 0; ///< 0: the default
+	uint32_t max_v6_prefixes = 0; ///< 0: unstated (as max_rules)
 
 	bool empty() const
 	{
@@ -879,8 +881,12 @@ struct PolicyCase {
 	std::string text(const std::vector<std::string> &interfaces) const
 	{
 		std::string t;
+		if (max_rules || max_v6_prefixes)
+			t += "tables:\n";
 		if (max_rules)
-			t += "tables:\n  max_rules: " + std::to_string(max_rules) + "\n";
+			t += "  max_rules: " + std::to_string(max_rules) + "\n";
+		if (max_v6_prefixes)
+			t += "  max_v6_prefixes: " + std::to_string(max_v6_prefixes) + "\n";
 		t += "interfaces:";
 		bool any = false;
 		for (size_t i = 0; i < modes.size(); i++)
@@ -930,6 +936,7 @@ TEST_F(Lifecycle, ApplyIsAllOrNoneForGeneratedTransitionsWithAFailureAtEachStep)
 		for (int r = 0; r < 4; r++)
 			c.rules.push_back(pick(3));
 		c.max_rules = pick(6) == 0 ? 20000 : 0;
+		c.max_v6_prefixes = pick(6) == 0 ? 30000 : 0;
 		return c;
 	};
 	// The state as a user checks it: the export, and where the program runs.

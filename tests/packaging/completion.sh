@@ -28,7 +28,7 @@ complete_words() {
 # The help tree, read here with its own parser (not the completion's).
 help_of() { "$bin" "$@" --help; }
 subs_of() { help_of "$@" | awk '/^Subcommands:/ { s = 1; next } /^[A-Z]/ { s = 0 } s && /^  [a-z]/ { print $1 }' | sort; }
-opts_of() { help_of "$@" | grep -oE '^  (-[a-z],)?--[a-z][a-z-]*' | sed 's/.*,//; s/^ *//' | sort; }
+opts_of() { help_of "$@" | grep -oE '^  (-[a-z],)?--[a-z][a-z0-9-]*' | sed 's/.*,//; s/^ *//' | sort; }
 
 checked=0
 walk() { # PATH...

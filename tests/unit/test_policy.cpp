@@ -223,6 +223,7 @@ TEST(PolicyPeek, ABlockStyleTablesSectionIsReadAsTheParseReadsIt)
 		"tables:\n  max_rules: 64\n" + rules,
 		rules + "tables:\n  max_sources: 4096   # for the lab\n  max_log_sources: 512\n",
 		"tables:\n  max_bans: 100\n  max_rules: 64\n" + rules,
+		"tables:\n  max_v6_prefixes: 1000000\n  max_rules: 64\n" + rules,
 		"# sizes\ntables:   # all three\n  max_log_sources: 8\n\n  # rules\n  max_rules: 16\r\n  max_sources: 1024\n" +
 			rules,
 		"tables:\n" + rules,
@@ -235,7 +236,9 @@ TEST(PolicyPeek, ABlockStyleTablesSectionIsReadAsTheParseReadsIt)
 		EXPECT_EQ(guess->max_sources, parsed.max_sources) << text;
 		EXPECT_EQ(guess->max_log_sources, parsed.max_log_sources) << text;
 		EXPECT_EQ(guess->max_bans, parsed.max_bans) << text;
+		EXPECT_EQ(guess->max_v6_prefixes, parsed.max_v6_prefixes) << text;
 	}
+	EXPECT_EQ(parse("tables:\n  max_v6_prefixes: 1000000\n" + rules).tables.max_v6_prefixes, 1000000u);
 	EXPECT_EQ(parse("tables:\n  max_bans: 100\n" + rules).tables.max_bans, 100u);
 	EXPECT_EQ(peek_table_sizes("tables:\n  max_rules: 64\n" + rules)->max_rules, 64u);
 
@@ -365,9 +368,15 @@ TEST(PolicyErrors, EachIsOneLineWithTheFileLineAndRule)
 		{"interfaces: eth0\nrules: []\n", "sluice.yaml line 1: 'interfaces' is a list, not 'eth0'"},
 		{"tables:\n  max_rule: 10\nrules: []\n",
 		 "sluice.yaml line 2: tables: unknown key 'max_rule' (expected one of max_rules, max_sources, "
-		 "max_log_sources, max_bans)"},
+		 "max_log_sources, max_bans, max_v6_prefixes)"},
 		{"tables:\n  max_sources: 1e6\nrules: []\n",
 		 "sluice.yaml line 2: tables: 'max_sources' is a number from 0 to 4294967295, not '1e6'"},
+		{"tables:\n  max_v6_prefixes: 0\nrules: []\n",
+		 "sluice.yaml line 2: tables: 'max_v6_prefixes' is a number from 1 to 16777216, not '0'"},
+		{"tables:\n  max_v6_prefixes: 16777217\nrules: []\n",
+		 "sluice.yaml line 2: tables: 'max_v6_prefixes' is a number from 1 to 16777216, not '16777217'"},
+		{"tables:\n  max_v6_prefixes: -1\nrules: []\n",
+		 "sluice.yaml line 2: tables: 'max_v6_prefixes' is a number from 1 to 16777216, not '-1'"},
 		{"tables:\n  max_rules: 1\nrules:\n  - {name: a, cidr: 10.0.0.0/8, action: deny}\n"
 		 "  - {name: b, cidr: 10.0.0.0/9, action: deny}\n",
 		 "sluice.yaml line 3: 2 rules do not fit in max_rules 1"},
@@ -903,6 +912,7 @@ public:
 		p.tables.max_rules = pick(2) ? 0 : 256u << pick(4);
 		p.tables.max_sources = pick(2) ? 0 : 4096u << pick(4);
 		p.tables.max_log_sources = pick(2) ? 0 : 1024u << pick(4);
+		p.tables.max_v6_prefixes = pick(2) ? 0 : 1000u << pick(10);
 		return p;
 	}
 
@@ -1009,7 +1019,7 @@ Applied apply_then_export(const Policy &p)
 	Policy out = p;
 	Applied a;
 	SetContents sets = policy_sets(p);
-	a.rules = Transaction::prepared_rules(*Transaction::prepare_empty(p.rules, 4096, &sets));
+	a.rules = Transaction::prepared_rules(*Transaction::prepare_empty(p.rules, {4096, 4096}, &sets));
 	out.rules.clear();
 	for (const auto &r : a.rules)
 		out.rules.push_back(r.spec);

@@ -9,12 +9,15 @@
 
 #include <algorithm>
 #include <random>
+#include <set>
 #include <sstream>
 
+#include "datapath.h"
 #include "dir4.h"
 #include "error.h"
 #include "rule.h"
 #include "sets.h"
+#include "transaction.h"
 
 using namespace sluice;
 
@@ -396,6 +399,83 @@ TEST(SetRules, ASetOfAMillionPrefixesTakesAFewLists)
 	// prefixes under 10/8 (which go on to 10/8's).
 	EXPECT_EQ(m.lists.size(), 3u);
 	EXPECT_EQ(m.first.size(), big.prefixes.size() + 1);
+}
+
+// The IPv6 trie has a room of its own (--max-v6-prefixes): a rule set fits
+// when its distinct IPv6 prefixes, of rules on CIDRs and of the sets rules
+// use, are at most that room, whatever --max-rules is; one more is refused
+// with one line. Generated: /64s and /128s of a set, some of them also a
+// CIDR rule's prefix or repeated in a second set, which count once.
+TEST(SetRules, TheIPv6RoomCountsEachDistinctPrefixOnceWhateverMaxRules)
+{
+	for (uint64_t seed = 1; seed <= 20; seed++) {
+		std::mt19937_64 rng(seed);
+		auto prefix = [&rng] {
+			Cidr c{6, {}, rng() % 2 ? 64 : 128};
+			uint64_t hi = 0x20010db800000000ull | (rng() & 0xffffffff), lo = rng();
+			for (int i = 0; i < 8; i++) {
+				c.addr[i] = static_cast<uint8_t>(hi >> (56 - 8 * i));
+				c.addr[8 + i] = c.prefix_len == 128 ? static_cast<uint8_t>(lo >> (56 - 8 * i)) : 0;
+			}
+			return c;
+		};
+		AddressSet a{6, {}}, b{6, {}};
+		size_t n = 1 + rng() % 3000;
+		for (size_t i = 0; i < n; i++)
+			a.prefixes.push_back(prefix());
+		for (size_t i = 0; i < n / 4; i++) // half shared with a, half new
+			b.prefixes.push_back(i % 2 ? a.prefixes[rng() % n] : prefix());
+		normalize(a.prefixes);
+		normalize(b.prefixes);
+		std::vector<RuleSpec> rules;
+		std::set<Cidr> distinct(a.prefixes.begin(), a.prefixes.end());
+		distinct.insert(b.prefixes.begin(), b.prefixes.end());
+		for (int i = 0; i < 3; i++) {
+			RuleSpec r;
+			r.name = "cidr" + std::to_string(i);
+			r.cidr = i == 0 ? a.prefixes.front() : prefix(); // the first on a prefix set a holds
+			r.action = Action::allow;
+			distinct.insert(r.cidr);
+			rules.push_back(r);
+		}
+		for (const char *name : {"a", "b"}) {
+			RuleSpec r;
+			r.name = std::string("on-") + name;
+			r.set = name;
+			r.cidr = Cidr{6, {}, 0};
+			r.action = Action::deny;
+			rules.push_back(r);
+		}
+		SetContents sets{{"a", a}, {"b", b}};
+		const uint32_t need = static_cast<uint32_t>(distinct.size());
+		// Eight rule slots: far fewer than the prefixes.
+		EXPECT_NO_THROW(Transaction::check_fits(rules, {8, need}, &sets)) << "seed " << seed;
+		try {
+			Transaction::check_fits(rules, {8, need - 1}, &sets);
+			ADD_FAILURE() << "seed " << seed << ": " << need << " prefixes fit a room of " << need - 1;
+		} catch (const Error &e) {
+			EXPECT_EQ(std::string(e.what()), "the rules and sets need " + std::to_string(need) +
+								 " IPv6 prefixes and --max-v6-prefixes holds " +
+								 std::to_string(need - 1) +
+								 "; raise it with `sluice apply` (tables: max_v6_prefixes)");
+		}
+	}
+}
+
+// The trie's room follows --max-rules unless it is given: the sizes of
+// before it had one of its own.
+TEST(SetRules, TheIPv6RoomIsMaxRulesUnlessGiven)
+{
+	EXPECT_EQ(TableSizes{}.rule_room(), (RuleRoom{SLUICE_DEFAULT_MAX_RULES, SLUICE_DEFAULT_MAX_RULES}));
+	TableSizes t;
+	t.max_rules = 100;
+	EXPECT_EQ(t.rule_room(), (RuleRoom{100, 100}));
+	t.max_v6_prefixes = 1000000;
+	EXPECT_EQ(t.rule_room(), (RuleRoom{100, 1000000}));
+	t.max_rules = 0;
+	EXPECT_EQ(t.rule_room(), (RuleRoom{SLUICE_DEFAULT_MAX_RULES, 1000000}));
+	EXPECT_EQ(TableSizes::stated_v6_prefixes(100, 100), 0u);
+	EXPECT_EQ(TableSizes::stated_v6_prefixes(1000000, 100), 1000000u);
 }
 
 TEST(SetRules, ARuleOnAMissingSetOrOfTheOtherFamilyIsRefused)

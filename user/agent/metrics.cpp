@@ -247,6 +247,8 @@ void program(FamilyList &out, const Status &st)
 	out.single("sluice_program_loaded_timestamp_seconds", "When the program was loaded (Unix time)",
 		   MetricType::Gauge, static_cast<double>(st.loaded_ns) / 1e9);
 	out.single("sluice_rules_capacity", "Rules the rule table can hold", MetricType::Gauge, st.max_rules);
+	out.single("sluice_v6_prefixes_capacity", "IPv6 prefixes of rules and sets a rule set can hold", MetricType::Gauge,
+		   st.max_v6_prefixes);
 	out.single("sluice_map_memory_bytes", "Memory of the program's maps, as the kernel accounts it",
 		   MetricType::Gauge, static_cast<double>(st.map_memory_bytes));
 	auto &links = out.add("sluice_interface_info", "An interface the program is attached to, and how",

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <unistd.h>
 #include <cstdio>
 #include <cstring>
@@ -34,6 +35,7 @@
 #include "rule_table.h"
 #include "set_cli.h"
 #include "transaction.h"
+#include "trie6.h"
 #include "sluice_build.h"
 #include "stats.h"
 #include "text_table.h"
@@ -159,6 +161,7 @@ std::string unload_everything(Instance &inst)
 	SetStore sets(inst.run_dir());
 	size_t set_count = sets.names().size();
 	sets.remove_all();
+	remove_trie6_record(inst.run_dir());
 	std::string where;
 	for (const auto &p : places)
 		where += (where.empty() ? " (" : ", ") + p;
@@ -202,6 +205,7 @@ nlohmann::ordered_json status_json(const Instance &inst, const Status &s)
 		j["max_log_sources"] = s.max_log_sources;
 		j["max_rules"] = s.max_rules;
 		j["max_bans"] = s.max_bans;
+		j["max_v6_prefixes"] = s.max_v6_prefixes;
 		j["map_memory_bytes"] = s.map_memory_bytes;
 		j["rules"] = RuleTable(inst.maps()).list().size();
 		j["attached"] = !s.links.empty() || !s.arrays.empty();
@@ -275,6 +279,7 @@ void cmd_status(const Instance &inst, bool json)
 	print_status_places(s, st.rules.size());
 	VerdictTotals t = verdict_totals(st);
 	std::cout << "rules: " << st.rules.size() << " of " << s.max_rules << "\n";
+	std::cout << "IPv6 prefixes of rules and sets: up to " << s.max_v6_prefixes << "\n";
 	std::cout << "sources: " << st.tracked_sources << " tracked, tables of " << s.max_sources
 		  << " buckets and " << s.max_log_sources << " sliding-log buckets per address family\n";
 	std::cout << "bans: " << st.bans << " of " << s.max_bans << "\n";
@@ -764,6 +769,20 @@ CLI::Validator positive_count_check()
 		"POSITIVE");
 }
 
+/// A table size: a count from 1 to `max`, in decimal.
+CLI::Validator size_check(uint32_t max)
+{
+	return CLI::Validator(
+		[max](std::string &v) {
+			uint64_t n = 0;
+			auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+			if (!v.empty() && ec == std::errc() && end == v.data() + v.size() && n >= 1 && n <= max)
+				return std::string();
+			return "a count from 1 to " + std::to_string(max) + ", not " + v;
+		},
+		"N");
+}
+
 /// Every option of every subcommand: each subcommand's setup binds its own
 /// fields, and its handler reads them.
 struct Args {
@@ -771,7 +790,8 @@ struct Args {
 	std::string pin_dir, run_dir;
 	// attach, detach
 	std::string ifname, mode_text = "native", then_prog, prog_array_path;
-	uint32_t max_sources = 0, max_rules = 0, max_log_sources = 0, max_bans = 0, prog_array_index = 0;
+	uint32_t max_sources = 0, max_rules = 0, max_log_sources = 0, max_bans = 0, max_v6_prefixes = 0,
+		 prog_array_index = 0;
 	bool multiprog = false, detach_all = false;
 	int priority = 50;
 	// rule
@@ -814,7 +834,10 @@ struct Command {
 	const std::vector<Command> *subcommands = nullptr; ///< chosen among after parsing
 };
 
-TableSizes table_sizes(const Args &a) { return {a.max_sources, a.max_rules, a.max_log_sources, a.max_bans}; }
+TableSizes table_sizes(const Args &a)
+{
+	return {a.max_sources, a.max_rules, a.max_log_sources, a.max_bans, a.max_v6_prefixes};
+}
 
 void setup_attach(CLI::App &cmd, Args &a)
 {
@@ -840,6 +863,9 @@ void setup_attach(CLI::App &cmd, Args &a)
 		       "Sliding-log buckets per address family (default 16384, 576 bytes each for IPv4, 592 for IPv6)");
 	cmd.add_option("--max-bans", a.max_bans,
 		       "Ban table size: sources under a temporary ban at once (default 65536; full, a new ban is refused)");
+	cmd.add_option("--max-v6-prefixes", a.max_v6_prefixes,
+		       "IPv6 prefixes of rules and address sets a rule set holds (default: as --max-rules)")
+		->check(size_check(SLUICE_MAX_MAX_V6_PREFIXES));
 }
 
 int run_attach(Instance &inst, const CLI::App &, Args &a)
@@ -935,7 +961,7 @@ int run_rule_add(Instance &inst, const CLI::App &cmd, Args &a)
 {
 	RuleSpec spec = to_spec(a.rule, cmd.count("--per") > 0);
 	auto lock = lock_to_load(inst, [&] {
-		Transaction::check_adds_on_empty({spec}, {}, false, SLUICE_DEFAULT_MAX_RULES);
+		Transaction::check_adds_on_empty({spec}, {}, false, TableSizes{}.rule_room());
 	});
 	inst.load({}); // rules may come before the first attach
 	MapSet maps = inst.maps();
@@ -954,7 +980,7 @@ int run_rule_import(Instance &inst, const CLI::App &, Args &a)
 	std::vector<std::string> where;
 	std::vector<RuleSpec> specs = read_rule_file(a.import_path, where);
 	auto lock = lock_to_load(inst, [&] {
-		Transaction::check_adds_on_empty(specs, where, true, SLUICE_DEFAULT_MAX_RULES);
+		Transaction::check_adds_on_empty(specs, where, true, TableSizes{}.rule_room());
 	});
 	inst.load({});
 	MapSet maps = inst.maps();

@@ -253,6 +253,18 @@ ObjectImage production_object()
 	return image;
 }
 
+RuleRoom TableSizes::rule_room() const
+{
+	uint32_t rules = max_rules ? max_rules : SLUICE_DEFAULT_MAX_RULES;
+	return {rules, max_v6_prefixes ? max_v6_prefixes : rules};
+}
+
+TableSizes TableSizes::loaded(const MapSet &m)
+{
+	return {m.max_sources(), m.max_rules(), m.max_log_sources(), m.max_bans(),
+		stated_v6_prefixes(m.max_v6_prefixes(), m.max_rules())};
+}
+
 namespace {
 
 /// Sets of the source tables for `sources` buckets (0: the default): whole sets.
@@ -282,16 +294,21 @@ struct bpf_object *open_sized(ObjectImage image, const TableSizes &sizes)
 				throw Error(std::string("cannot size map ") + name);
 		}
 	};
-	uint32_t rules = sizes.max_rules ? sizes.max_rules : SLUICE_DEFAULT_MAX_RULES;
+	RuleRoom room = sizes.rule_room();
+	uint32_t rules = room.rules;
 	if (rules > SLUICE_MAX_MAX_RULES) // the IPv4 table's entries hold block and list indices of 26 bits
 		throw Error("--max-rules " + std::to_string(rules) + " is more than the most, " +
 			    std::to_string(SLUICE_MAX_MAX_RULES));
+	if (room.v6_prefixes < 1 || room.v6_prefixes > SLUICE_MAX_MAX_V6_PREFIXES)
+		throw Error("--max-v6-prefixes is a count from 1 to " + std::to_string(SLUICE_MAX_MAX_V6_PREFIXES) +
+			    ", not " + std::to_string(room.v6_prefixes));
 	// Two rule sets (struct sluice_active): each holds up to `rules` rules,
-	// as many match lists (+ index 0, unused), two IPv4 blocks a rule and a
-	// trie prefix a rule. Counters are per slot, shared by both sets.
+	// as many match lists (+ index 0, unused), two IPv4 blocks a rule, and
+	// its own room of IPv6 prefixes in the trie. Counters are per slot,
+	// shared by both sets.
 	size_maps({SLUICE_STR(SLUICE_MAP_RULE_COUNTERS)}, rules);
-	size_maps({SLUICE_STR(SLUICE_MAP_RULES), SLUICE_STR(SLUICE_MAP_RULE_INFO), SLUICE_STR(SLUICE_MAP_MATCH_V6)},
-		  2 * rules);
+	size_maps({SLUICE_STR(SLUICE_MAP_RULES), SLUICE_STR(SLUICE_MAP_RULE_INFO)}, 2 * rules);
+	size_maps({SLUICE_STR(SLUICE_MAP_MATCH_V6)}, 2 * room.v6_prefixes);
 	size_maps({SLUICE_STR(SLUICE_MAP_DIR4_BLOCKS)}, 2 * 2 * rules);
 	size_maps({SLUICE_STR(SLUICE_MAP_LISTS)}, 2 * (rules + 1));
 	// Every source table is an array of sets: the sizes round up to whole sets.
@@ -720,6 +737,7 @@ void Instance::check_sizes(const MapSet &m, const TableSizes &sizes)
 	differs(sizes.max_rules, m.max_rules(), "--max-rules");
 	differs(sets_of(sizes.max_log_sources), m.max_log_sources(), "--max-log-sources");
 	differs(sizes.max_bans, m.max_bans(), "--max-bans");
+	differs(sizes.max_v6_prefixes, m.max_v6_prefixes(), "--max-v6-prefixes");
 }
 
 bool Instance::attached_in(uint64_t netns, uint32_t ifindex, XdpMode mode) const
@@ -1060,7 +1078,9 @@ std::vector<std::string> Instance::upgrade(const TableSizes &sizes)
 	TableSizes want = {sizes.max_sources ? sizes.max_sources : state.max_sources,
 			   sizes.max_rules ? sizes.max_rules : state.max_rules,
 			   sizes.max_log_sources ? sizes.max_log_sources : state.max_log_sources,
-			   sizes.max_bans ? sizes.max_bans : state.max_bans};
+			   sizes.max_bans ? sizes.max_bans : state.max_bans,
+			   sizes.max_v6_prefixes ? sizes.max_v6_prefixes
+						 : TableSizes::stated_v6_prefixes(state.max_v6_prefixes, state.max_rules)};
 	LoadedProgram fresh(want);
 	std::vector<std::string> restarted = restore_state(state, fresh.maps());
 	// A native link's frames are wire packets (record_frame_size), whatever
@@ -1257,6 +1277,7 @@ Status Instance::status() const
 	s.max_log_sources = m.max_log_sources();
 	s.max_rules = m.max_rules();
 	s.max_bans = m.max_bans();
+	s.max_v6_prefixes = m.max_v6_prefixes();
 	m.for_each([&s](const char *, int fd) { s.map_memory_bytes += fd_memlock(fd); });
 	uint32_t zero = 0;
 	struct sluice_meta meta = {};

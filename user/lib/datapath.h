@@ -25,8 +25,21 @@ struct TableSizes {
 	uint32_t max_rules = 0;
 	uint32_t max_log_sources = 0;
 	uint32_t max_bans = 0; ///< the ban table (bans.h)
+	/// IPv6 prefixes a rule set holds (the trie holds two sets); 0: as
+	/// many as max_rules, which is what it was before it had a size of its
+	/// own. Equal to max_rules means the same: it follows max_rules.
+	uint32_t max_v6_prefixes = 0;
 
 	bool operator==(const TableSizes &) const = default;
+	/// The room of the rule tables these sizes load, defaults resolved.
+	RuleRoom rule_room() const;
+	/// The sizes of loaded tables, as `attach` or a policy states them.
+	static TableSizes loaded(const MapSet &m);
+	/// max_v6_prefixes as stated: 0 where the trie holds as many as max_rules.
+	static uint32_t stated_v6_prefixes(uint32_t v6_prefixes, uint32_t max_rules)
+	{
+		return v6_prefixes == max_rules ? 0 : v6_prefixes;
+	}
 };
 
 /// A BPF object file held in memory (a skeleton's embedded bytes).
@@ -104,6 +117,7 @@ struct Status {
 	uint32_t max_log_sources = 0;
 	uint32_t max_rules = 0;
 	uint32_t max_bans = 0;
+	uint32_t max_v6_prefixes = 0; ///< of a rule set, as the trie's size holds them
 	uint64_t map_memory_bytes = 0; ///< the kernel's own account of the maps
 	uint64_t loaded_ns = 0;
 	uint32_t abi_version = 0; ///< of the binary that loaded the program (struct sluice_meta)

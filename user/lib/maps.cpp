@@ -203,6 +203,7 @@ uint32_t MapSet::max_rules() const { return map_max_entries(rule_counters.get())
 uint32_t MapSet::max_sources() const { return map_max_entries(src6.get()) * SLUICE_SET_WAYS; }
 uint32_t MapSet::max_log_sources() const { return map_max_entries(logs4.get()) * SLUICE_SET_WAYS; }
 uint32_t MapSet::max_bans() const { return map_max_entries(bans.get()); }
+uint32_t MapSet::max_v6_prefixes() const { return map_max_entries(match6.get()) / 2; }
 
 int possible_cpus()
 {

@@ -18,6 +18,15 @@
 
 namespace sluice {
 
+/// What one rule set can hold: rule slots (each with two IPv4 table blocks
+/// and a match list) and IPv6 prefixes. The maps hold two sets of each.
+struct RuleRoom {
+	uint32_t rules = SLUICE_DEFAULT_MAX_RULES;
+	uint32_t v6_prefixes = SLUICE_DEFAULT_MAX_RULES;
+
+	bool operator==(const RuleRoom &) const = default;
+};
+
 /// Descriptors of every map the program uses, in one place.
 struct MapSet {
 	UniqueFd active, rules, rule_info, rule_counters, dir4_top, dir4_blocks, lists, match6, src4, src6,
@@ -38,6 +47,8 @@ struct MapSet {
 	uint32_t max_sources() const;     ///< per family, as configured, rounded up to whole sets
 	uint32_t max_log_sources() const; ///< per family, rounded up to whole sets
 	uint32_t max_bans() const;        ///< the ban table's size
+	uint32_t max_v6_prefixes() const; ///< IPv6 prefixes of one set (the trie holds two)
+	RuleRoom rule_room() const { return {max_rules(), max_v6_prefixes()}; }
 };
 
 /// A map's layout as struct sluice_meta's layout_hash covers it.

@@ -26,6 +26,8 @@
 #include "dir4.h"
 #include "sets.h"
 #include "events.h"
+#include "state_dirs.h"
+#include "trie6.h"
 #include "name_index.h"
 #include "rule_maps.h"
 #include "sources.h"
@@ -87,6 +89,7 @@ struct CompiledRules {
 };
 
 struct PreparedRules {
+	RuleRoom room;   ///< of the empty table prepare_empty assumed
 	Snapshot before; ///< an empty table's, as prepare_empty assumed it
 	std::vector<InstalledRule> after;
 	uint32_t next_id = 1;
@@ -127,114 +130,6 @@ auto selector_key(const RuleSpec &r)
 {
 	return std::tuple{r.cidr, r.set, r.proto, r.dport.lo, r.dport.hi, r.sport.lo, r.sport.hi, r.tcp_flags.mask,
 			  r.tcp_flags.value};
-}
-
-template <class Key> Key lpm_key(const Cidr &c, uint32_t set)
-{
-	Key k = {};
-	k.prefixlen = SLUICE_LPM_SET_BITS + static_cast<__u32>(c.prefix_len);
-	k.set = static_cast<__u8>(set);
-	std::memcpy(k.addr, c.addr.data(), sizeof(k.addr));
-	return k;
-}
-
-/// An IPv6 trie key's bytes, padding included, as the kernel compares them.
-/// A fixed-size array, not a vector: GCC 12 at -O3 warns falsely
-/// (-Wstringop-overread) on comparing two vectors' bytes.
-using LpmV6Bytes = std::array<uint8_t, sizeof(struct sluice_lpm_v6)>;
-
-LpmV6Bytes key_bytes(const struct sluice_lpm_v6 &k)
-{
-	LpmV6Bytes b;
-	std::memcpy(b.data(), &k, sizeof(k));
-	return b;
-}
-
-bool same_list(const struct sluice_match_list &a, const struct sluice_match_list &b)
-{
-	return std::memcmp(&a, &b, sizeof(a)) == 0;
-}
-
-/// Writes one set's IPv6 prefixes: the trie ends up holding exactly each
-/// prefix's first list (the list itself, so that a packet reads it with the
-/// lookup) under that set, whatever it held there before.
-void write_v6(int fd, uint32_t set, const MatchLists &lists)
-{
-	// What the set should hold, by key.
-	std::map<LpmV6Bytes, struct sluice_match_list> wanted;
-	for (const auto &[prefix, first] : lists.first)
-		if (prefix.family == 6)
-			wanted.emplace(key_bytes(lpm_key<struct sluice_lpm_v6>(prefix, set)), lists.at(first));
-	// What the set held before (a change two transactions old, or a killed
-	// one's leftovers): whatever is not wanted goes, and what it holds as
-	// wanted is not written again.
-	std::vector<struct sluice_lpm_v6> stale;
-	std::set<LpmV6Bytes> held;
-	auto check = [&](const struct sluice_lpm_v6 &k, const struct sluice_match_list *value) {
-		if (k.set != set)
-			return;
-		auto it = wanted.find(key_bytes(k));
-		if (it == wanted.end())
-			stale.push_back(k);
-		else if (value && same_list(*value, it->second))
-			held.insert(it->first);
-	};
-	// The keys in batches of a syscall each where the kernel reads a trie
-	// in batches, else one syscall a key.
-	constexpr uint32_t BATCH = 4096;
-	std::vector<struct sluice_lpm_v6> batch(BATCH);
-	std::vector<struct sluice_match_list> batch_values(BATCH);
-	struct sluice_lpm_v6 cursor = {};
-	bool batched = true;
-	for (bool first = true;; first = false) {
-		uint32_t count = BATCH;
-		LIBBPF_OPTS(bpf_map_batch_opts, opts);
-		int err = bpf_map_lookup_batch(fd, first ? nullptr : &cursor, &cursor, batch.data(), batch_values.data(),
-					       &count, &opts);
-		int saved = errno;
-		if (err && saved != ENOENT && first) {
-			batched = false;
-			break;
-		}
-		for (uint32_t i = 0; i < count; i++)
-			check(batch[i], &batch_values[i]);
-		if (err) {
-			if (saved != ENOENT)
-				throw_errno("cannot read the IPv6 match lists", saved);
-			break;
-		}
-	}
-	struct sluice_lpm_v6 cur, next;
-	for (int err = batched ? -1 : bpf_map_get_next_key(fd, nullptr, &next); !err;
-	     err = bpf_map_get_next_key(fd, &cur, &next)) {
-		cur = next;
-		check(cur, nullptr);
-	}
-	// The stale keys in one syscall where the kernel deletes from a trie in
-	// batches; from the first it did not delete, one syscall a key.
-	__u32 deleted = static_cast<__u32>(stale.size());
-	LIBBPF_OPTS(bpf_map_batch_opts, delete_opts);
-	if (deleted && bpf_map_delete_batch(fd, stale.data(), &deleted, &delete_opts) && deleted >= stale.size())
-		deleted = 0; // not supported: the count is not written
-	for (size_t i = deleted; i < stale.size(); i++)
-		if (bpf_map_delete_elem(fd, &stale[i]) && errno != ENOENT)
-			throw_errno("cannot remove an IPv6 match list", errno);
-	std::vector<struct sluice_lpm_v6> keys;
-	std::vector<struct sluice_match_list> values;
-	for (const auto &[bytes, list] : wanted) {
-		if (held.count(bytes))
-			continue;
-		struct sluice_lpm_v6 k;
-		std::memcpy(&k, bytes.data(), sizeof(k));
-		keys.push_back(k);
-		values.push_back(list);
-	}
-	__u32 n = static_cast<__u32>(keys.size());
-	LIBBPF_OPTS(bpf_map_batch_opts, opts);
-	if (n == 0 || bpf_map_update_batch(fd, keys.data(), values.data(), &n, &opts) == 0)
-		return;
-	for (size_t i = 0; i < keys.size(); i++) // kernels without batch updates on LPM tries
-		map_update(fd, &keys[i], &values[i], "IPv6 match list");
 }
 
 /// Empties every bucket of a rule id for which doomed(id) holds.
@@ -428,8 +323,9 @@ void check_unique(const std::vector<InstalledRule> &after, const std::vector<std
 /// does not fit. Writes nothing: the IPv4 table is only checked to fit here,
 /// and the writer builds it in the idle set.
 CompiledRules prepare(const Snapshot &before, std::vector<InstalledRule> &after, uint32_t &next_id,
-		      const std::vector<std::string> &where, uint32_t n, SetSource &sets)
+		      const std::vector<std::string> &where, RuleRoom room, SetSource &sets)
 {
+	const uint32_t n = room.rules;
 	place_new_rules(before, after, next_id, n);
 	check_unique(after, where);
 	sets.load(after);
@@ -449,18 +345,19 @@ CompiledRules prepare(const Snapshot &before, std::vector<InstalledRule> &after,
 	c.block_base = c.set * c.blocks_per_set;
 	c.blocks = dir4_blocks_needed(c.prefixes4);
 	bool on_sets = std::any_of(after.begin(), after.end(), [](const auto &r) { return !r.spec.set.empty(); });
-	// The tables are sized by --max-rules: a set's prefixes fill them as
-	// that many rules on CIDRs would (see docs/packets.md, "Address sets").
+	// The IPv4 tables are sized by --max-rules: a set's prefixes fill them
+	// as that many rules on CIDRs would; the trie by --max-v6-prefixes (see
+	// docs/packets.md, "Address sets").
 	if (on_sets && c.blocks > c.blocks_per_set)
 		throw Error("the rules and sets need " + std::to_string(c.blocks) + " IPv4 table blocks and --max-rules " +
 			    std::to_string(n) + " holds " + std::to_string(c.blocks_per_set) +
 			    " (a block for each /16 that holds a longer prefix, and for each /24 that does, or a sixteenth of "
 			    "one where its longer prefixes lead to the same rules); raise it with "
 			    "`sluice apply` (tables: max_rules)");
-	if (on_sets && prefixes6 > n)
-		throw Error("the rules and sets need " + std::to_string(prefixes6) + " IPv6 prefixes and --max-rules " +
-			    std::to_string(n) + " holds " + std::to_string(n) +
-			    "; raise it with `sluice apply` (tables: max_rules)");
+	if (prefixes6 > room.v6_prefixes)
+		throw Error("the rules and sets need " + std::to_string(prefixes6) + " IPv6 prefixes and --max-v6-prefixes " +
+			    "holds " + std::to_string(room.v6_prefixes) +
+			    "; raise it with `sluice apply` (tables: max_v6_prefixes)");
 	check_dir4(c.prefixes4, c.blocks_per_set);
 	return c;
 }
@@ -733,7 +630,7 @@ ChangeSummary Transaction::run(bool write_it)
 			source.resolve(spec);
 		stage(s, step);
 	}
-	CompiledRules c = prepare(s.before, s.after, s.next_id, s.where, maps_.max_rules(), source);
+	CompiledRules c = prepare(s.before, s.after, s.next_id, s.where, maps_.rule_room(), source);
 	if (write_it)
 		write(s, c, false);
 	return summarize(s.before, s.after, s.edited);
@@ -744,9 +641,9 @@ void Transaction::install_prepared(const PreparedRules &p)
 	StagedRules s;
 	s.before = read(maps_);
 	if (!s.before.rules.empty() || s.before.active.set != p.before.active.set || s.before.meta.next_rule_id > 1 ||
-	    maps_.max_rules() != p.before.idle_used.size())
-		throw Error("rules prepared for an empty table of " + std::to_string(p.before.idle_used.size()) +
-			    " rules cannot go into this one");
+	    maps_.rule_room() != p.room)
+		throw Error("rules prepared for an empty table of " + std::to_string(p.room.rules) + " rules and " +
+			    std::to_string(p.room.v6_prefixes) + " IPv6 prefixes cannot go into this one");
 	s.after = p.after;
 	s.next_id = p.next_id;
 	write(s, p.compiled, true);
@@ -833,6 +730,7 @@ std::optional<ChangeSummary> Transaction::commit_one_edit(const TransactionStep 
 	next.slots[idle] = active.slots[live];
 	next.sync = (active.sync & SLUICE_SYNC_LOOKUPS) | SLUICE_SYNC_RULES | (slot + 1);
 	map_update(maps_.active.get(), &zero, &next, "the live rule set's number");
+	trie6_rules_switched(maps_.match6.get(), default_run_dir(), active.set, next.set);
 	if (before.spec.ban.ns && !after.spec.ban.ns)
 		bans_after_switch(maps_, table_.list()); // its bans are lifted with its --ban
 
@@ -872,10 +770,11 @@ void Transaction::write(const StagedRules &s, const CompiledRules &c, bool unuse
 	uint32_t bound = std::max(upto, high);
 	MappedArray rules(maps_.rules.get(), 0, 2 * bound), infos(maps_.rule_info.get(), 0, 2 * bound);
 	write_idle_rules(s, unused, rules, infos, c.rules_set, upto, high);
-	write_idle_lookups(c);
+	Trie6Writer trie6(maps_.match6.get(), default_run_dir(), before.active.set);
+	write_idle_lookups(c, trie6);
 	fail_point("rules-written");
 	bans_before_switch(maps_, s.after);
-	switch_sets(s, c, unused, rules, infos, bound, high);
+	trie6.switched(switch_sets(s, c, unused, rules, infos, bound, high));
 	bans_after_switch(maps_, s.after); // a deleted rule's bans go with it
 	retire_buckets(before, s.after);
 }
@@ -915,7 +814,7 @@ void Transaction::write_idle_rules(const StagedRules &s, bool unused, const Mapp
 	}
 }
 
-void Transaction::write_idle_lookups(const CompiledRules &c)
+void Transaction::write_idle_lookups(const CompiledRules &c, Trie6Writer &trie6)
 {
 	const MatchLists &lists = c.lists;
 	uint32_t set = c.set;
@@ -935,7 +834,7 @@ void Transaction::write_idle_lookups(const CompiledRules &c)
 			blocks.at<struct sluice_dir_block>(c.block_base));
 	for (uint32_t i = 0; i < SLUICE_DIR_TOP_SIZE; i++)
 		top.put(set * SLUICE_DIR_TOP_SIZE + i, top_level[i]);
-	write_v6(maps_.match6.get(), set, lists);
+	trie6.write(set, lists);
 }
 
 namespace {
@@ -964,8 +863,8 @@ std::pair<uint32_t, uint32_t> differing_slots(const MappedArray &rules, const Ma
 
 } // namespace
 
-void Transaction::switch_sets(const StagedRules &s, const CompiledRules &c, bool unused, const MappedArray &rules,
-			      const MappedArray &infos, uint32_t bound, uint32_t high)
+uint32_t Transaction::switch_sets(const StagedRules &s, const CompiledRules &c, bool unused, const MappedArray &rules,
+				  const MappedArray &infos, uint32_t bound, uint32_t high)
 {
 	// One word, and the new rule set is live. The sets left idle hold the
 	// rules and lookups it replaced: what the next change can skip.
@@ -994,6 +893,7 @@ void Transaction::switch_sets(const StagedRules &s, const CompiledRules &c, bool
 		active.sync |= SLUICE_SYNC_RULES;
 		map_update(maps_.active.get(), &zero, &active, "the live rule set's number");
 	}
+	return active.set;
 }
 
 void Transaction::retire_buckets(const Snapshot &before, const std::vector<InstalledRule> &after)
@@ -1015,11 +915,12 @@ void Transaction::retire_buckets(const Snapshot &before, const std::vector<Insta
 	purge_buckets(maps_, [&gone](uint32_t id) { return gone.count(id) > 0; });
 }
 
-std::shared_ptr<const PreparedRules> Transaction::prepare_empty(std::vector<RuleSpec> desired, uint32_t max_rules,
+std::shared_ptr<const PreparedRules> Transaction::prepare_empty(std::vector<RuleSpec> desired, RuleRoom room,
 								 const SetContents *sets)
 {
 	auto p = std::make_shared<PreparedRules>();
-	p->before.idle_used.assign(max_rules, false);
+	p->room = room;
+	p->before.idle_used.assign(room.rules, false);
 	p->after.reserve(desired.size());
 	SetSource source;
 	if (sets)
@@ -1029,21 +930,21 @@ std::shared_ptr<const PreparedRules> Transaction::prepare_empty(std::vector<Rule
 		check_policy_rule(spec, nullptr);
 		p->after.push_back({0, NO_SLOT, std::move(spec)});
 	}
-	p->compiled = prepare(p->before, p->after, p->next_id, {}, max_rules, source);
+	p->compiled = prepare(p->before, p->after, p->next_id, {}, room, source);
 	return p;
 }
 
-void Transaction::check_fits(const std::vector<RuleSpec> &rules, uint32_t max_rules, const SetContents *sets)
+void Transaction::check_fits(const std::vector<RuleSpec> &rules, RuleRoom room, const SetContents *sets)
 {
-	prepare_empty(rules, max_rules, sets);
+	prepare_empty(rules, room, sets);
 }
 
 ChangeSummary Transaction::check_adds_on_empty(const std::vector<RuleSpec> &rules,
-					       const std::vector<std::string> &where, bool import, uint32_t max_rules)
+					       const std::vector<std::string> &where, bool import, RuleRoom room)
 {
 	// run() on a snapshot of an empty table of that size, as load() makes it.
 	StagedRules s;
-	s.before.idle_used.assign(max_rules, false);
+	s.before.idle_used.assign(room.rules, false);
 	SetSource source;
 	for (size_t i = 0; i < rules.size(); i++) {
 		TransactionStep step{import ? TransactionStep::Kind::import : TransactionStep::Kind::add};
@@ -1052,7 +953,7 @@ ChangeSummary Transaction::check_adds_on_empty(const std::vector<RuleSpec> &rule
 		source.resolve(step.spec);
 		stage(s, step);
 	}
-	prepare(s.before, s.after, s.next_id, s.where, max_rules, source);
+	prepare(s.before, s.after, s.next_id, s.where, room, source);
 	return summarize(s.before, s.after, s.edited);
 }
 

@@ -24,6 +24,7 @@ struct PreparedRules;
 struct TransactionStep;
 struct StagedRules;
 struct CompiledRules;
+class Trie6Writer;
 
 /// Changes to the rule table, staged, then written all or none by commit().
 ///
@@ -117,22 +118,21 @@ public:
 	ChangeSummary check();
 
 	/// Validates and compiles `desired` with no maps, for an empty table of
-	/// `max_rules`, as replace() would; throws as commit() does. `apply`
+	/// that room, as replace() would; throws as commit() does. `apply`
 	/// prepares its rules while the program loads, then installs them.
-	static std::shared_ptr<const PreparedRules> prepare_empty(std::vector<RuleSpec> desired, uint32_t max_rules,
+	static std::shared_ptr<const PreparedRules> prepare_empty(std::vector<RuleSpec> desired, RuleRoom room,
 								   const SetContents *sets = nullptr);
 	/// prepare_empty with its result dropped: checks that a rule set fits.
-	static void check_fits(const std::vector<RuleSpec> &rules, uint32_t max_rules,
-			       const SetContents *sets = nullptr);
+	static void check_fits(const std::vector<RuleSpec> &rules, RuleRoom room, const SetContents *sets = nullptr);
 	/// What a transaction of add() steps (import() steps with `import`),
-	/// `where[i]` naming rule i, would commit into an empty table of
-	/// `max_rules`, found with no maps: its summary, or the error commit()
+	/// `where[i]` naming rule i, would commit into an empty table of that
+	/// room, found with no maps: its summary, or the error commit()
 	/// would throw. A command that loads the program for its rules checks
 	/// them so first, so that a refused rule loads nothing, and a rule an
 	/// empty table takes is the rule a loaded one does (unnamed ones named
 	/// `rule<ID>`), unlike a policy's (check_fits: names required).
 	static ChangeSummary check_adds_on_empty(const std::vector<RuleSpec> &rules,
-						 const std::vector<std::string> &where, bool import, uint32_t max_rules);
+						 const std::vector<std::string> &where, bool import, RuleRoom room);
 	/// The rules a prepared set installs, as list() will read them back.
 	static std::vector<InstalledRule> prepared_rules(const PreparedRules &prepared);
 
@@ -150,8 +150,9 @@ private:
 	void write(const StagedRules &s, const CompiledRules &c, bool unused);
 	void write_idle_rules(const StagedRules &s, bool unused, const MappedArray &rules, const MappedArray &infos,
 			      uint32_t rules_set, uint32_t reach, uint32_t high);
-	void write_idle_lookups(const CompiledRules &c);
-	void switch_sets(const StagedRules &s, const CompiledRules &c, bool unused, const MappedArray &rules,
+	void write_idle_lookups(const CompiledRules &c, Trie6Writer &trie6);
+	/// The switch; returns the live-set word it wrote.
+	uint32_t switch_sets(const StagedRules &s, const CompiledRules &c, bool unused, const MappedArray &rules,
 			 const MappedArray &infos, uint32_t bound, uint32_t high);
 	void retire_buckets(const rule_maps::Snapshot &before, const std::vector<InstalledRule> &after);
 

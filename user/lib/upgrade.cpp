@@ -266,6 +266,7 @@ void read_current(const std::string &dir, CarriedState &s)
 			   s);
 	s.bans = read_ban_entries(m.bans.get());
 	s.max_bans = m.max_bans();
+	s.max_v6_prefixes = m.max_v6_prefixes();
 }
 
 // ---------------------------------------------------------------------------

@@ -31,6 +31,9 @@ struct CarriedState {
 	uint32_t next_rule_id = 1;
 	uint32_t max_rules = 0, max_sources = 0, max_log_sources = 0;
 	uint32_t max_bans = 0; ///< 0: none carried (the previous release has no bans): the default
+	/// IPv6 prefixes of a rule set; 0 (the previous release's, whose trie
+	/// held max_rules): as many as max_rules.
+	uint32_t max_v6_prefixes = 0;
 	std::vector<InstalledRule> rules;
 	/// Every CPU's counters of each rule slot that holds a rule: [slot] -> one per CPU.
 	std::vector<std::pair<uint32_t, std::vector<struct sluice_rule_counters>>> rule_counters;

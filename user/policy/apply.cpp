@@ -24,7 +24,8 @@ TableSizes wanted_sizes(const TableSizes &asked, const TableSizes &base)
 	return {asked.max_sources ? asked.max_sources : base.max_sources,
 		asked.max_rules ? asked.max_rules : base.max_rules,
 		asked.max_log_sources ? asked.max_log_sources : base.max_log_sources,
-		asked.max_bans ? asked.max_bans : base.max_bans};
+		asked.max_bans ? asked.max_bans : base.max_bans,
+		asked.max_v6_prefixes ? asked.max_v6_prefixes : base.max_v6_prefixes};
 }
 
 TableSizes default_sizes()
@@ -33,10 +34,7 @@ TableSizes default_sizes()
 		SLUICE_DEFAULT_MAX_BANS};
 }
 
-TableSizes loaded_sizes(const MapSet &maps)
-{
-	return {maps.max_sources(), maps.max_rules(), maps.max_log_sources(), maps.max_bans()};
-}
+TableSizes loaded_sizes(const MapSet &maps) { return TableSizes::loaded(maps); }
 
 /// MemAvailable of /proc/meminfo, in bytes; 0 if it cannot be read.
 uint64_t available_memory()
@@ -102,6 +100,7 @@ std::vector<std::string> diff_sets(const Instance &inst, const Policy &p)
 bool ApplyPlan::empty() const
 {
 	return !load && !resize.max_sources && !resize.max_rules && !resize.max_log_sources && !resize.max_bans &&
+	       !resize.max_v6_prefixes &&
 	       rules.empty() && attach.empty() && move.empty() && detach.empty() && sets.empty();
 }
 
@@ -115,7 +114,8 @@ std::string ApplyPlan::format() const
 	const std::pair<const char *, uint32_t> sizes[] = {{"max_rules", resize.max_rules},
 							    {"max_sources", resize.max_sources},
 							    {"max_log_sources", resize.max_log_sources},
-							    {"max_bans", resize.max_bans}};
+							    {"max_bans", resize.max_bans},
+							    {"max_v6_prefixes", resize.max_v6_prefixes}};
 	for (auto [key, n] : sizes)
 		if (n)
 			out += "~ tables " + std::string(key) + " -> " + std::to_string(n) +
@@ -171,12 +171,16 @@ ApplyPlan make_plan(const Instance &inst, const Policy &stated, const ApplyOptio
 			plan.resize.max_log_sources = want.max_log_sources;
 		if (want.max_bans != have.max_bans)
 			plan.resize.max_bans = want.max_bans;
+		// The trie's room as it will be: a size that follows max_rules
+		// changes with it.
+		if (want.rule_room().v6_prefixes != have.rule_room().v6_prefixes)
+			plan.resize.max_v6_prefixes = want.rule_room().v6_prefixes;
 	}
 	plan.rules = diff_rules(specs_of(running), p.rules);
 	// The rules must fit the tables they will have; ids and slots are the
 	// transaction's to give, so check the whole set against the size.
 	if (check_rules)
-		Transaction::check_fits(p.rules, want.max_rules, &sets);
+		Transaction::check_fits(p.rules, want.rule_room(), &sets);
 	plan.sets = diff_sets(inst, p);
 
 	auto here = [](const AttachedLink &l) { return l.this_netns && l.ifindex; };
@@ -297,7 +301,7 @@ ApplyPlan apply_policy(Instance &inst, const Policy &stated, ProgramPreload prel
 			TableSizes want = wanted_sizes(p.tables, default_sizes());
 			// The rules are compiled while the preload's thread makes the
 			// tables, and written while it verifies the program.
-			auto prepared = Transaction::prepare_empty(p.rules, want.max_rules, &sets);
+			auto prepared = Transaction::prepare_empty(p.rules, want.rule_room(), &sets);
 			std::unique_ptr<LoadedProgram> fresh;
 			if (std::optional<MapSet> tables = preload.tables(want)) {
 				Transaction(*tables).install(prepared).commit();
@@ -331,13 +335,17 @@ ApplyPlan apply_policy(Instance &inst, const Policy &stated, ProgramPreload prel
 			undo.emplace_back("detach " + i.name, [&inst, i] { inst.detach(i.name); });
 		}
 		if (!plan.load && (plan.resize.max_sources || plan.resize.max_rules || plan.resize.max_log_sources ||
-				   plan.resize.max_bans)) {
+				   plan.resize.max_bans || plan.resize.max_v6_prefixes)) {
 			TableSizes have = loaded_sizes(inst.maps());
 			TableSizes want = wanted_sizes(p.tables, have);
-			Transaction::check_fits(p.rules, want.max_rules, &sets);
+			Transaction::check_fits(p.rules, want.rule_room(), &sets);
 			fail_point("resize");
 			inst.upgrade(want);
-			undo.emplace_back("resize the tables back", [&inst, have] { inst.upgrade(have); });
+			// Back to the trie's size as it was, not to one that follows
+			// max_rules from the new size: stated in full.
+			TableSizes was = have;
+			was.max_v6_prefixes = have.rule_room().v6_prefixes;
+			undo.emplace_back("resize the tables back", [&inst, was] { inst.upgrade(was); });
 		}
 		if (!plan.load) {
 			fail_point("rules");
@@ -367,6 +375,7 @@ Policy export_policy(const Instance &inst)
 	p.tables.max_sources = have.max_sources == def.max_sources ? 0 : have.max_sources;
 	p.tables.max_log_sources = have.max_log_sources == def.max_log_sources ? 0 : have.max_log_sources;
 	p.tables.max_bans = have.max_bans == def.max_bans ? 0 : have.max_bans;
+	p.tables.max_v6_prefixes = have.max_v6_prefixes; // 0 where it follows max_rules
 	p.rules = specs_of(RuleTable(maps).list());
 	SetStore store(inst.run_dir());
 	for (const auto &name : store.names())

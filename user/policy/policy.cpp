@@ -33,7 +33,8 @@ using yaml::Kind;
 const std::vector<std::string> TOP_KEYS = {"interfaces", "tables", "rules", "sets"};
 const std::vector<std::string> SET_KEYS = {"name", "prefixes", "file", "family"};
 const std::vector<std::string> INTERFACE_KEYS = {"name", "mode"};
-const std::vector<std::string> TABLE_KEYS = {"max_rules", "max_sources", "max_log_sources", "max_bans"};
+const std::vector<std::string> TABLE_KEYS = {"max_rules", "max_sources", "max_log_sources", "max_bans",
+					     "max_v6_prefixes"};
 // rule add's options, in the order write_policy prints them.
 const std::vector<std::string> RULE_KEYS = {"name",  "cidr",      "action", "proto", "dport",  "sport",
 					    "tcp_flags", "rate", "burst", "algo",  "per",    "warmup",
@@ -150,14 +151,15 @@ public:
 		fail(e.line, context, "'" + std::string(key) + "' is true or false, not '" + std::string(v) + "'");
 	}
 
-	uint64_t number(std::string_view key, const Entry &e, const Context &context, uint64_t max) const
+	uint64_t number(std::string_view key, const Entry &e, const Context &context, uint64_t max,
+			uint64_t min = 0) const
 	{
 		std::string_view v = scalar(key, e, context);
 		uint64_t n = 0;
 		auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-		if (v.empty() || ec != std::errc() || end != v.data() + v.size() || n > max)
-			fail(e.line, context, "'" + std::string(key) + "' is a number from 0 to " + std::to_string(max) + ", not '" +
-						      std::string(v) + "'");
+		if (v.empty() || ec != std::errc() || end != v.data() + v.size() || n > max || n < min)
+			fail(e.line, context, "'" + std::string(key) + "' is a number from " + std::to_string(min) + " to " +
+						      std::to_string(max) + ", not '" + std::string(v) + "'");
 		return n;
 	}
 
@@ -264,11 +266,13 @@ TableSizes read_tables(const Reader &rd, const Entry &section)
 		return t;
 	Entries keys = rd.entries(section.value, TABLE_KEYS, "tables: ", "'tables'");
 	// In the order of their names, as the checks always went.
-	uint32_t *fields[] = {&t.max_rules, &t.max_sources, &t.max_log_sources, &t.max_bans};
-	for (size_t k : {3, 2, 0, 1}) { // max_bans, max_log_sources, max_rules, max_sources
+	uint32_t *fields[] = {&t.max_rules, &t.max_sources, &t.max_log_sources, &t.max_bans, &t.max_v6_prefixes};
+	for (size_t k : {3, 2, 0, 1, 4}) { // max_bans, max_log_sources, max_rules, max_sources, max_v6_prefixes
 		if (!keys[k].given)
 			continue;
-		*fields[k] = static_cast<uint32_t>(rd.number(TABLE_KEYS[k], keys[k], "tables: ", UINT32_MAX));
+		bool v6 = k == 4; // 0 is not a size of the trie: the kernel makes none
+		*fields[k] = static_cast<uint32_t>(rd.number(TABLE_KEYS[k], keys[k], "tables: ",
+							     v6 ? SLUICE_MAX_MAX_V6_PREFIXES : UINT32_MAX, v6 ? 1 : 0));
 	}
 	return t;
 }
@@ -630,6 +634,8 @@ std::optional<TableSizes> peek_table_sizes(std::string_view text)
 			t.max_log_sources = n;
 		else if (key == "max_bans")
 			t.max_bans = n;
+		else if (key == "max_v6_prefixes")
+			t.max_v6_prefixes = n;
 		else
 			return std::nullopt;
 	}
@@ -724,7 +730,8 @@ std::string write_policy(const Policy &p)
 	const std::pair<const char *, uint32_t> tables[] = {{"max_rules", p.tables.max_rules},
 							     {"max_sources", p.tables.max_sources},
 							     {"max_log_sources", p.tables.max_log_sources},
-							     {"max_bans", p.tables.max_bans}};
+							     {"max_bans", p.tables.max_bans},
+							     {"max_v6_prefixes", p.tables.max_v6_prefixes}};
 	std::string sizes;
 	for (auto [key, n] : tables)
 		if (n)
