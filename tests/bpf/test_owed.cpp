@@ -138,6 +138,34 @@ uint64_t owed_slack(const Truth &t, int cpus)
 	return uint64_t(cpus) * std::min<uint64_t>(SLUICE_OWED_MAX * t.inc, t.capacity / 8);
 }
 
+/// Sends a frame through the program on a CPU at a clock, feeding GCRA
+/// (Truth) the passes made and counting every verdict that differs from it:
+/// where one CPU's decisions must be exactly GCRA's.
+struct ExactSender {
+	Replayer &kernel;
+	Truth &truth;
+	const std::vector<uint8_t> &frame;
+	int false_drops = 0, false_passes = 0;
+
+	ExactSender(Replayer &k, Truth &t, const std::vector<uint8_t> &f) : kernel(k), truth(t), frame(f) {}
+	/// Sends `n` at clock `t` from `cpu`; how many passed.
+	int send(int cpu, uint64_t t, int n)
+	{
+		pin(cpu);
+		kernel.set_clocks({t, t});
+		int passed = 0;
+		for (int i = 0; i < n; i++) {
+			bool conforms = truth.conforms(t);
+			bool pass = run_frame(kernel.prog_fd(), frame) == XDP_PASS;
+			truth.pass(t, pass);
+			false_drops += !pass && conforms;
+			false_passes += pass && !conforms;
+			passed += pass;
+		}
+		return passed;
+	}
+};
+
 } // namespace
 
 // Issue 26, finding 3: the walk charged the word without the CPU's own
@@ -347,21 +375,8 @@ TEST(Owed, AnAccountIsStackedWhenNoWriteFoundTheBucketFull)
 	Truth truth(table.datapath_rule(table.find(r.name).slot));
 	const uint64_t inc_ns = truth.inc >> SLUICE_TICK_SHIFT, t0 = T0;
 	const std::vector<uint8_t> fast = build_packet({.src = "10.0.0.1"});
-	int false_drops = 0, false_passes = 0;
-	auto send = [&](int cpu, uint64_t t, int n) {
-		pin(cpu);
-		kernel.set_clocks({t, t});
-		int passed = 0;
-		for (int i = 0; i < n; i++) {
-			bool conforms = truth.conforms(t);
-			bool pass = run_frame(kernel.prog_fd(), fast) == XDP_PASS;
-			truth.pass(t, pass);
-			false_drops += !pass && conforms;
-			false_passes += pass && !conforms;
-			passed += pass;
-		}
-		return passed;
-	};
+	ExactSender sender(kernel, truth, fast);
+	auto send = [&](int cpu, uint64_t t, int n) { return sender.send(cpu, t, n); };
 	// CPU 0 writes, CPU 1 writes, CPU 0 finds the other's write and passes
 	// 2 on account, made on the word at t0 + 3 packets; CPU 1 writes again.
 	ASSERT_EQ(send(0, t0, 2), 2);
@@ -373,8 +388,8 @@ TEST(Owed, AnAccountIsStackedWhenNoWriteFoundTheBucketFull)
 	// bucket's (t0 + 4): no write found the bucket full. CPU 0 settles its
 	// account on top and passes what GCRA over every pass made leaves: 29.
 	EXPECT_EQ(send(0, t0 + 7 * inc_ns / 2, 40), 29);
-	EXPECT_EQ(false_drops, 0) << "a packet within the limit is dropped";
-	EXPECT_EQ(false_passes, 0) << "a packet beyond GCRA over the passes made is passed";
+	EXPECT_EQ(sender.false_drops, 0) << "a packet within the limit is dropped";
+	EXPECT_EQ(sender.false_passes, 0) << "a packet beyond GCRA over the passes made is passed";
 	EXPECT_EQ(owed_doubt(kernel.maps()), 0u) << "ticks held as doubt";
 	pin(0);
 }
@@ -395,21 +410,8 @@ TEST(Owed, AnAccountBeforeASureRefillIsForgottenWithoutDoubt)
 	Truth truth(table.datapath_rule(table.find(r.name).slot));
 	const uint64_t inc_ns = truth.inc >> SLUICE_TICK_SHIFT, t0 = T0, t1 = T0 + 500 * inc_ns;
 	const std::vector<uint8_t> fast = build_packet({.src = "10.0.0.1"});
-	int false_drops = 0, false_passes = 0;
-	auto send = [&](int cpu, uint64_t t, int n) {
-		pin(cpu);
-		kernel.set_clocks({t, t});
-		int passed = 0;
-		for (int i = 0; i < n; i++) {
-			bool conforms = truth.conforms(t);
-			bool pass = run_frame(kernel.prog_fd(), fast) == XDP_PASS;
-			truth.pass(t, pass);
-			false_drops += !pass && conforms;
-			false_passes += pass && !conforms;
-			passed += pass;
-		}
-		return passed;
-	};
+	ExactSender sender(kernel, truth, fast);
+	auto send = [&](int cpu, uint64_t t, int n) { return sender.send(cpu, t, n); };
 	// Each CPU finds the other's write, and both hold an account at t0.
 	ASSERT_EQ(send(0, t0, 1), 1); // the walk makes the bucket
 	ASSERT_EQ(send(1, t0, 1), 1); // written
@@ -426,8 +428,8 @@ TEST(Owed, AnAccountBeforeASureRefillIsForgottenWithoutDoubt)
 	// CPU 1's account came before it: forgotten, as GCRA forgot it. CPU 1
 	// then passes what GCRA over every pass made leaves, and holds no doubt.
 	EXPECT_EQ(send(1, t1, 1200), 999);
-	EXPECT_EQ(false_drops, 0) << "a packet within the limit is dropped";
-	EXPECT_EQ(false_passes, 0) << "a packet beyond GCRA over the passes made is passed";
+	EXPECT_EQ(sender.false_drops, 0) << "a packet within the limit is dropped";
+	EXPECT_EQ(sender.false_passes, 0) << "a packet beyond GCRA over the passes made is passed";
 	EXPECT_EQ(owed_doubt(kernel.maps()), 0u) << "ticks held as doubt";
 	pin(0);
 }
