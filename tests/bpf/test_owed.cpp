@@ -164,6 +164,16 @@ struct ExactSender {
 		}
 		return passed;
 	}
+	/// What a run of exact sends ends with: no packet within GCRA over the
+	/// passes made dropped, none beyond it passed, no ticks held as doubt;
+	/// and the test back on CPU 0.
+	void expect_exact_and_no_doubt() const
+	{
+		EXPECT_EQ(false_drops, 0) << "a packet within the limit is dropped";
+		EXPECT_EQ(false_passes, 0) << "a packet beyond GCRA over the passes made is passed";
+		EXPECT_EQ(owed_doubt(kernel.maps()), 0u) << "ticks held as doubt";
+		pin(0);
+	}
 };
 
 } // namespace
@@ -388,10 +398,7 @@ TEST(Owed, AnAccountIsStackedWhenNoWriteFoundTheBucketFull)
 	// bucket's (t0 + 4): no write found the bucket full. CPU 0 settles its
 	// account on top and passes what GCRA over every pass made leaves: 29.
 	EXPECT_EQ(send(0, t0 + 7 * inc_ns / 2, 40), 29);
-	EXPECT_EQ(sender.false_drops, 0) << "a packet within the limit is dropped";
-	EXPECT_EQ(sender.false_passes, 0) << "a packet beyond GCRA over the passes made is passed";
-	EXPECT_EQ(owed_doubt(kernel.maps()), 0u) << "ticks held as doubt";
-	pin(0);
+	sender.expect_exact_and_no_doubt();
 }
 
 // A write that refills the bucket of one source surely (the bucket with
@@ -428,10 +435,7 @@ TEST(Owed, AnAccountBeforeASureRefillIsForgottenWithoutDoubt)
 	// CPU 1's account came before it: forgotten, as GCRA forgot it. CPU 1
 	// then passes what GCRA over every pass made leaves, and holds no doubt.
 	EXPECT_EQ(send(1, t1, 1200), 999);
-	EXPECT_EQ(sender.false_drops, 0) << "a packet within the limit is dropped";
-	EXPECT_EQ(sender.false_passes, 0) << "a packet beyond GCRA over the passes made is passed";
-	EXPECT_EQ(owed_doubt(kernel.maps()), 0u) << "ticks held as doubt";
-	pin(0);
+	sender.expect_exact_and_no_doubt();
 }
 
 // Issue 26, Required 4: two CPUs, the fast path, the walk, the memo, accounts

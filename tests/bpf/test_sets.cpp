@@ -60,6 +60,11 @@ protected:
 
 	/// Replaces the sets, as `set load` does: the rules recompiled with them.
 	void load(const SetContents &sets) { Transaction(maps_).with_sets(sets).commit(); }
+
+	/// Random sets "v4" (`v4_prefixes` under 10/8) and "v6" (600 under
+	/// 2000::/8), the deny rules "deny4" and "deny6" on them, and `beside`
+	/// (a CIDR rule) added with them; returns the sets.
+	SetContents deny_both_sets(std::mt19937_64 &rng, size_t v4_prefixes, const RuleSpec &beside);
 };
 
 std::string host_text(const Cidr &c) { return format_address(c.family, c.addr.data()); }
@@ -93,6 +98,19 @@ AddressSet random_set(std::mt19937_64 &rng, int family, size_t n, uint8_t first_
 	return s;
 }
 
+SetContents SetRules::deny_both_sets(std::mt19937_64 &rng, size_t v4_prefixes, const RuleSpec &beside)
+{
+	SetContents sets{{"v4", random_set(rng, 4, v4_prefixes, 10)}, {"v6", random_set(rng, 6, 600, 0x20)}};
+	RuleSpec deny;
+	deny.action = Action::deny;
+	deny.name = "deny4";
+	add_on_set(deny, "v4", sets);
+	deny.name = "deny6";
+	add_on_set(deny, "v6", sets);
+	Transaction(maps_).with_sets(sets).add(beside).commit(); // the sets are not in a store here
+	return sets;
+}
+
 bool in_set(const AddressSet &s, const Cidr &host)
 {
 	return std::any_of(s.prefixes.begin(), s.prefixes.end(), [&](const Cidr &c) { return cidr_contains(c, host); });
@@ -103,20 +121,13 @@ bool in_set(const AddressSet &s, const Cidr &host)
 TEST_F(SetRules, ADenyRuleOnASetDropsExactlyItsMembers)
 {
 	std::mt19937_64 rng(29);
-	SetContents sets{{"v4", random_set(rng, 4, 600, 10)}, {"v6", random_set(rng, 6, 600, 0x20)}};
-	RuleSpec deny;
-	deny.action = Action::deny;
-	deny.name = "deny4";
-	add_on_set(deny, "v4", sets);
-	deny.name = "deny6";
-	add_on_set(deny, "v6", sets);
 	// A CIDR rule beside them: an allow inside the v4 set's space, which
 	// ranks by its own length among the set's prefixes.
 	RuleSpec allow;
 	allow.name = "allow30";
 	allow.cidr = parse_cidr("10.0.0.0/30");
 	allow.action = Action::allow;
-	Transaction(maps_).with_sets(sets).add(allow).commit(); // the sets are not in a store here
+	SetContents sets = deny_both_sets(rng, 600, allow);
 	Cidr allowed = parse_cidr("10.0.0.0/30");
 
 	uint64_t drops = 0, passes = 0;
@@ -660,19 +671,12 @@ TEST_F(SetRules, LoadsKeepTheTrieExactWhateverHappensToItsRecord)
 {
 	const std::string &dir = run_dir_;
 	std::mt19937_64 rng(2929);
-	SetContents sets{{"v4", random_set(rng, 4, 400, 10)}, {"v6", random_set(rng, 6, 600, 0x20)}};
-	RuleSpec deny;
-	deny.action = Action::deny;
-	deny.name = "deny4";
-	add_on_set(deny, "v4", sets);
-	deny.name = "deny6";
-	add_on_set(deny, "v6", sets);
 	// A CIDR rule beside the set: its prefix is a key of its own list.
 	RuleSpec cidr_rule;
 	cidr_rule.action = Action::deny;
 	cidr_rule.name = "deny-cidr";
 	cidr_rule.cidr = parse_cidr("2001:db8:ffff::/48");
-	Transaction(maps_).with_sets(sets).add(cidr_rule).commit();
+	SetContents sets = deny_both_sets(rng, 400, cidr_rule);
 
 	std::vector<SetContents> history{sets};
 	std::vector<std::map<std::string, std::vector<uint8_t>>> saved; // the record after each load

@@ -5,6 +5,8 @@
 // "a rule on @S acts as that rule written once for each prefix of S".
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include "datapath.h"
 #include "dir4.h"
 #include "error.h"
+#include "fd.h"
 #include "rule.h"
 #include "sets.h"
 #include "transaction.h"
@@ -153,6 +156,52 @@ TEST(SetNames, AreCheckedLikeRuleNames)
 		EXPECT_NO_THROW(check_set_name(ok)) << ok;
 	for (const char *bad : {"", "1234567890123456", "-x", ".x", "a b", "a/b", "a@b"})
 		EXPECT_THROW(check_set_name(bad), Error) << bad;
+}
+
+// The set store and the IPv6 trie's record read files whole through
+// read_exact: every byte asked for, whatever sizes the reads come in, else
+// why not (EIO for a file that ends early).
+TEST(ReadExact, ReadsEveryByteInPiecesAndNamesAShortOrFailedRead)
+{
+	std::mt19937_64 rng(7);
+	for (int round = 0; round < 50; round++) {
+		std::vector<uint8_t> sent(1 + rng() % 200000), got(sent.size());
+		for (auto &b : sent)
+			b = static_cast<uint8_t>(rng());
+		size_t short_by = round % 2 ? 1 + rng() % sent.size() : 0; // odd rounds: the writer stops early
+		int fds[2];
+		ASSERT_EQ(pipe(fds), 0);
+		UniqueFd rd(fds[0]);
+		pid_t writer = fork();
+		ASSERT_GE(writer, 0);
+		if (writer == 0) { // pieces of random sizes, so that reads return parts
+			close(fds[0]);
+			size_t at = 0, end = sent.size() - short_by;
+			while (at < end) {
+				size_t n = std::min<size_t>(end - at, 1 + rng() % 5000);
+				if (write(fds[1], sent.data() + at, n) != static_cast<ssize_t>(n))
+					_exit(1);
+				at += n;
+			}
+			_exit(0);
+		}
+		close(fds[1]);
+		int err = read_exact(rd.get(), got.data(), got.size());
+		int status = 0;
+		waitpid(writer, &status, 0);
+		ASSERT_EQ(status, 0);
+		if (short_by) {
+			EXPECT_EQ(err, EIO) << "a file that ends " << short_by << " bytes early";
+		} else {
+			EXPECT_EQ(err, 0);
+			EXPECT_EQ(got, sent) << "round " << round;
+		}
+	}
+	uint8_t byte;
+	UniqueFd dir(open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+	EXPECT_EQ(read_exact(dir.get(), &byte, 1), EISDIR);
+	EXPECT_EQ(read_exact(-1, &byte, 1), EBADF);
+	EXPECT_EQ(read_exact(dir.get(), &byte, 0), 0) << "nothing asked, nothing read";
 }
 
 TEST(SetStore, WritesReadsListsAndRemoves)

@@ -2,6 +2,8 @@
 // RAII owner of a file descriptor (maps, programs, links, directories).
 #pragma once
 
+#include <cerrno>
+#include <cstddef>
 #include <unistd.h>
 #include <utility>
 
@@ -35,5 +37,24 @@ public:
 private:
 	int fd_ = -1;
 };
+
+/// Reads exactly `n` bytes from `fd` into `buf`, retrying reads that a
+/// signal interrupted. Returns 0, or the errno of the read that failed (EIO
+/// for an end of file before `n` bytes), so that each caller keeps its own
+/// way of saying so.
+inline int read_exact(int fd, void *buf, size_t n)
+{
+	auto *p = static_cast<unsigned char *>(buf);
+	while (n) {
+		ssize_t got = ::read(fd, p, n);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			return got < 0 ? errno : EIO;
+		p += got;
+		n -= static_cast<size_t>(got);
+	}
+	return 0;
+}
 
 } // namespace sluice

@@ -190,15 +190,8 @@ AddressSet SetStore::read(std::string_view name) const
 	if (fstat(fd.get(), &st))
 		throw_errno("cannot read " + path, errno);
 	std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
-	size_t got = 0;
-	while (got < bytes.size()) {
-		ssize_t n = ::read(fd.get(), bytes.data() + got, bytes.size() - got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			throw_errno("cannot read " + path, n < 0 ? errno : EIO);
-		got += static_cast<size_t>(n);
-	}
+	if (int err = read_exact(fd.get(), bytes.data(), bytes.size()))
+		throw_errno("cannot read " + path, err);
 	FileHeader h;
 	if (bytes.size() < sizeof(h))
 		throw Error(path + " is not a sluice set file");

@@ -129,15 +129,8 @@ std::optional<std::vector<uint8_t>> read_bytes(const std::string &path, size_t m
 	if (!fd || fstat(fd.get(), &st) || !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) > max)
 		return std::nullopt;
 	std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
-	size_t got = 0;
-	while (got < bytes.size()) {
-		ssize_t n = ::read(fd.get(), bytes.data() + got, bytes.size() - got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return std::nullopt;
-		got += static_cast<size_t>(n);
-	}
+	if (read_exact(fd.get(), bytes.data(), bytes.size()))
+		return std::nullopt;
 	return bytes;
 }
 
