@@ -844,6 +844,58 @@ TEST_F(EndToEnd, DetachRefusesAReadOnlyBpffsAndChangesNothing)
 	expect_ok(cli({"detach", "--all"}));
 }
 
+// On a read-only bpffs with nothing loaded, every command that would load the
+// program or make the pin directory refused with mkdir's "Read-only file
+// system" instead of the line docs/operations.md documents. Each says that
+// line, exits non-zero and makes nothing; a reader says "not attached".
+TEST_F(EndToEnd, EveryChangingCommandOnAnEmptyReadOnlyBpffsSaysSoAndMakesNothing)
+{
+	const std::string mnt = "/tmp/sle2e-ro0-" + std::to_string(getpid());
+	const std::string pins = mnt + "/sluice", run = "/tmp/sle2e-ro0-run-" + std::to_string(getpid());
+	ASSERT_EQ(mkdir(mnt.c_str(), 0700), 0);
+	shell("mount -t bpf -o ro bpf " + mnt);
+	setenv("SLUICE_PIN_DIR", pins.c_str(), 1);
+	setenv("SLUICE_RUN_DIR", run.c_str(), 1);
+	struct Cleanup {
+		std::string mnt, run;
+		~Cleanup()
+		{
+			run_command({"umount", mnt});
+			rmdir(mnt.c_str());
+			run_command({"rm", "-rf", run});
+			setenv("SLUICE_PIN_DIR", pin_dir().c_str(), 1);
+			unsetenv("SLUICE_RUN_DIR");
+		}
+	} cleanup{mnt, run};
+	std::string rules = "/tmp/sle2e-ro0-rules-" + std::to_string(getpid()), policy = rules + ".yaml",
+		    prefixes = rules + ".set";
+	std::ofstream(rules) << "10.200.0.0/24 --rate 5/s --name r\n";
+	std::ofstream(prefixes) << "10.0.0.0/8\n";
+	std::ofstream(policy) << "interfaces:\n  - name: " << DST_IF << "\nrules:\n  - {name: r, cidr: 10.200.0.0/24, rate: 5/s}\n";
+	const std::string line = "sluice: cannot change anything: " + mnt + " is mounted read-only, so the pins and maps in " +
+				 pins + " cannot be written; nothing was changed\n";
+	for (const std::vector<std::string> &cmd : std::vector<std::vector<std::string>>{
+		     {"attach", DST_IF},
+		     {"rule", "add", "10.200.0.0/24", "--rate", "5/s"},
+		     {"rule", "import", rules},
+		     {"apply", policy},
+		     {"set", "add", "s", "10.0.0.0/8"},
+		     {"set", "load", "s", prefixes}}) {
+		CommandResult r = cli_dst(cmd);
+		EXPECT_NE(r.exit_code, 0) << cmd[0] << " " << cmd[1] << ": " << r.out;
+		EXPECT_EQ(r.err, line) << cmd[0] << " " << cmd[1];
+		EXPECT_EQ(run_command({"ls", "-A", mnt}).out, "") << cmd[0] << " " << cmd[1] << " made something";
+		EXPECT_NE(access((run + "/sets").c_str(), F_OK), 0) << cmd[0] << " " << cmd[1] << " kept a set";
+	}
+	EXPECT_EQ(run_command({"ip", "-n", DST_NS, "link", "show", DST_IF}).out.find("xdp"), std::string::npos)
+		<< "nothing is attached";
+	CommandResult st = cli({"status"});
+	EXPECT_EQ(st.exit_code, 0) << st.err;
+	EXPECT_NE(st.out.find("not attached"), std::string::npos) << st.out;
+	for (const auto &f : {rules, policy, prefixes})
+		unlink(f.c_str());
+}
+
 // When an interface's network namespace is deleted, its link stayed pinned and
 // `detach IFACE` could not name it. Status names it, and detach takes that name.
 TEST_F(EndToEnd, TheLinkOfAVanishedNamespaceIsReportedAndDetachedByName)

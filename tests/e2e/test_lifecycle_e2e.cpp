@@ -826,6 +826,79 @@ TEST_F(Lifecycle, DetachAllLeavesNothingInBpffsAndASecondMakesNothing)
 	EXPECT_EQ(send_and_count({PROBES[0]}, 3)["drop_deny"], 0u) << "the rules went with the first detach --all";
 }
 
+// `detach --all` leaves nothing of the program's in the run directory
+// either: the event readers' locks, the records of retired rules and of
+// counters a reset zeroed on CPUs' accounts (the locks and reset records
+// used to stay, one set per program loaded), and then the directory itself.
+TEST_F(Lifecycle, DetachAllLeavesNothingOfTheProgramInTheRunDirectory)
+{
+	attach();
+	const std::string run_dir = cli_json({"status", "--json"})["run_dir"];
+	ASSERT_FALSE(run_dir.empty());
+	ASSERT_EQ(cli({"rule", "add", "10.211.0.0/16", "--rate", "1/h", "--burst", "2", "--name", "lim"}).exit_code, 0);
+	send_and_count({PROBES[0]}, 3);
+	// A reader of the ring (no agent runs: it locks the ring itself).
+	run_command({"timeout", "1", SLUICE_BIN, "events"});
+	// A deleted rule with buckets is recorded, so that its events are named.
+	ASSERT_EQ(cli({"rule", "del", "lim"}).exit_code, 0);
+	// A reset writes its record only while CPUs hold counts on account,
+	// which traffic cannot make on demand: one written as such a reset would.
+	std::ofstream(run_dir + "/counters-reset-0123456789abcdef.json") << "{\"buckets\":[]}\n";
+	for (const char *kind : {"events-", "retired-rules-", "counters-reset-"}) {
+		std::string found = run_command({"sh", "-c", "ls " + run_dir + " | grep '^" + kind + "'"}).out;
+		EXPECT_FALSE(found.empty()) << "no " << kind << " file was made in " << run_dir << ": the test proves nothing";
+	}
+	CommandResult r = cli({"detach", "--all"});
+	ASSERT_EQ(r.exit_code, 0) << r.err;
+	EXPECT_NE(access(run_dir.c_str(), F_OK), 0)
+		<< "detach --all left the run directory: " << run_command({"ls", "-A", run_dir}).out;
+	run_command({"rm", "-rf", run_dir});
+}
+
+// A message that gives a count gives the noun that agrees with it: `apply
+// --check` said "1 interfaces". Counts 0 to 3 of rules and 0 or 1 interface
+// through apply --check, and 1 to 3 rules through rule import and flush.
+TEST_F(Lifecycle, CountsInMessagesAgreeWithTheirNouns)
+{
+	auto counted = [](size_t n, const std::string &one, const std::string &many) {
+		return std::to_string(n) + " " + (n == 1 ? one : many);
+	};
+	for (size_t rules = 0; rules <= 3; rules++) {
+		for (size_t ifaces = 0; ifaces <= 1; ifaces++) {
+			std::string text = ifaces ? "interfaces:\n  - name: " + DST_IF + "\n" : "";
+			text += "rules:\n";
+			for (size_t i = 0; i < rules; i++)
+				text += "  - {name: r" + std::to_string(i) + ", cidr: 10.21" + std::to_string(i) +
+					".0.0/16, rate: 5/s}\n";
+			std::string file = write_file("count.yaml", text);
+			CommandResult r = cli_dst({"apply", "--check", file, "--allow-empty"});
+			ASSERT_EQ(r.exit_code, 0) << r.err;
+			EXPECT_EQ(r.out, file + ": ok (" + counted(rules, "rule", "rules") + ", " +
+						 counted(ifaces, "interface", "interfaces") + ")\n");
+		}
+	}
+	attach();
+	for (size_t n = 1; n <= 3; n++) {
+		std::string lines;
+		for (size_t i = 0; i < n; i++)
+			lines += "10.21" + std::to_string(i) + ".0.0/16 --rate 5/s --name r" + std::to_string(i) + "\n";
+		std::string file = write_file("rules.txt", lines);
+		CommandResult r = cli({"rule", "import", file});
+		ASSERT_EQ(r.exit_code, 0) << r.err;
+		// Each file holds the one before and one rule more.
+		std::string present = n == 1 ? "" : "; " + std::to_string(n - 1) + (n == 2 ? " was" : " were") + " present already";
+		EXPECT_TRUE(std::regex_match(r.out, std::regex(R"(imported 1 rule \(id \d+\))" + present + "\n"))) << r.out;
+	}
+	CommandResult flushed = cli({"rule", "flush"});
+	EXPECT_EQ(flushed.out, "deleted 3 rules\n");
+	ASSERT_EQ(cli({"rule", "add", "10.210.0.0/16", "--rate", "5/s", "--name", "one"}).exit_code, 0);
+	flushed = cli({"rule", "flush"});
+	EXPECT_EQ(flushed.out, "deleted 1 rule\n");
+	std::string two = write_file("two.txt", "10.220.0.0/16 --rate 5/s --name a\n10.221.0.0/16 --rate 5/s --name b\n");
+	CommandResult r = cli({"rule", "import", two});
+	EXPECT_TRUE(std::regex_match(r.out, std::regex(R"(imported 2 rules \(ids \d+-\d+\)\n)"))) << r.out;
+}
+
 TEST_F(Lifecycle, ABadPolicyIsOneLineForCheckDiffAndApplyAndChangesNothing)
 {
 	std::string small = write_file("small.yaml", policy_text(false, "1000/s"));

@@ -199,6 +199,40 @@ TEST_F(ResetAndRelease, StatsOfOneRulePrintsThatRulesLinesOnly)
 	EXPECT_EQ(j["tracked_sources"], 0u) << "the rule's own buckets";
 }
 
+// `stats --source ADDR` prints that source's lines and the count of tracked
+// sources, nothing of the whole table; --json holds the same (it used to
+// hold every rule's totals and the bans too), with and without --rule.
+TEST_F(ResetAndRelease, StatsOfOneSourcePrintsThatSourcesLinesOnlyInTextAndJson)
+{
+	ASSERT_EQ(cli({"rule", "add", "10.210.0.0/24", "--rate", "1/h", "--burst", "5", "--name", "lim"}).exit_code, 0);
+	ASSERT_EQ(cli({"rule", "add", "10.211.0.0/16", "--deny", "--name", "other"}).exit_code, 0);
+	send(SOURCE, 7);
+	send(SECOND, 3);
+	for (const std::vector<std::string> &extra : {std::vector<std::string>{}, {"--rule", "lim"}}) {
+		std::vector<std::string> args = {"stats", "--source", SOURCE};
+		args.insert(args.end(), extra.begin(), extra.end());
+		CommandResult text = cli(args);
+		ASSERT_EQ(text.exit_code, 0) << text.err;
+		EXPECT_NE(text.out.find(SOURCE), std::string::npos) << text.out;
+		EXPECT_EQ(text.out.find(SECOND), std::string::npos) << text.out;
+		EXPECT_EQ(text.out.find("SELECTOR"), std::string::npos) << "no rules table: " << text.out;
+		EXPECT_EQ(text.out.find("GLOBAL"), std::string::npos) << text.out;
+		EXPECT_NE(text.out.find("(1 of 2 tracked sources shown)"), std::string::npos) << text.out;
+
+		args.push_back("--json");
+		json j = cli_json(args);
+		std::vector<std::string> keys;
+		for (const auto &[key, value] : j.items())
+			keys.push_back(key);
+		EXPECT_EQ(keys, (std::vector<std::string>{"sources", "tracked_sources"})) << j.dump();
+		ASSERT_EQ(j["sources"].size(), 1u) << j.dump();
+		EXPECT_EQ(j["sources"][0]["source"], SOURCE);
+		EXPECT_EQ(j["sources"][0]["passed_packets"], 5u);
+		EXPECT_EQ(j["sources"][0]["dropped_packets"], 2u);
+		EXPECT_EQ(j["tracked_sources"], 2u) << "as the text's count";
+	}
+}
+
 // docs/recipes.md, "A repeat offender banned": a source that comes back over
 // the limit is banned for all its traffic, listed, explained, and lifted by
 // hand; a new source over the limit at its first burst is not.

@@ -5,6 +5,8 @@
 #include <sstream>
 
 #include "error.h"
+#include "rate.h"
+#include "rule.h"
 #include "rule_args.h"
 
 using namespace sluice;
@@ -107,4 +109,58 @@ TEST(RuleLine, HelpIsNotARuleOption)
 	EXPECT_EQ(import_error("10.0.0.0/8 --deny --help\n"),
 		  "rules.txt line 1: The following argument was not expected: --help");
 	EXPECT_EQ(import_error("10.0.0.0/8 -h --deny\n"), "rules.txt line 1: The following argument was not expected: -h");
+}
+
+// --ban and --warmup take a duration within a range, and refuse one outside
+// it, however far, with one line naming the range ("--ban 400day" was
+// refused as "period '400day' is out of range": bans of 14 days to a year
+// could not be given at all). Generated values in each unit, either side of
+// both ends and in powers of ten, against the range computed here.
+TEST(RuleLine, ADurationOutsideItsRangeIsRefusedWithTheRange)
+{
+	using u128 = unsigned __int128;
+	EXPECT_EQ(BanSpec::RANGE.text(), "1s to 366day");
+	EXPECT_EQ(WARMUP_RANGE.text(), "1ms to 1day");
+	struct Option {
+		std::string flag, rest;
+		DurationRange range;
+	};
+	const std::pair<const char *, uint64_t> units[] = {
+		{"ms", 1000000ULL}, {"s", 1000000000ULL}, {"min", 60000000000ULL}, {"h", 3600000000000ULL},
+		{"day", 86400000000000ULL}};
+	int accepted = 0, refused = 0;
+	for (const Option &o : {Option{"--ban", "--rate 5/min", BanSpec::RANGE},
+				Option{"--warmup", "--rate 100/s --burst 100", WARMUP_RANGE}}) {
+		for (auto [unit, unit_ns] : units) {
+			std::vector<uint64_t> counts;
+			for (uint64_t edge : {o.range.min_ns / unit_ns, o.range.max_ns / unit_ns})
+				for (uint64_t c = edge > 2 ? edge - 2 : 1; c <= edge + 2; c++)
+					counts.push_back(c);
+			for (uint64_t p = 1; p <= 1000000000000ULL; p *= 10)
+				counts.push_back(p);
+			for (uint64_t c : counts) {
+				std::string given = std::to_string(c) + unit;
+				u128 ns = static_cast<u128>(c) * unit_ns;
+				std::string got;
+				try {
+					auto spec = parse_rule_line("10.0.0.0/8 " + o.rest + " " + o.flag + " " + given);
+					validate_rule(*spec);
+					got = "takes " + std::to_string(o.flag == "--ban" ? spec->ban.ns : spec->warmup_ns);
+				} catch (const Error &e) {
+					got = e.what();
+				}
+				std::string want;
+				if (ns < o.range.min_ns || ns > o.range.max_ns)
+					want = o.flag + " " + given + " is out of range (" + o.range.text() + ")";
+				else if (o.flag == "--ban" && ns % 1000000000ULL)
+					want = "--ban " + format_duration(uint64_t(ns)) + " is not a whole number of seconds";
+				else
+					want = "takes " + std::to_string(uint64_t(ns));
+				EXPECT_EQ(got, want) << o.flag << " " << given;
+				(want.rfind("takes", 0) == 0 ? accepted : refused)++;
+			}
+		}
+	}
+	EXPECT_GT(accepted, 20);
+	EXPECT_GT(refused, 20);
 }

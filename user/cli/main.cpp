@@ -139,8 +139,19 @@ std::string attached_nowhere_note(const Instance &inst)
 	if (!s.loaded || !s.links.empty() || !s.arrays.empty())
 		return "";
 	size_t rules = RuleTable(inst.maps()).list().size();
-	return "; attached nowhere now, " + std::to_string(rules) + (rules == 1 ? " rule" : " rules") +
-	       " kept loaded (enforced at the next `sluice attach`; `sluice detach --all` removes them)";
+	return "; attached nowhere now, " + plural(rules, "rule", "rules") + " kept loaded (enforced at the next `sluice attach`; `sluice detach --all` removes them)";
+}
+
+/// What `detach --all` removes from the run directory besides the sets and
+/// the IPv6 trie's record: event readers' locks, records of retired rules
+/// and of reset counters, of any program the instance had; then the run
+/// directory itself if that left it empty (a running agent's socket, or
+/// sets kept with nothing loaded, keep it).
+void forget_program_records(const Instance &inst)
+{
+	forget_event_records(inst.run_dir());
+	forget_reset_records(inst.run_dir());
+	rmdir(inst.run_dir().c_str());
 }
 
 /// `detach --all`: detaches everywhere, removes every pin, and says what it removed.
@@ -148,6 +159,7 @@ std::string unload_everything(Instance &inst)
 {
 	if (!inst.loaded()) {
 		inst.remove_leftovers();
+		forget_program_records(inst);
 		return "nothing to remove: sluice is not loaded under " + inst.pin_dir();
 	}
 	Status s = inst.status();
@@ -162,16 +174,17 @@ std::string unload_everything(Instance &inst)
 	size_t set_count = sets.names().size();
 	sets.remove_all();
 	remove_trie6_record(inst.run_dir());
+	forget_program_records(inst);
 	std::string where;
 	for (const auto &p : places)
 		where += (where.empty() ? " (" : ", ") + p;
 	if (!where.empty())
 		where += ")";
 	return (places.empty() ? std::string("sluice was attached nowhere; unloaded: ")
-			       : "sluice detached from " + std::to_string(places.size()) +
-					 (places.size() == 1 ? " place" : " places") + where + " and unloaded: ") +
-	       std::to_string(rules) + (rules == 1 ? " rule removed with its counters and buckets, " : " rules removed with their counters and buckets, ") +
-	       (set_count ? std::to_string(set_count) + (set_count == 1 ? " address set, " : " address sets, ") : "") +
+			       : "sluice detached from " + plural(places.size(), "place", "places") + where +
+					 " and unloaded: ") +
+	       plural(rules, "rule removed with its", "rules removed with their") + " counters and buckets, " +
+	       (set_count ? plural(set_count, "address set", "address sets") + ", " : "") +
 	       "state under " + inst.pin_dir() + " removed";
 }
 
@@ -352,15 +365,14 @@ void cmd_stats(const Instance &inst, const StatsQuery &q, bool json, bool reset,
 		done = reset_counters(maps, {q.rule, source});
 	print_stats(s, json, q.rule.empty() && !source, !source);
 	if (reset && !json)
-		std::cout << "\ncounters zeroed: " << (done.global ? "global, " : "") << done.rules << " rule"
-			  << (done.rules == 1 ? "" : "s") << ", " << done.buckets << " bucket"
-			  << (done.buckets == 1 ? "" : "s") << "; buckets kept\n";
+		std::cout << "\ncounters zeroed: " << (done.global ? "global, " : "") << plural(done.rules, "rule", "rules")
+			  << ", " << plural(done.buckets, "bucket", "buckets") << "; buckets kept\n";
 }
 
 void print_stats(const Stats &s, bool json, bool with_global, bool with_rules)
 {
 	if (json) {
-		write_stats_json(std::cout, s, with_global);
+		write_stats_json(std::cout, s, with_global, with_rules);
 		return;
 	}
 	// A shadow rule's "drops" were passed: the table says "would drop" for them.
@@ -403,7 +415,7 @@ void print_stats(const Stats &s, bool json, bool with_global, bool with_rules)
 				std::to_string(s.global[i].bytes)});
 	print_table({"GLOBAL", "PACKETS", "BYTES"}, rows);
 	if (s.bans)
-		std::cout << "\n" << s.bans << " sources banned now (`sluice bans`)\n";
+		std::cout << "\n" << plural(s.bans, "source", "sources") << " banned now (`sluice bans`)\n";
 }
 
 /// `sluice release ADDR [--rule R]`: refills the source's buckets.
@@ -596,7 +608,7 @@ std::string wait_text(uint64_t ns)
 /// "12 of 20 packets", "3000 of 15000 bytes".
 std::string units_text(const RuleSpec &s, uint64_t n, uint64_t of)
 {
-	return std::to_string(n) + " of " + std::to_string(of) + (s.rate.counts_bytes() ? " bytes" : " packets");
+	return std::to_string(n) + " of " + (s.rate.counts_bytes() ? plural(of, "byte", "bytes") : plural(of, "packet", "packets"));
 }
 
 nlohmann::ordered_json explanation_json(const Explanation &e)
@@ -728,10 +740,13 @@ void cmd_explain(const Instance &inst, const ExplainPacket &pkt, bool json)
 						 : "passes in " + wait_text(b.retry_after_ns) + " (retry after)")
 			  << (!b.passes && r.spec.shadow ? " (shadow: would drop, passes)" : "") << "\n";
 		if (b.exists)
-			std::cout << "  this bucket: " << b.counters.passed_packets << " packets passed, "
-				  << b.counters.dropped_packets << (r.spec.shadow ? " would-be drops" : " dropped") << "; "
-				  << b.counters.passed_bytes << " bytes passed, " << b.counters.dropped_bytes
-				  << (r.spec.shadow ? " would-be drops" : " dropped") << "\n";
+			std::cout << "  this bucket: " << plural(b.counters.passed_packets, "packet", "packets") << " passed, "
+				  << (r.spec.shadow ? plural(b.counters.dropped_packets, "would-be drop", "would-be drops")
+						    : std::to_string(b.counters.dropped_packets) + " dropped")
+				  << "; " << plural(b.counters.passed_bytes, "byte", "bytes") << " passed, "
+				  << (r.spec.shadow ? plural(b.counters.dropped_bytes, "would-be drop", "would-be drops")
+						    : std::to_string(b.counters.dropped_bytes) + " dropped")
+				  << "\n";
 	}
 	std::cout << "verdict: " << (e.dropped() ? "drop" : "pass") << " (" << counter_name(e.verdict) << ")";
 	if (e.decided_by) {
@@ -908,7 +923,9 @@ void setup_detach(CLI::App &cmd, Args &a)
 int run_detach(Instance &inst, const CLI::App &, Args &a)
 {
 	if (a.detach_all && access(inst.pin_dir().c_str(), F_OK) != 0 && errno == ENOENT) {
-		// Nothing pinned (or an earlier --all removed it): a no-op that makes nothing.
+		// Nothing pinned (or an earlier --all removed it): a no-op that makes
+		// nothing, and removes what an earlier release's --all left in the run directory.
+		forget_program_records(inst);
 		std::cout << "nothing to remove: sluice is not loaded under " << inst.pin_dir() << "\n";
 		return 0;
 	}
@@ -989,11 +1006,14 @@ int run_rule_import(Instance &inst, const CLI::App &, Args &a)
 	for (size_t i = 0; i < specs.size(); i++)
 		txn.import(std::move(specs[i]), i < where.size() ? where[i] : "");
 	auto added = txn.commit().added;
-	std::cout << "imported " << added.size() << " rules";
-	if (!added.empty())
+	std::cout << "imported " << plural(added.size(), "rule", "rules");
+	if (added.size() == 1)
+		std::cout << " (id " << added.front().id << ")";
+	else if (!added.empty())
 		std::cout << " (ids " << added.front().id << "-" << added.back().id << ")";
 	if (added.size() < asked)
-		std::cout << "; " << asked - added.size() << " were present already";
+		std::cout << "; " << asked - added.size() << (asked - added.size() == 1 ? " was" : " were")
+			  << " present already";
 	std::cout << "\n";
 	return 0;
 }
@@ -1036,7 +1056,7 @@ int run_rule_flush(Instance &inst, const CLI::App &, Args &)
 	auto lock = inst.lock(true);
 	MapSet maps = inst.maps();
 	size_t n = Transaction(maps).flush().commit().removed.size();
-	std::cout << "deleted " << n << " rules\n";
+	std::cout << "deleted " << plural(n, "rule", "rules") << "\n";
 	return 0;
 }
 
@@ -1098,8 +1118,8 @@ int run_apply(Instance &inst, const CLI::App &, Args &a)
 		if (a.diff_only)
 			std::cout << plan.format();
 		else
-			std::cout << a.policy_path << ": ok (" << p.rules.size() << " rules, " << p.interfaces.size()
-				  << " interfaces)\n";
+			std::cout << a.policy_path << ": ok (" << plural(p.rules.size(), "rule", "rules") << ", "
+				  << plural(p.interfaces.size(), "interface", "interfaces") << ")\n";
 	} else {
 		auto lock = inst.lock(true, true);
 		ApplyPlan plan = apply_policy(inst, p, std::move(preload), a.apply);

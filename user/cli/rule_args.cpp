@@ -27,7 +27,7 @@ uint64_t parse_ban(const std::string &text, bool zero_ok)
 {
 	if (zero_ok && (text == "0" || text == "none"))
 		return 0;
-	return parse_duration_ns(text, "--ban");
+	return parse_duration_ns(text, "--ban", BanSpec::RANGE);
 }
 
 /// --ban-after's value: a count of drops, 1 or more.
@@ -108,7 +108,7 @@ RuleEdit to_edit(const RuleEditArgs &a, const CLI::App &cmd, bool rate_counts_by
 	if (!a.algo.empty())
 		e.algo = parse_algo(a.algo);
 	if (!a.warmup.empty())
-		e.warmup_ns = a.warmup == "0" ? 0 : parse_duration_ns(a.warmup, "--warmup");
+		e.warmup_ns = a.warmup == "0" ? 0 : parse_duration_ns(a.warmup, "--warmup", WARMUP_RANGE);
 	if (cmd.count("--per")) {
 		if (a.per < 0)
 			throw Error("--per must be a prefix length of 0 or more");
@@ -165,7 +165,7 @@ RuleSpec to_spec(const RuleArgs &a, bool per_given)
 	if (!a.algo.empty())
 		spec.algo = parse_algo(a.algo);
 	if (!a.warmup.empty())
-		spec.warmup_ns = parse_duration_ns(a.warmup, "--warmup");
+		spec.warmup_ns = parse_duration_ns(a.warmup, "--warmup", WARMUP_RANGE);
 	if (per_given && a.per < 0)
 		throw Error("--per must be a prefix length of 0 or more");
 	spec.per_prefix = a.per;

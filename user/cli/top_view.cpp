@@ -39,11 +39,6 @@ std::string limit_cell(const RuleSpec &s)
 	return "?";
 }
 
-std::string plural(size_t n, const char *one, const char *many)
-{
-	return std::to_string(n) + " " + (n == 1 ? one : many);
-}
-
 std::string rates_text(const Throughput &t)
 {
 	return format_si(t.packets_per_s) + " pkt/s " + format_si(t.bits_per_s) + " bit/s";

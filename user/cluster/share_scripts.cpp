@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
 #include "share_scripts.h"
+#include "text_table.h"
 
 #include <charconv>
 #include <cmath>
@@ -243,7 +244,7 @@ std::vector<BucketGrant> parse_share_reply(const Reply &reply, size_t reports, d
 		throw Error("the share script failed: " + one_line(reply.str));
 	if (reply.type != Reply::Type::array || reply.elements.size() != 3 * reports)
 		throw Error("the share script answered " + std::to_string(reply.elements.size()) + " values for " +
-			    std::to_string(reports) + " buckets");
+			    plural(reports, "bucket", "buckets"));
 	std::vector<BucketGrant> out(reports);
 	for (size_t i = 0; i < reports; i++) {
 		std::string share = element_text(reply.elements[3 * i], "share");

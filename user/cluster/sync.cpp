@@ -30,6 +30,7 @@
 #include "sluice_algos.h"
 #include "metrics.h"
 #include "sources.h"
+#include "text_table.h"
 
 namespace sluice::cluster {
 
@@ -346,7 +347,8 @@ std::string read_status_line(const std::string &path)
 		     << "each rule's fallback";
 	} else {
 		line << "ok, " << j.value("store", std::string("?")) << " as node '" << j.value("node", std::string("?"))
-		     << "', " << j.value("hosts", 0) << " hosts, " << j.value("synced_buckets", 0) << " buckets synced";
+		     << "', " << plural(j.value("hosts", 0), "host", "hosts") << ", "
+		     << plural(j.value("synced_buckets", 0), "bucket", "buckets") << " synced";
 	}
 	return line.str();
 }
@@ -492,7 +494,7 @@ void ClusterSync::round(Clock::time_point began)
 		throw Error(call_error);
 	SyncFigures &f = st.figures;
 	if (f.degraded)
-		agent::log_line("cluster: synced with " + st.store->describe() + ", " + std::to_string(hosts) + " hosts");
+		agent::log_line("cluster: synced with " + st.store->describe() + ", " + plural(hosts, "host", "hosts"));
 	f.hosts = hosts;
 	f.commands += batch.size();
 	f.rounds_ok++;
@@ -549,13 +551,13 @@ void ClusterSync::follow_host_count(const std::shared_ptr<Tables> &tables)
 			// has, and the sync goes on. Said once per rule and count.
 			st.refused.insert(name + "/" + std::to_string(st.hosts));
 			agent::log_line("cluster: rule '" + name + "' keeps its local share for " +
-					std::to_string(st.hosts) + " hosts: " + err.what());
+					plural(st.hosts, "host", "hosts") + ": " + err.what());
 		}
 	}
 	st.rules = cluster_rules(tables->maps);
 	if (moved)
-		agent::log_line("cluster: " + std::to_string(st.hosts) + " hosts; the local shares of " +
-				std::to_string(moved) + " rules follow");
+		agent::log_line("cluster: " + plural(st.hosts, "host", "hosts") + "; the local shares of " +
+				plural(moved, "rule", "rules") + " follow");
 }
 
 void ClusterSync::track_buckets(const std::shared_ptr<Tables> &tables, Clock::time_point now)

@@ -11,6 +11,7 @@
 
 #include "error.h"
 #include "maps.h"
+#include "text_table.h"
 
 namespace sluice {
 
@@ -110,7 +111,7 @@ void put_in_prog_array(int array_fd, uint32_t index, int prog_fd, const std::str
 	bpf_obj_get_info_by_fd(array_fd, &info, &len);
 	if (index >= info.max_entries)
 		throw Error("cannot " + what + ": index " + std::to_string(index) + " is past the program array's " +
-			    std::to_string(info.max_entries) + " entries");
+			    plural(info.max_entries, "entry", "entries"));
 	__u32 key = index, value = static_cast<__u32>(prog_fd);
 	if (bpf_map_update_elem(array_fd, &key, &value, BPF_ANY) == 0)
 		return;

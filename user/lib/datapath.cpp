@@ -123,11 +123,13 @@ void ensure_bpffs(const std::string &dir, bool may_mount)
 }
 
 // A change on a read-only bpffs would fail halfway (detach: links gone, pins
-// left): every mutating command refuses it before anything changes.
+// left): every mutating command refuses it before anything changes. A pin
+// directory not made yet is of the filesystem it would be made on.
 void refuse_read_only(const std::string &dir)
 {
 	struct statvfs fs;
-	if (statvfs(dir.c_str(), &fs) == 0 && (fs.f_flag & ST_RDONLY))
+	bool made = access(dir.c_str(), F_OK) == 0;
+	if (statvfs(made ? dir.c_str() : parent_dir(dir).c_str(), &fs) == 0 && (fs.f_flag & ST_RDONLY))
 		throw Error("cannot change anything: " + parent_dir(dir) + " is mounted read-only, so the pins and maps in " +
 			    dir + " cannot be written; nothing was changed");
 }
@@ -613,8 +615,10 @@ Instance::Lock Instance::try_lock(bool exclusive, bool create) const
 	for (const std::string &d : {dir_, lock_dir_for(dir_)})
 		if (create && access(d.c_str(), F_OK) != 0 && errno == ENOENT)
 			made.push_back(d);
-	if (create)
+	if (create) {
+		refuse_read_only(dir_); // not the mount's own error from mkdir
 		make_private_dir(dir_, "pin directory");
+	}
 	if (access(dir_.c_str(), F_OK) != 0) {
 		if (errno != ENOENT)
 			throw_errno("cannot open " + dir_, errno);

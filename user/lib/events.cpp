@@ -154,6 +154,12 @@ void forget_retired_rules(uint64_t loaded_ns)
 	unlink((retired_rules_path(loaded_ns) + ".old").c_str());
 }
 
+void forget_event_records(const std::string &run_dir)
+{
+	remove_files_named(run_dir, "events-", ".lock");
+	remove_files_named(run_dir, "retired-rules-", "");
+}
+
 RingReaderLock::RingReaderLock(uint32_t ring_id)
 {
 	std::string path = made_run_dir() + "/events-" + std::to_string(ring_id) + ".lock";

@@ -69,6 +69,11 @@ void record_retired_rules(uint64_t loaded_ns, const std::vector<InstalledRule> &
 /// Removes the record of the program loaded at `loaded_ns` (unloaded, or
 /// replaced by an upgrade: its ring buffer is read no more).
 void forget_retired_rules(uint64_t loaded_ns);
+/// Removes from `run_dir` what event readers keep there for any program of
+/// the instance: the ring readers' locks (events-<ring id>.lock) and the
+/// records of retired rules. For `detach --all`, which leaves no program
+/// whose events these name.
+void forget_event_records(const std::string &run_dir);
 
 /// "2026-11-22T13:20:01.123Z throttled 203.0.113.7 by rule web (3)" and
 /// "... released ... after 4.2 s".

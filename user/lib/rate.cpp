@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cstdint>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "error.h"
@@ -100,7 +102,10 @@ const PeriodDef PERIODS[] = {
 	{{"d", "day", "days", nullptr}, 86400 * NS_PER_SEC},
 };
 
-uint64_t parse_period(std::string_view p, std::string_view whole)
+/// A period's nanoseconds; nullopt for one that is none: zero, beyond
+/// `max`, or not a whole number of nanoseconds. Throws for a period that
+/// does not parse.
+std::optional<uint64_t> period_ns(std::string_view p, std::string_view whole, u128 max)
 {
 	size_t split = 0;
 	while (split < p.size() && (std::isdigit(static_cast<unsigned char>(p[split])) || p[split] == '.'))
@@ -111,14 +116,21 @@ uint64_t parse_period(std::string_view p, std::string_view whole)
 		for (const char *n : d.names) {
 			if (n && name == n) {
 				u128 ns = static_cast<u128>(count.mantissa) * d.ns / count.divisor;
-				if (ns == 0 || ns > MAX_FIELD || ns * count.divisor != static_cast<u128>(count.mantissa) * d.ns)
-					throw Error("period '" + std::string(p) + "' is out of range in '" + std::string(whole) + "'");
+				if (ns == 0 || ns > max || ns * count.divisor != static_cast<u128>(count.mantissa) * d.ns)
+					return std::nullopt;
 				return static_cast<uint64_t>(ns);
 			}
 		}
 	}
 	throw Error("unknown period '" + std::string(name) + "' in '" + std::string(whole) +
 		    "' (use ms, s, min, h or day)");
+}
+
+uint64_t parse_period(std::string_view p, std::string_view whole)
+{
+	if (std::optional<uint64_t> ns = period_ns(p, whole, MAX_FIELD))
+		return *ns;
+	throw Error("period '" + std::string(p) + "' is out of range in '" + std::string(whole) + "'");
 }
 
 std::string trim_decimal(u128 value, uint64_t divisor)
@@ -306,13 +318,38 @@ WindowParams compile_window(const Rate &rate)
 	return {rate.amount, rate.period_ns};
 }
 
-uint64_t parse_duration_ns(std::string_view text, const char *what)
+namespace {
+
+void check_duration_form(std::string_view text, const char *what)
 {
 	if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0])) ||
 	    !std::isalpha(static_cast<unsigned char>(text.back())))
 		throw Error(std::string("invalid ") + what + " '" + std::string(text) +
 			    "': a number and a unit (e.g. 30s, 500ms, 2min)");
+}
+
+} // namespace
+
+uint64_t parse_duration_ns(std::string_view text, const char *what)
+{
+	check_duration_form(text, what);
 	return parse_period(text, text);
+}
+
+std::string DurationRange::text() const { return format_duration(min_ns) + " to " + format_duration(max_ns); }
+
+std::string DurationRange::refusal(const char *what, std::string_view given) const
+{
+	return std::string(what) + " " + std::string(given) + " is out of range (" + text() + ")";
+}
+
+uint64_t parse_duration_ns(std::string_view text, const char *what, const DurationRange &range)
+{
+	check_duration_form(text, what);
+	std::optional<uint64_t> ns = period_ns(text, text, UINT64_MAX);
+	if (!ns || *ns < range.min_ns || *ns > range.max_ns)
+		throw Error(range.refusal(what, text));
+	return *ns;
 }
 
 std::string format_duration(uint64_t ns)

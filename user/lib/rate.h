@@ -70,6 +70,19 @@ WindowParams compile_window(const Rate &rate);
 uint64_t parse_duration_ns(std::string_view text, const char *what);
 std::string format_duration(uint64_t ns);
 
+/// The durations an option takes, both ends included.
+struct DurationRange {
+	uint64_t min_ns, max_ns;
+	/// "1s to 366day".
+	std::string text() const;
+	/// "WHAT GIVEN is out of range (MIN to MAX)": the one line a refused value gets.
+	std::string refusal(const char *what, std::string_view given) const;
+};
+
+/// parse_duration_ns for an option with a range: a value outside it, however
+/// far (beyond what a period may be elsewhere too), is refused with the range.
+uint64_t parse_duration_ns(std::string_view text, const char *what, const DurationRange &range);
+
 /// Parses a positive integer count such as a burst ("2000", "64kB" for bytes).
 uint64_t parse_count(std::string_view text, bool bytes, const char *what);
 

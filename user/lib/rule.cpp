@@ -274,8 +274,8 @@ void validate_ban(RuleSpec &spec)
 			    " rule has no drops to count");
 	if (spec.shadow)
 		throw Error("--ban and --shadow do not go together: a shadow rule drops nothing");
-	if (spec.ban.ns < 1000000000ULL || spec.ban.ns > SLUICE_MAX_BAN_NS)
-		throw Error("--ban " + format_duration(spec.ban.ns) + " is out of range (1s to 366day)");
+	if (spec.ban.ns < BanSpec::RANGE.min_ns || spec.ban.ns > BanSpec::RANGE.max_ns)
+		throw Error(BanSpec::RANGE.refusal("--ban", format_duration(spec.ban.ns)));
 	if (spec.ban.ns % 1000000000ULL)
 		throw Error("--ban " + format_duration(spec.ban.ns) + " is not a whole number of seconds");
 	if (spec.ban.after > BanSpec::MAX_AFTER)
@@ -381,8 +381,8 @@ void validate_rule(RuleSpec &spec)
 		compile_limit(local_rate(alone), local_burst(alone));
 	}
 	if (spec.warmup_ns) {
-		if (spec.warmup_ns < 1000000ULL || spec.warmup_ns > 86400000000000ULL)
-			throw Error("--warmup " + format_duration(spec.warmup_ns) + " is out of range (1ms to 1day)");
+		if (spec.warmup_ns < WARMUP_RANGE.min_ns || spec.warmup_ns > WARMUP_RANGE.max_ns)
+			throw Error(WARMUP_RANGE.refusal("--warmup", format_duration(spec.warmup_ns)));
 		uint64_t need = 3 * min_burst(spec.rate);
 		if (spec.burst < need)
 			throw Error("--warmup needs a burst of at least " + std::to_string(need) +

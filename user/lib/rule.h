@@ -61,8 +61,13 @@ struct BanSpec {
 	uint32_t after = 0; ///< 0 with ns: the default, DEFAULT_AFTER
 	static constexpr uint32_t DEFAULT_AFTER = 1;
 	static constexpr uint32_t MAX_AFTER = 1000000;
+	/// How long a ban may last: a second to a year and a day (whole seconds).
+	static constexpr DurationRange RANGE{1000000000ULL, SLUICE_MAX_BAN_NS};
 	bool operator==(const BanSpec &) const = default;
 };
+
+/// How long a warm-up (--warmup) may take.
+inline constexpr DurationRange WARMUP_RANGE{1000000ULL, 86400000000000ULL};
 
 struct RuleSpec {
 	std::string name;

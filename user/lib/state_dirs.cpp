@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 #include "state_dirs.h"
 
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "error.h"
 #include "fnv.h"
@@ -155,6 +157,22 @@ void make_private_dir(const std::string &dir, const std::string &what)
 	if (mkdir(dir.c_str(), 0700) && errno != EEXIST)
 		throw_errno("cannot create the " + what + " " + dir, errno);
 	check_private_dir(dir, what);
+}
+
+void remove_files_named(const std::string &dir, std::string_view prefix, std::string_view suffix)
+{
+	DIR *d = opendir(dir.c_str());
+	if (!d)
+		return;
+	std::vector<std::string> names;
+	while (struct dirent *e = readdir(d)) {
+		std::string_view name = e->d_name;
+		if (name.size() >= prefix.size() + suffix.size() && name.starts_with(prefix) && name.ends_with(suffix))
+			names.emplace_back(name);
+	}
+	closedir(d);
+	for (const auto &n : names)
+		unlink((dir + "/" + n).c_str());
 }
 
 } // namespace sluice

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 namespace sluice {
 
@@ -35,6 +36,10 @@ std::string lock_dir_for(const std::string &pin_dir);
 /// by others only if sticky (as /tmp, or a bpffs mounted 1777). Nothing if
 /// `dir` does not exist.
 void check_private_dir(const std::string &dir, const std::string &what);
+
+/// Removes the files in `dir` whose names start with `prefix` and end with
+/// `suffix`; nothing if `dir` is missing.
+void remove_files_named(const std::string &dir, std::string_view prefix, std::string_view suffix);
 
 /// Creates `dir` (one level) mode 0700 if missing, then check_private_dir.
 void make_private_dir(const std::string &dir, const std::string &what);

@@ -328,7 +328,7 @@ private:
 
 } // namespace
 
-void write_stats_json(std::ostream &out, const Stats &s, bool with_global)
+void write_stats_json(std::ostream &out, const Stats &s, bool with_global, bool with_rules)
 {
 	nlohmann::ordered_json rules = nlohmann::ordered_json::array();
 	for (const auto &rs : s.rules) {
@@ -342,10 +342,12 @@ void write_stats_json(std::ostream &out, const Stats &s, bool with_global)
 		rules.push_back(j);
 	}
 	nlohmann::ordered_json doc = {{"sources", nlohmann::ordered_json::array()},
-				      {"tracked_sources", s.tracked_sources},
-				      {"bans", s.bans},
-				      {"rules", rules}};
-	if (with_global) {
+				      {"tracked_sources", s.tracked_sources}};
+	if (with_rules) {
+		doc["bans"] = s.bans;
+		doc["rules"] = rules;
+	}
+	if (with_global && with_rules) {
 		nlohmann::ordered_json global = nlohmann::ordered_json::object();
 		for (int i = 0; i < SLUICE_CNT_MAX; i++)
 			global[counter_name(i)] = {{"packets", s.global[i].packets}, {"bytes", s.global[i].bytes}};
@@ -448,6 +450,12 @@ std::vector<Debit> read_reset_debits(uint64_t seed) { return read_debits(seed); 
 std::string reset_debits_path(uint64_t seed)
 {
 	return default_run_dir() + "/counters-reset-" + hex64(seed).substr(2) + ".json";
+}
+
+void forget_reset_records(const std::string &run_dir)
+{
+	remove_files_named(run_dir, "counters-reset-", ".json");
+	remove_files_named(run_dir, "counters-reset-", ".json.tmp");
 }
 
 PendingDrops read_accounts(const MapSet &maps)

@@ -117,6 +117,9 @@ std::vector<PendingDrops::Debit> read_reset_debits(uint64_t seed);
 /// loaded program's hash seed, so that each load (and each instance) has
 /// its own and a reload starts with none.
 std::string reset_debits_path(uint64_t hash_seed);
+/// Removes every program's record of reset counters from `run_dir`
+/// (`detach --all`: no program is left whose counters they correct).
+void forget_reset_records(const std::string &run_dir);
 
 /// Packets per kind of verdict, from the global counters.
 struct VerdictTotals {
@@ -134,9 +137,11 @@ uint64_t rule_set_digest(const std::vector<RuleStats> &rules);
 /// JSON with keys in a reading order (sources first), not sorted.
 nlohmann::ordered_json rule_json(const InstalledRule &r);
 /// Writes `sluice stats --json`: {"sources": [...], "tracked_sources": N,
-/// "rules": [...], "global": {...}}, streaming the sources (there may be millions).
-/// with_global false: without the "global" object (`stats --rule R`, which
-/// shows that rule's lines only).
-void write_stats_json(std::ostream &out, const Stats &s, bool with_global = true);
+/// "bans": N, "rules": [...], "global": {...}}, streaming the sources (there
+/// may be millions). with_global false: without the "global" object (`stats
+/// --rule R`, which shows that rule's lines only). with_rules false: the
+/// sources and tracked_sources only, no whole-table figure (`stats --source
+/// ADDR`, whose text prints that source's lines and the count only).
+void write_stats_json(std::ostream &out, const Stats &s, bool with_global = true, bool with_rules = true);
 
 } // namespace sluice

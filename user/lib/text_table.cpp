@@ -82,6 +82,11 @@ void print_table(std::ostream &out, const std::vector<std::string> &titles,
 	t.print(out);
 }
 
+std::string plural(uint64_t n, const std::string &one, const std::string &many)
+{
+	return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
 void print_table(const std::vector<std::string> &titles, const std::vector<std::vector<std::string>> &rows)
 {
 	print_table(std::cout, titles, rows);

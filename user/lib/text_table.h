@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 // Text in columns, for every table a person reads: `sluice rule list`,
-// `stats`, `explain`, `top`'s screen. Scripts read --json instead.
+// `stats`, `explain`, `top`'s screen. Scripts read --json instead. And
+// counted nouns, for every message that gives a count.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +44,9 @@ private:
 	std::vector<Column> columns_;
 	std::vector<std::vector<std::string>> rows_;
 };
+
+/// "1 rule", "0 rules", "2 rules": `n` and the noun that agrees with it.
+std::string plural(uint64_t n, const std::string &one, const std::string &many);
 
 /// Prints left-aligned columns: the commands' usual table.
 void print_table(const std::vector<std::string> &titles, const std::vector<std::vector<std::string>> &rows);

@@ -16,6 +16,7 @@
 #include "sluice_settable.h"
 #include "sources.h"
 #include "stats.h"
+#include "text_table.h"
 #include "upgrade_abi7.h"
 
 namespace sluice {
@@ -484,7 +485,7 @@ void place_afresh(const CarriedState &state, const std::vector<InstalledRule> &r
 				lost++;
 		});
 		if (lost)
-			restarted.push_back(std::to_string(lost) + " buckets of " + name);
+			restarted.push_back(plural(lost, "bucket", "buckets") + " of " + name);
 	};
 	move(state.src4, fresh.src4.get(), SLUICE_STR(SLUICE_MAP_SOURCES_V4));
 	move(state.src6, fresh.src6.get(), SLUICE_STR(SLUICE_MAP_SOURCES_V6));

@@ -12,6 +12,7 @@
 #include "error.h"
 #include "rule_table.h"
 #include "sets.h"
+#include "text_table.h"
 #include "transaction.h"
 
 namespace sluice {
@@ -77,7 +78,7 @@ std::vector<std::string> diff_sets(const Instance &inst, const Policy &p)
 	for (const auto &s : p.sets) {
 		size_t n = s.set.prefixes.size();
 		if (!store.exists(s.name)) {
-			out.push_back("+ set " + s.name + ": " + std::to_string(n) + " prefixes");
+			out.push_back("+ set " + s.name + ": " + plural(n, "prefix", "prefixes"));
 			continue;
 		}
 		AddressSet have = store.read(s.name);
@@ -89,7 +90,7 @@ std::vector<std::string> diff_sets(const Instance &inst, const Policy &p)
 		std::set_difference(have.prefixes.begin(), have.prefixes.end(), s.set.prefixes.begin(),
 				    s.set.prefixes.end(), std::back_inserter(removed));
 		out.push_back("~ set " + s.name + ": " + std::to_string(have.prefixes.size()) + " -> " +
-			      std::to_string(n) + " prefixes (+" + std::to_string(added.size()) + " -" +
+			      plural(n, "prefix", "prefixes") + " (+" + std::to_string(added.size()) + " -" +
 			      std::to_string(removed.size()) + ")");
 	}
 	return out;

@@ -332,7 +332,7 @@ RuleSpec read_rule(const Reader &rd, uint32_t node, size_t index,
 		spec.per_prefix = static_cast<int>(rd.number("per", *e, context, 128));
 	if (auto e = key(K_WARMUP))
 		spec.warmup_ns = rd.parsed("warmup", *e, context, [](std::string_view v) {
-			return parse_duration_ns(v, "warmup");
+			return parse_duration_ns(v, "warmup", WARMUP_RANGE);
 		});
 	if (auto e = key(K_SHADOW))
 		spec.shadow = rd.boolean("shadow", *e, context);
@@ -344,7 +344,7 @@ RuleSpec read_rule(const Reader &rd, uint32_t node, size_t index,
 		spec.fallback = rd.parsed("fallback", *e, context, parse_rate);
 	if (auto e = key(K_BAN))
 		spec.ban.ns = rd.parsed("ban", *e, context, [](std::string_view v) -> uint64_t {
-			return v == "none" ? 0 : parse_duration_ns(v, "ban");
+			return v == "none" ? 0 : parse_duration_ns(v, "ban", BanSpec::RANGE);
 		});
 	if (auto e = key(K_BAN_AFTER))
 		spec.ban.after = static_cast<uint32_t>(rd.number("ban_after", *e, context, BanSpec::MAX_AFTER));
