@@ -659,6 +659,22 @@ AddressSet next_version(std::mt19937_64 &rng, const AddressSet &now, int family,
 
 } // namespace
 
+// The trie's record is kept where the run directory is not made yet (the
+// first load of a boot, or the first after `detach --all` removed it): it
+// was left unwritten, and every later set load read the trie back.
+TEST_F(SetRules, TheTrieRecordIsKeptWhereTheRunDirectoryIsNotMadeYet)
+{
+	const std::string dir = run_dir_ + "/not-made-yet";
+	setenv("SLUICE_RUN_DIR", dir.c_str(), 1);
+	std::mt19937_64 rng(31);
+	RuleSpec cidr_rule;
+	cidr_rule.action = Action::deny;
+	cidr_rule.name = "deny-cidr";
+	cidr_rule.cidr = parse_cidr("2001:db8:ffff::/48");
+	deny_both_sets(rng, 50, cidr_rule);
+	EXPECT_EQ(access(trie6_index_path(dir).c_str(), F_OK), 0) << "no record of the trie in " << dir;
+}
+
 // Set loads write the trie's idle set from a record of what it holds, kept in
 // the run directory, instead of reading the trie back. Whatever happens to
 // the record between loads (removed, a byte changed, an old copy put back, a
@@ -735,10 +751,13 @@ TEST_F(SetRules, LoadsKeepTheTrieExactWhateverHappensToItsRecord)
 				put_file(p, bytes);
 			break;
 		case unrecorded: { // a load by a writer that keeps no record
+			// (here: one that finds a file where its run directory would be)
 			ASSERT_EQ(rename(dir.c_str(), (dir + ".away").c_str()), 0);
+			std::ofstream(dir) << "not a directory\n";
 			SetContents other = sets;
 			other.at("v6") = next_version(rng, sets.at("v6"), 6, 0x20);
 			load(other);
+			ASSERT_EQ(unlink(dir.c_str()), 0);
 			ASSERT_EQ(rename((dir + ".away").c_str(), dir.c_str()), 0);
 			sets = other;
 			history.push_back(sets);

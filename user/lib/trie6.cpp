@@ -340,14 +340,18 @@ std::array<Trie6Set, 2> read_trie(int fd)
 /// user could have written it; a commit does not make the directory for it.
 std::string record_place(std::string dir)
 {
-	struct stat st;
-	if (dir.empty() || lstat(dir.c_str(), &st) || !S_ISDIR(st.st_mode))
+	if (dir.empty())
 		return "";
 	try {
-		check_private_dir(dir, "run directory");
+		// Made if missing: the first load of a boot, or the first after
+		// `detach --all` removed it, keeps its record too.
+		make_private_dir(dir, "run directory");
 	} catch (const Error &) {
 		return "";
 	}
+	struct stat st;
+	if (lstat(dir.c_str(), &st) || !S_ISDIR(st.st_mode))
+		return "";
 	return dir;
 }
 
