@@ -176,6 +176,28 @@ struct ExactSender {
 	}
 };
 
+/// One GCRA rule loaded in the real program, for a test of two CPUs: GCRA
+/// fed the program's passes beside it, the nanoseconds a packet is worth,
+/// and a frame of source 10.0.0.1 that takes the fast path.
+struct OneGcraSource {
+	RuleSpec rule;
+	Replayer kernel;
+	Truth truth;
+	uint64_t inc_ns;
+	std::vector<uint8_t> fast = build_packet({.src = "10.0.0.1"});
+
+	OneGcraSource(const char *rate, uint64_t burst)
+		: rule(gcra_rule(rate, burst)), kernel(rule), truth(truth_of(kernel, rule)),
+		  inc_ns(truth.inc >> SLUICE_TICK_SHIFT)
+	{
+	}
+	static Truth truth_of(const Replayer &k, const RuleSpec &r)
+	{
+		RuleTable table(k.maps());
+		return Truth(table.datapath_rule(table.find(r.name).slot));
+	}
+};
+
 } // namespace
 
 // Issue 26, finding 3: the walk charged the word without the CPU's own
@@ -287,12 +309,9 @@ TEST(Owed, AnAccountIsNotStackedOnAWriteMadeAtALaterClock)
 {
 	ASSERT_EQ(geteuid(), 0u) << "loads a real XDP program: run as root";
 	ASSERT_GE(sysconf(_SC_NPROCESSORS_ONLN), 2) << "this test needs two CPUs";
-	RuleSpec r = gcra_rule("100/s", 32); // 10 ms a packet
-	Replayer kernel(r);
-	RuleTable table(kernel.maps());
-	Truth truth(table.datapath_rule(table.find(r.name).slot));
-	const uint64_t inc_ns = truth.inc >> SLUICE_TICK_SHIFT, t0 = T0;
-	const std::vector<uint8_t> fast = build_packet({.src = "10.0.0.1"});
+	OneGcraSource one("100/s", 32); // 10 ms a packet
+	auto &[rule, kernel, truth, inc_ns, fast] = one;
+	const uint64_t t0 = T0;
 	auto send = [&](int cpu, uint64_t t, int n) {
 		pin(cpu);
 		kernel.set_clocks({t, t});
@@ -331,12 +350,9 @@ TEST(Owed, AnAccountIsNotMadeFromAClockBeyondTheWord)
 {
 	ASSERT_EQ(geteuid(), 0u) << "loads a real XDP program: run as root";
 	ASSERT_GE(sysconf(_SC_NPROCESSORS_ONLN), 2) << "this test needs two CPUs";
-	RuleSpec r = gcra_rule("100/s", 32); // 10 ms a packet; an account holds at most 4 (an eighth)
-	Replayer kernel(r);
-	RuleTable table(kernel.maps());
-	Truth truth(table.datapath_rule(table.find(r.name).slot));
-	const uint64_t inc_ns = truth.inc >> SLUICE_TICK_SHIFT, t0 = T0, later = T0 + HOUR;
-	const std::vector<uint8_t> fast = build_packet({.src = "10.0.0.1"});
+	OneGcraSource one("100/s", 32); // 10 ms a packet; an account holds at most 4 (an eighth)
+	auto &[rule, kernel, truth, inc_ns, fast] = one;
+	const uint64_t t0 = T0, later = T0 + HOUR;
 	int64_t worst = INT64_MIN;
 	auto send = [&](int cpu, uint64_t t, int n) {
 		pin(cpu);
@@ -379,12 +395,9 @@ TEST(Owed, AnAccountIsStackedWhenNoWriteFoundTheBucketFull)
 {
 	ASSERT_EQ(geteuid(), 0u) << "loads a real XDP program: run as root";
 	ASSERT_GE(sysconf(_SC_NPROCESSORS_ONLN), 2) << "this test needs two CPUs";
-	RuleSpec r = gcra_rule("100/s", 32); // 10 ms a packet
-	Replayer kernel(r);
-	RuleTable table(kernel.maps());
-	Truth truth(table.datapath_rule(table.find(r.name).slot));
-	const uint64_t inc_ns = truth.inc >> SLUICE_TICK_SHIFT, t0 = T0;
-	const std::vector<uint8_t> fast = build_packet({.src = "10.0.0.1"});
+	OneGcraSource one("100/s", 32); // 10 ms a packet
+	auto &[rule, kernel, truth, inc_ns, fast] = one;
+	const uint64_t t0 = T0;
 	ExactSender sender(kernel, truth, fast);
 	auto send = [&](int cpu, uint64_t t, int n) { return sender.send(cpu, t, n); };
 	// CPU 0 writes, CPU 1 writes, CPU 0 finds the other's write and passes
@@ -411,12 +424,9 @@ TEST(Owed, AnAccountBeforeASureRefillIsForgottenWithoutDoubt)
 {
 	ASSERT_EQ(geteuid(), 0u) << "loads a real XDP program: run as root";
 	ASSERT_GE(sysconf(_SC_NPROCESSORS_ONLN), 2) << "this test needs two CPUs";
-	RuleSpec r = gcra_rule("1000000/s", 1000); // 1 us a packet; an account holds at most 32
-	Replayer kernel(r);
-	RuleTable table(kernel.maps());
-	Truth truth(table.datapath_rule(table.find(r.name).slot));
-	const uint64_t inc_ns = truth.inc >> SLUICE_TICK_SHIFT, t0 = T0, t1 = T0 + 500 * inc_ns;
-	const std::vector<uint8_t> fast = build_packet({.src = "10.0.0.1"});
+	OneGcraSource one("1000000/s", 1000); // 1 us a packet; an account holds at most 32
+	auto &[rule, kernel, truth, inc_ns, fast] = one;
+	const uint64_t t0 = T0, t1 = T0 + 500 * inc_ns;
 	ExactSender sender(kernel, truth, fast);
 	auto send = [&](int cpu, uint64_t t, int n) { return sender.send(cpu, t, n); };
 	// Each CPU finds the other's write, and both hold an account at t0.
