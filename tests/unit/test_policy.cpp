@@ -295,6 +295,11 @@ TEST(PolicyErrors, EachIsOneLineWithTheFileLineAndRule)
 		 "dport, sport, tcp_flags, rate, burst, algo, per, warmup, shadow, continue, scope, fallback, ban, ban_after)"},
 		{"rules:\n  - {name: a, cidr: 10.0.0.0/8, proto: udp, tcp_flags: \"syn,ack=syn\", rate: 1/s}\n",
 		 "sluice.yaml line 2: rule 'a': --syn and --tcp-flags select TCP packets, not --proto udp"},
+		// A duration beyond its range, however far, names the range.
+		{"rules:\n  - {name: a, cidr: 10.0.0.0/8, rate: 5/min, ban: 400day}\n",
+		 "sluice.yaml line 2: rule 'a': ban 400day is out of range (1s to 366day)"},
+		{"rules:\n  - {name: a, cidr: 10.0.0.0/8, rate: 5/min, burst: 50, warmup: 2day}\n",
+		 "sluice.yaml line 2: rule 'a': warmup 2day is out of range (1ms to 1day)"},
 		{"rules:\n  - name: a\n    cidr: 10.0.0.0/8\n    tcp_flags: syn\n    action: deny\n",
 		 "sluice.yaml line 4: rule 'a': TCP flags 'syn' need the form MASK=VALUE, e.g. syn,ack=syn "
 		 "(SYN set, ACK clear)"},
