@@ -243,7 +243,7 @@ std::vector<BucketGrant> parse_share_reply(const Reply &reply, size_t reports, d
 	if (reply.is_error())
 		throw Error("the share script failed: " + one_line(reply.str));
 	if (reply.type != Reply::Type::array || reply.elements.size() != 3 * reports)
-		throw Error("the share script answered " + std::to_string(reply.elements.size()) + " values for " +
+		throw Error("the share script answered " + plural(reply.elements.size(), "value", "values") + " for " +
 			    plural(reports, "bucket", "buckets"));
 	std::vector<BucketGrant> out(reports);
 	for (size_t i = 0; i < reports; i++) {

@@ -31,8 +31,8 @@ TextTable::TextTable(const std::vector<std::string> &titles)
 void TextTable::add_row(std::vector<std::string> cells)
 {
 	if (cells.size() > columns_.size())
-		throw Error("a table row of " + std::to_string(cells.size()) + " cells under " +
-			    std::to_string(columns_.size()) + " columns");
+		throw Error("a table row of " + plural(cells.size(), "cell", "cells") + " under " +
+			    plural(columns_.size(), "column", "columns"));
 	rows_.push_back(std::move(cells));
 }
 

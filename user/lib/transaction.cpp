@@ -31,6 +31,7 @@
 #include "name_index.h"
 #include "rule_maps.h"
 #include "sources.h"
+#include "text_table.h"
 
 namespace sluice {
 
@@ -349,7 +350,8 @@ CompiledRules prepare(const Snapshot &before, std::vector<InstalledRule> &after,
 	// as that many rules on CIDRs would; the trie by --max-v6-prefixes (see
 	// docs/packets.md, "Address sets").
 	if (on_sets && c.blocks > c.blocks_per_set)
-		throw Error("the rules and sets need " + std::to_string(c.blocks) + " IPv4 table blocks and --max-rules " +
+		throw Error("the rules and sets need " + plural(c.blocks, "IPv4 table block", "IPv4 table blocks") +
+			    " and --max-rules " +
 			    std::to_string(n) + " holds " + std::to_string(c.blocks_per_set) +
 			    " (a block for each /16 that holds a longer prefix, and for each /24 that does, or a sixteenth of "
 			    "one where its longer prefixes lead to the same rules); raise it with "
@@ -642,8 +644,8 @@ void Transaction::install_prepared(const PreparedRules &p)
 	s.before = read(maps_);
 	if (!s.before.rules.empty() || s.before.active.set != p.before.active.set || s.before.meta.next_rule_id > 1 ||
 	    maps_.rule_room() != p.room)
-		throw Error("rules prepared for an empty table of " + std::to_string(p.room.rules) + " rules and " +
-			    std::to_string(p.room.v6_prefixes) + " IPv6 prefixes cannot go into this one");
+		throw Error("rules prepared for an empty table of " + plural(p.room.rules, "rule", "rules") + " and " +
+			    plural(p.room.v6_prefixes, "IPv6 prefix", "IPv6 prefixes") + " cannot go into this one");
 	s.after = p.after;
 	s.next_id = p.next_id;
 	write(s, p.compiled, true);
