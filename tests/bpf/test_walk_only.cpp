@@ -676,7 +676,7 @@ TEST_F(WalkOnly, CorpusShapesAgree)
 
 // (e) The same on tables of 16 sources a family (four sets), which every
 // seed's rules overflow: a third to nine tenths of the buckets made evict
-// one (44 to 872 evictions over the seeds tried), chosen by the keyed hash
+// one (36 to 867 evictions over the seeds tried), chosen by the keyed hash
 // and the ways' ranks, and a source evicted comes back to a new bucket. The
 // caches must evict as the walk does.
 TEST_F(WalkOnly, CorpusShapesAgreeWhileTheTablesEvict)
