@@ -1005,7 +1005,7 @@ static inline __u64 sluice_grant_taken(__u64 record, __u16 gen)
 	return (__u16)(record >> 48) == gen ? record & SLUICE_GRANT_SEQ_MASK : 0;
 }
 
-#define SLUICE_OWED_MAX 32
+#define SLUICE_OWED_MAX 64
 /* algo.gcra.full_at's bit 0 (its clocks are even): the write that noted it
  * refilled the bucket surely, every CPU's account and doubt included (see
  * below), and GCRA forgot every charge made before it. */

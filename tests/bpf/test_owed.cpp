@@ -424,7 +424,7 @@ TEST(Owed, AnAccountBeforeASureRefillIsForgottenWithoutDoubt)
 {
 	ASSERT_EQ(geteuid(), 0u) << "loads a real XDP program: run as root";
 	ASSERT_GE(sysconf(_SC_NPROCESSORS_ONLN), 2) << "this test needs two CPUs";
-	OneGcraSource one("1000000/s", 1000); // 1 us a packet; an account holds at most 32
+	OneGcraSource one("1000000/s", 1000); // 1 us a packet; an account holds at most SLUICE_OWED_MAX
 	auto &[rule, kernel, truth, inc_ns, fast] = one;
 	const uint64_t t0 = T0, t1 = T0 + 500 * inc_ns;
 	ExactSender sender(kernel, truth, fast);
@@ -435,7 +435,8 @@ TEST(Owed, AnAccountBeforeASureRefillIsForgottenWithoutDoubt)
 	ASSERT_EQ(send(0, t0, 1), 1); // written
 	ASSERT_EQ(send(1, t0, 1), 1); // CPU 1 finds CPU 0's write: on account
 	ASSERT_EQ(send(0, t0, 1), 1); // written
-	ASSERT_EQ(send(1, t0, 40), 40); // CPU 1 writes its account at 32, then owes again
+	// CPU 1 writes its account when it is full, then owes again.
+	ASSERT_EQ(send(1, t0, SLUICE_OWED_MAX + 8), SLUICE_OWED_MAX + 8);
 	ASSERT_EQ(send(0, t0, 1), 1);   // CPU 0 finds that write: on account
 	const uint64_t owed = owed_passes(kernel.maps());
 	ASSERT_GE(owed, 2u) << "each CPU holds an account";
