@@ -61,6 +61,28 @@ protected:
 	/// Replaces the sets, as `set load` does: the rules recompiled with them.
 	void load(const SetContents &sets) { Transaction(maps_).with_sets(sets).commit(); }
 
+	/// The prefixes the IPv6 trie holds for the live rule set, read back key by key.
+	std::set<Cidr> live_v6_prefixes()
+	{
+		struct sluice_active active = {};
+		uint32_t zero = 0;
+		if (bpf_map_lookup_elem(maps_.active.get(), &zero, &active))
+			throw std::runtime_error("cannot read the live-set word");
+		const uint32_t live = sluice_lookup_set(active.set);
+		std::set<Cidr> held;
+		struct sluice_lpm_v6 cur = {}, next = {};
+		for (int err = bpf_map_get_next_key(maps_.match6.get(), nullptr, &next); !err;
+		     err = bpf_map_get_next_key(maps_.match6.get(), &cur, &next)) {
+			cur = next;
+			if (cur.set != live)
+				continue;
+			Cidr c{6, {}, static_cast<int>(cur.prefixlen) - SLUICE_LPM_SET_BITS};
+			std::memcpy(c.addr.data(), cur.addr, 16);
+			held.insert(c);
+		}
+		return held;
+	}
+
 	/// Random sets "v4" (`v4_prefixes` under 10/8) and "v6" (600 under
 	/// 2000::/8), the deny rules "deny4" and "deny6" on them, and `beside`
 	/// (a CIDR rule) added with them; returns the sets.
@@ -270,21 +292,7 @@ TEST_F(SetRules, ALoadLeavesTheTrieHoldingExactlyTheNewSetsPrefixes)
 	add_on_set(deny, "v6", SetContents{{"v6", versions[0]}});
 	for (size_t v = 1; v < versions.size(); v++) {
 		load(SetContents{{"v6", versions[v]}});
-		struct sluice_active active = {};
-		uint32_t zero = 0;
-		ASSERT_EQ(bpf_map_lookup_elem(maps_.active.get(), &zero, &active), 0);
-		uint32_t live = sluice_lookup_set(active.set);
-		std::set<Cidr> held;
-		struct sluice_lpm_v6 cur = {}, next = {};
-		for (int err = bpf_map_get_next_key(maps_.match6.get(), nullptr, &next); !err;
-		     err = bpf_map_get_next_key(maps_.match6.get(), &cur, &next)) {
-			cur = next;
-			if (cur.set != live)
-				continue;
-			Cidr c{6, {}, static_cast<int>(cur.prefixlen) - SLUICE_LPM_SET_BITS};
-			std::memcpy(c.addr.data(), cur.addr, 16);
-			held.insert(c);
-		}
+		std::set<Cidr> held = live_v6_prefixes();
 		std::set<Cidr> want(versions[v].prefixes.begin(), versions[v].prefixes.end());
 		ASSERT_EQ(held, want) << "load " << v;
 		// A member of the version before that this one lacks passes.
@@ -817,19 +825,7 @@ TEST_F(SetRules, LoadsKeepTheTrieExactWhateverHappensToItsRecord)
 		save_record();
 
 		// The live set of the trie holds exactly the live prefixes.
-		ASSERT_EQ(bpf_map_lookup_elem(maps_.active.get(), &zero, &active), 0);
-		const uint32_t live = sluice_lookup_set(active.set);
-		std::set<Cidr> held;
-		struct sluice_lpm_v6 cur = {}, nk = {};
-		for (int err = bpf_map_get_next_key(maps_.match6.get(), nullptr, &nk); !err;
-		     err = bpf_map_get_next_key(maps_.match6.get(), &cur, &nk)) {
-			cur = nk;
-			if (cur.set != live)
-				continue;
-			Cidr c{6, {}, static_cast<int>(cur.prefixlen) - SLUICE_LPM_SET_BITS};
-			std::memcpy(c.addr.data(), cur.addr, 16);
-			held.insert(c);
-		}
+		std::set<Cidr> held = live_v6_prefixes();
 		std::set<Cidr> want = outermost_by_hand(sets.at("v6"));
 		want.insert(cidr_rule.cidr);
 		ASSERT_EQ(held, want) << "step " << step << " after " << tamper_names[tamper];
