@@ -83,6 +83,22 @@ struct packet_info {
 	__u16 sport;       /* valid with PORTS_SPORT */
 };
 
+/* What a packet shows of its source port and TCP flags, as one word: the
+ * bytes of struct packet_info from ports_known to sport, which it keeps
+ * together and aligned (parse_l4 stores them as one word, the drop memo
+ * compares them with one load). */
+struct packet_selectors {
+	__u8  ports_known;
+	__u8  tcp_flags;
+	__u16 sport;
+};
+_Static_assert(__builtin_offsetof(struct packet_info, ports_known) % 4 == 0 &&
+		       __builtin_offsetof(struct packet_info, tcp_flags) ==
+			       __builtin_offsetof(struct packet_info, ports_known) + 1 &&
+		       __builtin_offsetof(struct packet_info, sport) ==
+			       __builtin_offsetof(struct packet_info, ports_known) + 2,
+	       "packet_info keeps ports_known, tcp_flags and sport as one aligned word");
+
 struct vlan_hdr {
 	__be16 tci;
 	__be16 encap_proto;
@@ -151,6 +167,19 @@ static __always_inline void set_proto(struct packet_info *pkt, int ipproto)
  * also lets the verifier see the offsets converge. */
 #define SLUICE_MAX_HDR_OFF 4096
 
+/* Writes the four bytes at `src` to `dst` (4-aligned) as one 32-bit store,
+ * so that a later 4-byte load of them is forwarded from it; across several
+ * smaller stores it would wait for them to retire. barrier_var keeps the
+ * compiler from splitting the store into the fields the word was built from. */
+static __always_inline void store_word(void *dst, const void *src)
+{
+	__u32 w;
+
+	__builtin_memcpy(&w, src, sizeof(w));
+	barrier_var(w);
+	__builtin_memcpy(dst, &w, sizeof(w));
+}
+
 /*
  * The transport header at `off` (bytes from the frame's start): the protocol,
  * the ports of TCP and UDP when their first four bytes are in the datagram,
@@ -165,6 +194,7 @@ static __always_inline void parse_l4(void *data, void *data_end, __u32 off, __u3
 		__u8  family;
 		__u8  proto;
 	} selector;
+	struct packet_selectors sel = {};
 	__be16 *ports;
 
 	set_proto(pkt, ipproto);
@@ -175,16 +205,15 @@ static __always_inline void parse_l4(void *data, void *data_end, __u32 off, __u3
 	ports = data + off;
 	if ((void *)(ports + 2) > data_end || off + 4 > l3_end)
 		goto unknown;
-	/* The port, with the family and protocol again, as one store: a
-	 * later load of the three as one word (the drop memo's selector) is
-	 * forwarded from it, where across three stores it would wait for
-	 * them to retire. */
+	/* The port, with the family and protocol again, as one word, and
+	 * the source port and TCP's flags with what of them is known as
+	 * another: the drop memo loads each as one (store_word). */
 	selector.dport = bpf_ntohs(ports[1]);
 	selector.family = pkt->family;
 	selector.proto = pkt->proto;
-	__builtin_memcpy(&pkt->dport, &selector, sizeof(selector));
-	pkt->sport = bpf_ntohs(ports[0]);
-	pkt->ports_known = PORTS_KNOWN | PORTS_SPORT;
+	store_word(&pkt->dport, &selector);
+	sel.sport = bpf_ntohs(ports[0]);
+	sel.ports_known = PORTS_KNOWN | PORTS_SPORT;
 	if (ipproto == IPPROTO_UDP) {
 		pkt->hdr_len += sizeof(struct udphdr);
 	} else {
@@ -194,10 +223,11 @@ static __always_inline void parse_l4(void *data, void *data_end, __u32 off, __u3
 			pkt->hdr_len += tcph->doff * 4;
 		/* The flags, the header's 14th byte, when the datagram holds it. */
 		if ((void *)ports + 14 <= data_end && off + 14 <= l3_end) {
-			pkt->tcp_flags = ((__u8 *)ports)[13];
-			pkt->ports_known |= PORTS_TCP_FLAGS;
+			sel.tcp_flags = ((__u8 *)ports)[13];
+			sel.ports_known |= PORTS_TCP_FLAGS;
 		}
 	}
+	store_word(&pkt->ports_known, &sel);
 	return;
 unknown:
 	if (pkt->flags & PKT_FIRST_FRAG)

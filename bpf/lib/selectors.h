@@ -27,21 +27,7 @@ static __always_inline int rule_selects_more(const struct sluice_rule *r)
 	return r->tcp_flags_mask || (r->flags & SLUICE_RULE_SPORT);
 }
 
-/* What a packet shows of its source port and TCP flags, as one word: the
- * bytes of struct packet_info from ports_known to sport, which it keeps
- * together and aligned (the drop memo compares them with one load). */
-struct packet_selectors {
-	__u8  ports_known;
-	__u8  tcp_flags;
-	__u16 sport;
-};
-_Static_assert(__builtin_offsetof(struct packet_info, ports_known) % 4 == 0 &&
-		       __builtin_offsetof(struct packet_info, tcp_flags) ==
-			       __builtin_offsetof(struct packet_info, ports_known) + 1 &&
-		       __builtin_offsetof(struct packet_info, sport) ==
-			       __builtin_offsetof(struct packet_info, ports_known) + 2,
-	       "packet_info keeps ports_known, tcp_flags and sport as one aligned word");
-
+/* A packet's struct packet_selectors as one word (parse_l4 stores it as one). */
 static __always_inline __u32 packet_selectors(const struct packet_info *pkt)
 {
 	__u32 v;
