@@ -2,7 +2,8 @@
 // What the end-to-end test files share: the sluice binary under test run as
 // a command (here, or inside a network namespace), the test's own pin and
 // run directories, and the check that a test leaves nothing of its instance
-// in bpffs.
+// in bpffs. A test that names no directories has its own all the same, from
+// the binaries' main (own_state_dirs.h).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "own_state_dirs.h"
 #include "process.h"
 
 namespace sluice::test {

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -362,6 +363,31 @@ TEST_F(EndToEnd, RuleChangesApplyAtOnceWithoutDetaching)
 	EXPECT_EQ(after["links"][0]["link_id"], before["links"][0]["link_id"]) << "never detached";
 	json stats = cli_json({"stats", "--json"});
 	EXPECT_EQ(stats["global"]["drop_deny"]["packets"].get<uint64_t>(), 10u);
+}
+
+// A test's instance keeps its records in a run directory of the test's own,
+// as a fixture that names only a pin directory (this one) has from the
+// binaries' main: nothing in the operator's /run/sluice or
+// /sys/fs/bpf/sluice, nor in the /run/sluice-NAME its pin directory's name
+// would give, which tests used to leave by the hundred.
+TEST_F(EndToEnd, ACliSessionLeavesTheDefaultRunAndPinDirectoriesAsTheyWere)
+{
+	const std::string before = default_state_listing();
+	const char *own = std::getenv("SLUICE_RUN_DIR");
+	ASSERT_NE(own, nullptr) << "no run directory of the test's own";
+	attach();
+	expect_ok(cli({"rule", "add", "10.200.0.0/24", "--rate", "5/s", "--name", "v4"}));
+	expect_ok(cli({"rule", "add", "fd00:200::/64", "--rate", "5/s", "--name", "v6"}));
+	send_udp(V4_SOURCES[0], 3);
+	expect_ok(cli({"stats", "--reset"}));
+	expect_ok(cli({"rule", "del", "v4"})); // recorded, for its events' names
+	EXPECT_EQ(cli_json({"status", "--json"})["run_dir"], own);
+	std::string records = run_command({"ls", "-A", own}).out;
+	EXPECT_NE(records.find("retired-rules-"), std::string::npos) << "nothing written: the test proves nothing";
+	expect_ok(cli({"detach", "--all"}));
+	EXPECT_EQ(default_state_listing(), before) << "the test wrote into the operator's directories";
+	const std::string derived = "/run/sluice-" + pin_dir().substr(pin_dir().rfind('/') + 1);
+	EXPECT_NE(access(derived.c_str(), F_OK), 0) << derived << " was made";
 }
 
 TEST_F(EndToEnd, BadInputPrintsOneLineExitsNonZeroAndChangesNothing)
@@ -855,7 +881,7 @@ TEST_F(EndToEnd, EveryChangingCommandOnAnEmptyReadOnlyBpffsSaysSoAndMakesNothing
 	ASSERT_EQ(mkdir(mnt.c_str(), 0700), 0);
 	shell("mount -t bpf -o ro bpf " + mnt);
 	setenv("SLUICE_PIN_DIR", pins.c_str(), 1);
-	setenv("SLUICE_RUN_DIR", run.c_str(), 1);
+	ScopedEnv own_run_dir("SLUICE_RUN_DIR", run); // put back after the cleanup, for the teardown
 	struct Cleanup {
 		std::string mnt, run;
 		~Cleanup()
@@ -864,7 +890,6 @@ TEST_F(EndToEnd, EveryChangingCommandOnAnEmptyReadOnlyBpffsSaysSoAndMakesNothing
 			rmdir(mnt.c_str());
 			run_command({"rm", "-rf", run});
 			setenv("SLUICE_PIN_DIR", pin_dir().c_str(), 1);
-			unsetenv("SLUICE_RUN_DIR");
 		}
 	} cleanup{mnt, run};
 	std::string rules = "/tmp/sle2e-ro0-rules-" + std::to_string(getpid()), policy = rules + ".yaml",

@@ -1168,7 +1168,7 @@ TEST_F(Lifecycle, CheckRefusesInterfaceChangesThisHostCannotMake)
 TEST_F(Lifecycle, DetachingTheLastInterfaceKeepsTheRulesUntilDetachAll)
 {
 	std::string run_dir = "/tmp/sluice-lc-run-" + std::to_string(getpid());
-	setenv("SLUICE_RUN_DIR", run_dir.c_str(), 1);
+	ScopedEnv own_run_dir("SLUICE_RUN_DIR", run_dir);
 	attach();
 	ASSERT_EQ(cli({"rule", "add", PROBES[0], "--deny", "--name", "kept"}).exit_code, 0);
 	ASSERT_EQ(cli({"rule", "add", PROBES[1], "--deny", "--name", "gone"}).exit_code, 0);
@@ -1200,7 +1200,6 @@ TEST_F(Lifecycle, DetachingTheLastInterfaceKeepsTheRulesUntilDetachAll)
 	EXPECT_EQ(run_command({"sh", "-c", "ls " + run_dir + " | grep -c retired-rules-"}).out, "0\n")
 		<< "the record of retired rules goes with the state";
 	run_command({"rm", "-rf", run_dir});
-	unsetenv("SLUICE_RUN_DIR");
 }
 
 namespace {
@@ -1498,7 +1497,7 @@ TEST_F(Lifecycle, AnUpgradeRefusesAStagingDirectoryAnotherUserMadeAndRemovesNoth
 // serves events at ..."). The run directory follows the pin directory.
 TEST_F(Lifecycle, TwoInstancesEachWithItsPinDirectoryRunAnAgentEachInItsOwnRunDirectory)
 {
-	unsetenv("SLUICE_RUN_DIR");
+	ScopedEnv derived_run_dirs("SLUICE_RUN_DIR", std::nullopt); // till the teardown, which has the test's own
 	const std::vector<std::string> pins = {pin_dir() + "-a", pin_dir() + "-b"};
 	auto run_dir_of = [](const std::string &pin) { return "/run/sluice-" + pin.substr(pin.rfind('/') + 1); };
 	auto clean = [&] {
