@@ -831,8 +831,10 @@ static inline __u32 sluice_source_slot(__u64 lo, __u64 hi)
 /*
  * The last drop the program decided on the fast path for a source whose
  * address hashes to the slot: the program's own (readers ignore it), kept
- * beside the slot's counts so that a repeated drop is decided and counted on
- * one line. See the program's recall_drop.
+ * beside the slot's counts so that a repeated drop is decided and counted in
+ * one slot. The slot's 128 bytes are two cache lines only where the kernel
+ * places it on a line's start; it aligns per-CPU values to 8 bytes, so it is
+ * three lines more often than not. See the program's recall_drop.
  */
 struct sluice_drop_memo {
 	__u64 now;      /* the coarse clock's reading it holds for */
