@@ -69,6 +69,7 @@ struct Options {
 	uint32_t live_repeat = 2000000; // per test run, section 2
 	int rounds = 5;
 	bool quick = false;
+	uint32_t many_sources = 0; // --many-sources: section 1's row of that many sources alone
 	std::set<int> sections = {1, 2, 3, 4, 5, 6};
 };
 
@@ -163,6 +164,13 @@ ObjectImage bench_image()
 	return img;
 }
 
+/// A many-source row of section 1: `sources` random sources of `family`.
+struct Many {
+	std::string name;
+	int family;
+	uint32_t sources;
+};
+
 void section_per_packet(const Options &o, struct baselines_bpf *base)
 {
 	std::cout << "\n## 1. Per-packet cost through BPF_PROG_TEST_RUN\n\n"
@@ -181,6 +189,33 @@ void section_per_packet(const Options &o, struct baselines_bpf *base)
 		std::cout << "| " << scenario << " | " << base_name << " | " << fixed(b, 1) << " | " << fixed(s, 1)
 			  << " | " << fixed(s - b, 1) << " | " << fixed(s / b, 2) << "x |\n";
 	};
+
+	// Many sources, each row with a table of 1M buckets: Sluice's and the
+	// baseline's ns by row name.
+	std::map<std::string, std::pair<double, double>> many_ns;
+	auto many_rows = [&](const std::vector<Many> &rows) {
+		for (const auto &m : rows) {
+			Loaded sl(bench_image(), 1000000);
+			sl.add(m.family == 4 ? "10.0.0.0/8" : "2001:db8::/32", "1000/s");
+			auto frame = build_packet({.src = m.family == 4 ? "10.0.0.1" : "2001:db8::1"});
+			set_generator(sl.prog->object(), m.sources);
+			set_generator(base->obj, m.sources);
+			test_run_ns(sl.prog->prog_fd(), frame, 3 * m.sources); // fill the table first
+			std::vector<Subject> s = {{"gen_drop", gen_drop, frame}, {"sluice", sl.prog->prog_fd(), frame}};
+			measure(s, o);
+			Stats st = collect_stats(sl.maps, {1, ""});
+			row(m.name, "generator + XDP_DROP", med(s, "gen_drop"), med(s, "sluice"));
+			many_ns[m.name] = {med(s, "sluice"), med(s, "gen_drop")};
+			std::cout << "|  | (" << st.tracked_sources << " buckets tracked; "
+				  << st.global[SLUICE_CNT_INFO_NEW_BUCKET].packets << " created, "
+				  << st.global[SLUICE_CNT_INFO_EVICTED].packets << " evicting another) | | | | |\n";
+		}
+	};
+	if (o.many_sources) { // --many-sources N: that row alone
+		many_rows({{"random of " + std::to_string(o.many_sources) + " sources over their limits, IPv4", 4,
+			    o.many_sources}});
+		return;
+	}
 
 	// Hot source, IPv4 and IPv6.
 	for (int family : {4, 6}) {
@@ -278,31 +313,11 @@ void section_per_packet(const Options &o, struct baselines_bpf *base)
 	pin_to_cpu(BENCH_CPU);
 
 	// Many sources: a table of 1M with all present, and one 4x oversubscribed.
-	struct Many {
-		const char *name;
-		int family;
-		uint32_t sources;
-	} many[] = {{"random of 1M present sources, IPv4", 4, 1000000},
-		    {"random of 1M present sources, IPv6", 6, 1000000},
-		    {"random of 4M sources, table of 1M (insert + evict), IPv4", 4, 4000000},
-		    {"random of 256 sources over their limits, IPv4", 4, 256}};
-	std::map<std::string, std::pair<double, double>> many_ns; // name: Sluice, baseline
-	for (const auto &m : many) {
-		Loaded sl(bench_image(), 1000000);
-		sl.add(m.family == 4 ? "10.0.0.0/8" : "2001:db8::/32", "1000/s");
-		auto frame = build_packet({.src = m.family == 4 ? "10.0.0.1" : "2001:db8::1"});
-		set_generator(sl.prog->object(), m.sources);
-		set_generator(base->obj, m.sources);
-		test_run_ns(sl.prog->prog_fd(), frame, 3 * m.sources); // fill the table first
-		std::vector<Subject> s = {{"gen_drop", gen_drop, frame}, {"sluice", sl.prog->prog_fd(), frame}};
-		measure(s, o);
-		Stats st = collect_stats(sl.maps, {1, ""});
-		row(m.name, "generator + XDP_DROP", med(s, "gen_drop"), med(s, "sluice"));
-		many_ns[m.name] = {med(s, "sluice"), med(s, "gen_drop")};
-		std::cout << "|  | (" << st.tracked_sources << " buckets tracked; "
-			  << st.global[SLUICE_CNT_INFO_NEW_BUCKET].packets << " created, "
-			  << st.global[SLUICE_CNT_INFO_EVICTED].packets << " evicting another) | | | | |\n";
-	}
+	const std::vector<Many> many = {{"random of 1M present sources, IPv4", 4, 1000000},
+					{"random of 1M present sources, IPv6", 6, 1000000},
+					{"random of 4M sources, table of 1M (insert + evict), IPv4", 4, 4000000},
+					{"random of 256 sources over their limits, IPv4", 4, 256}};
+	many_rows(many);
 
 	// A rule lookup's two rows: sources random across 10/8, then one hot
 	// source (the generator's first); returns Sluice's ns of each.
@@ -969,6 +984,10 @@ int main(int argc, char **argv)
 		       "6 TCP through a byte limit)")
 		->delimiter(',')
 		->check(CLI::Range(1, 6));
+	app.add_option("--many-sources", o.many_sources,
+		       "Section 1 measures only the row of N random sources over their limits (with the "
+		       "generator's baseline): one row, to compare two builds run in turns")
+		->check(CLI::Range(1u, 16000000u));
 	CLI11_PARSE(app, argc, argv);
 	if (!sections.empty())
 		o.sections = std::set<int>(sections.begin(), sections.end());
