@@ -807,7 +807,8 @@ SLUICE_ASSERT_SIZE(struct sluice_throttle, 48);
  * Drops not yet added to a bucket's counters (IPv4 and IPv6 source tables):
  * per CPU, SLUICE_PENDING_SLOTS slots, each naming one bucket by table, set,
  * way and generation. A packet's drop on a CPU goes to the slot its source
- * address hashes to (sluice_source_slot). A CPU that drops a packet of
+ * address hashes to (sluice_source_slot) in that CPU's run of slots
+ * (sluice_cpu_slot). A CPU that drops a packet of
  * the bucket that slot names counts it there, without writing the bucket's
  * shared line; when the slot names another bucket, it first adds the slot's
  * counts to that one (if its way still holds it). Readers add every slot of
@@ -829,12 +830,24 @@ static inline __u32 sluice_source_slot(__u64 lo, __u64 hi)
 }
 
 /*
+ * The pending-drops and owed maps are plain arrays of SLUICE_PENDING_SLOTS
+ * slots per possible CPU, CPU after CPU (the controller sizes them when it
+ * loads the program), made mmapable so that the kernel places them on a
+ * page: every slot starts a cache line (128 and 64 bytes), and no line holds
+ * two CPUs' slots. A per-CPU array's values are placed at 8 bytes, which put
+ * a 128-byte slot on three lines. The index of slot `slot` of CPU `cpu`:
+ */
+static inline __u32 sluice_cpu_slot(__u32 cpu, __u32 slot)
+{
+	return cpu * SLUICE_PENDING_SLOTS + slot;
+}
+
+/*
  * The last drop the program decided on the fast path for a source whose
  * address hashes to the slot: the program's own (readers ignore it), kept
  * beside the slot's counts so that a repeated drop is decided and counted in
- * one slot. The slot's 128 bytes are two cache lines only where the kernel
- * places it on a line's start; it aligns per-CPU values to 8 bytes, so it is
- * three lines more often than not. See the program's recall_drop.
+ * one slot, whose 128 bytes are two cache lines (sluice_cpu_slot). See the
+ * program's recall_drop.
  */
 struct sluice_drop_memo {
 	__u64 now;      /* the coarse clock's reading it holds for */

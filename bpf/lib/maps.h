@@ -124,9 +124,12 @@ struct {
 	__type(value, struct sluice_config);
 } SLUICE_MAP_CONFIG SEC(".maps");
 
+/* Each CPU's pending-drops slots, CPU after CPU (sluice_cpu_slot; sized by
+ * the controller for the possible CPUs). */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, SLUICE_PENDING_SLOTS);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__type(key, __u32);
 	__type(value, struct sluice_pending_drops);
 } SLUICE_MAP_PENDING SEC(".maps");
@@ -134,8 +137,9 @@ struct {
 /* What each CPU owes its GCRA-form buckets (struct sluice_owed), slotted as
  * the pending-drops slots are. */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, SLUICE_PENDING_SLOTS);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__type(key, __u32);
 	__type(value, struct sluice_owed);
 } SLUICE_MAP_OWED SEC(".maps");

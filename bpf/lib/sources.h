@@ -13,15 +13,16 @@
 #include "lib/clock.h"
 #include "lib/parse.h"
 
-/* The pending-drops slot of a packet's source (sluice_source_slot), which
- * holds the drop memo of the sources that hash to it too. */
+/* This CPU's pending-drops (and owed) slot of a packet's source
+ * (sluice_source_slot, sluice_cpu_slot), which holds the drop memo of the
+ * sources that hash to it too. */
 static __always_inline __u32 source_slot(const struct packet_info *pkt)
 {
 	__u64 lo, hi;
 
 	__builtin_memcpy(&lo, pkt->saddr, 8);
 	__builtin_memcpy(&hi, pkt->saddr + 8, 8);
-	return sluice_source_slot(lo, hi);
+	return sluice_cpu_slot(bpf_get_smp_processor_id(), sluice_source_slot(lo, hi));
 }
 
 #ifdef SLUICE_TEST_CLOCK

@@ -10,7 +10,10 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <array>
 #include <cstring>
+#include <map>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -31,15 +34,31 @@ namespace {
 constexpr uint64_t T = TRACE_START_NS + 5000000000ULL;
 constexpr uint64_t SEC_TICKS = 1000000000ULL << SLUICE_TICK_SHIFT;
 
+/// The pending-drops slot (of each CPU) of IPv4 source `src`.
+uint32_t slot_of(const std::string &src)
+{
+	uint8_t addr[16] = {};
+	EXPECT_EQ(inet_pton(AF_INET, src.c_str(), addr), 1);
+	uint64_t lo, hi;
+	std::memcpy(&lo, addr, 8);
+	std::memcpy(&hi, addr + 8, 8);
+	return sluice_source_slot(lo, hi);
+}
+
+void run_on(int cpu)
+{
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	ASSERT_EQ(sched_setaffinity(0, sizeof(set), &set), 0) << "cannot run on CPU " << cpu;
+}
+
 class DropMemo : public ::testing::Test {
 protected:
 	void SetUp() override
 	{
 		ASSERT_EQ(geteuid(), 0u) << "loads a real XDP program: run as root";
-		cpu_set_t set;
-		CPU_ZERO(&set);
-		CPU_SET(0, &set);
-		ASSERT_EQ(sched_setaffinity(0, sizeof(set), &set), 0) << "one CPU: the memo is per CPU";
+		run_on(0); // one CPU: the memo is per CPU
 		// The replayer's own rule covers other addresses than the tests'.
 		RuleSpec other;
 		other.cidr = parse_cidr("172.16.0.0/12");
@@ -283,6 +302,43 @@ TEST_F(DropMemo, SourcesDroppedInTurnCountEveryDrop)
 	EXPECT_EQ(stats().global[SLUICE_CNT_DROP_RATE].packets, 10u);
 }
 
+// Each CPU counts a source's drops in its own run of slots (sluice_cpu_slot),
+// at the slot the source's address hashes to, and the readers add every CPU's:
+// generated sources (of distinct slots), each dropped a generated number of
+// times on each CPU.
+TEST_F(DropMemo, EachCpuCountsASourcesDropsInItsOwnSlot)
+{
+	ASSERT_GE(libbpf_num_possible_cpus(), 2) << "needs two CPUs";
+	add("limit", "1/h", 1);
+	std::mt19937 rng(20261128);
+	std::map<uint32_t, std::string> by_slot; // distinct slots: no source moves another's counts on
+	while (by_slot.size() < 8) {
+		std::string src = "10." + std::to_string(rng() % 256) + "." + std::to_string(rng() % 256) + "." +
+				  std::to_string(1 + rng() % 254);
+		by_slot.emplace(slot_of(src), src);
+	}
+	std::map<std::string, std::array<uint64_t, 2>> drops;
+	for (int cpu = 0; cpu < 2; cpu++) {
+		run_on(cpu);
+		for (const auto &[slot, src] : by_slot) {
+			uint64_t n = rng() % 6;
+			for (uint64_t i = 0; i < n; i++)
+				if (!send(src.c_str()))
+					drops[src][size_t(cpu)]++;
+		}
+	}
+	run_on(0);
+	const MappedArray pending(kernel_->maps().pending.get());
+	ASSERT_EQ(pending.size(), SLUICE_PENDING_SLOTS * uint32_t(libbpf_num_possible_cpus()));
+	for (const auto &[slot, src] : by_slot) {
+		for (uint32_t cpu = 0; cpu < 2; cpu++)
+			EXPECT_EQ(pending.at<struct sluice_pending_drops>(sluice_cpu_slot(cpu, slot))->packets,
+				  drops[src][cpu])
+				<< src << " on CPU " << cpu;
+		EXPECT_EQ(source_dropped(src.c_str()), drops[src][0] + drops[src][1]) << src;
+	}
+}
+
 // Two sources whose addresses hash to one pending slot: the second, dropped
 // by a rule the fast path leaves to the walk (a fixed window), renames the
 // slot for its bucket and leaves the first's memo in it. The first's next
@@ -290,14 +346,6 @@ TEST_F(DropMemo, SourcesDroppedInTurnCountEveryDrop)
 // bucket now): it is decided afresh, and each source counts its own drops.
 TEST_F(DropMemo, ASlotRenamedForAnotherBucketIsNotCountedOnTheMemo)
 {
-	auto slot_of = [](const char *src) {
-		uint8_t addr[16] = {};
-		EXPECT_EQ(inet_pton(AF_INET, src, addr), 1);
-		uint64_t lo, hi;
-		std::memcpy(&lo, addr, 8);
-		std::memcpy(&hi, addr + 8, 8);
-		return sluice_source_slot(lo, hi);
-	};
 	std::string other;
 	for (uint32_t i = 2; other.empty() && i < (1u << 16); i++) {
 		std::string candidate = "10.1." + std::to_string(i >> 8) + "." + std::to_string(i & 0xff);

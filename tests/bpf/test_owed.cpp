@@ -78,11 +78,10 @@ uint64_t owed_passes(const MapSet &maps)
 uint64_t owed_doubt(const MapSet &maps)
 {
 	uint64_t n = 0;
-	std::vector<struct sluice_owed> v(static_cast<size_t>(libbpf_num_possible_cpus()));
-	for (uint32_t k = 0; k < SLUICE_PENDING_SLOTS; k++)
-		if (!bpf_map_lookup_elem(maps.owed.get(), &k, v.data()))
-			for (const auto &o : v)
-				n += o.packets ? 0 : o.ticks;
+	const MappedArray slots(maps.owed.get());
+	for (uint32_t i = 0; i < slots.size(); i++)
+		if (const auto *o = slots.at<struct sluice_owed>(i); !o->packets)
+			n += o->ticks;
 	return n;
 }
 
@@ -501,15 +500,12 @@ TEST(Owed, TwoCpusKeepTheBoundAndDropNothingUnderTheLimitRandomized)
 	// owed slots and the bucket's word after each.
 	const bool tracing = std::getenv("SLUICE_OWED_TRACE") != nullptr;
 	std::vector<std::string> trace;
-	const int ncpu = libbpf_num_possible_cpus();
 	auto owed_state = [&]() {
 		std::ostringstream o;
-		std::vector<struct sluice_owed> v(static_cast<size_t>(ncpu));
+		const MappedArray slots(maps.owed.get());
 		for (uint32_t k = 0; k < SLUICE_PENDING_SLOTS; k++) {
-			if (bpf_map_lookup_elem(maps.owed.get(), &k, v.data()))
-				continue;
-			for (int c = 0; c < 2; c++) {
-				const auto &s = v[size_t(c)];
+			for (uint32_t c = 0; c < 2 && sluice_cpu_slot(c, k) < slots.size(); c++) {
+				const auto &s = *slots.at<struct sluice_owed>(sluice_cpu_slot(c, k));
 				if (!s.name)
 					continue;
 				struct sluice_set_v4 set {};

@@ -317,6 +317,9 @@ struct bpf_object *open_sized(ObjectImage image, const TableSizes &sizes)
 	size_maps({SLUICE_STR(SLUICE_MAP_SOURCES_V4), SLUICE_STR(SLUICE_MAP_SOURCES_V6)}, source_sets(sizes.max_sources));
 	size_maps({SLUICE_STR(SLUICE_MAP_LOGS_V4), SLUICE_STR(SLUICE_MAP_LOGS_V6)}, log_sets(sizes.max_log_sources));
 	size_maps({SLUICE_STR(SLUICE_MAP_BANS)}, sizes.max_bans ? sizes.max_bans : SLUICE_DEFAULT_MAX_BANS);
+	// SLUICE_PENDING_SLOTS slots per possible CPU (sluice_cpu_slot).
+	size_maps({SLUICE_STR(SLUICE_MAP_PENDING), SLUICE_STR(SLUICE_MAP_OWED)},
+		  SLUICE_PENDING_SLOTS * static_cast<uint32_t>(possible_cpus()));
 	if (!bpf_object__find_program_by_name(obj, SLUICE_STR(SLUICE_PROG_NAME)))
 		throw Error("BPF object has no program " SLUICE_STR(SLUICE_PROG_NAME));
 	close_obj.dismiss();

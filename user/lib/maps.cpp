@@ -48,8 +48,8 @@ const MapRef MAP_REFS[] = {
 	 sizeof(struct sluice_counter)},
 	{SLUICE_STR(SLUICE_MAP_META), &MapSet::meta, BPF_MAP_TYPE_ARRAY, 4, sizeof(struct sluice_meta)},
 	{SLUICE_STR(SLUICE_MAP_CONFIG), &MapSet::config, BPF_MAP_TYPE_ARRAY, 4, sizeof(struct sluice_config)},
-	{SLUICE_STR(SLUICE_MAP_PENDING), &MapSet::pending, BPF_MAP_TYPE_PERCPU_ARRAY, 4,
-	 sizeof(struct sluice_pending_drops)},
+	{SLUICE_STR(SLUICE_MAP_PENDING), &MapSet::pending, BPF_MAP_TYPE_ARRAY, 4, sizeof(struct sluice_pending_drops),
+	 BPF_F_MMAPABLE},
 	{SLUICE_STR(SLUICE_MAP_FRAGS), &MapSet::frags, BPF_MAP_TYPE_LRU_HASH, sizeof(struct sluice_frag_key),
 	 sizeof(struct sluice_frag_info)},
 	{SLUICE_STR(SLUICE_MAP_IFACE_MTU), &MapSet::iface_mtu, BPF_MAP_TYPE_HASH, 4, 4},
@@ -57,7 +57,7 @@ const MapRef MAP_REFS[] = {
 	{SLUICE_STR(SLUICE_MAP_THROTTLED), &MapSet::throttled, BPF_MAP_TYPE_HASH, sizeof(struct sluice_throttle_key),
 	 sizeof(struct sluice_throttle)},
 	{SLUICE_STR(SLUICE_MAP_THEN), &MapSet::then, BPF_MAP_TYPE_PROG_ARRAY, 4, 4},
-	{SLUICE_STR(SLUICE_MAP_OWED), &MapSet::owed, BPF_MAP_TYPE_PERCPU_ARRAY, 4, sizeof(struct sluice_owed)},
+	{SLUICE_STR(SLUICE_MAP_OWED), &MapSet::owed, BPF_MAP_TYPE_ARRAY, 4, sizeof(struct sluice_owed), BPF_F_MMAPABLE},
 	{SLUICE_STR(SLUICE_MAP_GRANTS), &MapSet::grants, BPF_MAP_TYPE_LRU_HASH, sizeof(struct sluice_grant_key),
 	 sizeof(struct sluice_grant)},
 	{SLUICE_STR(SLUICE_MAP_BANS), &MapSet::bans, BPF_MAP_TYPE_LPM_TRIE, sizeof(struct sluice_ban_key),
@@ -217,27 +217,15 @@ uint32_t map_max_entries(int fd) { return map_info(fd).max_entries; }
 
 namespace {
 
-/// Every CPU's value of every slot of per-CPU array `fd` for which keep(value)
-/// holds, read in one batch where the kernel can.
+/// Every CPU's slot of `fd` (SLUICE_PENDING_SLOTS per CPU, CPU after CPU:
+/// sluice_cpu_slot) for which keep(value) holds.
 template <class V> std::vector<V> read_slots(int fd, bool (*keep)(const V &))
 {
-	const uint32_t slots = map_max_entries(fd);
-	const size_t cpus = static_cast<size_t>(possible_cpus());
-	std::vector<uint32_t> keys(slots);
-	std::vector<V> values(size_t(slots) * cpus), out;
-	uint32_t count = slots, cursor = 0;
-	LIBBPF_OPTS(bpf_map_batch_opts, opts);
-	if (bpf_map_lookup_batch(fd, nullptr, &cursor, keys.data(), values.data(), &count, &opts) && errno != ENOENT) {
-		// Kernels without batch lookups of arrays: slot by slot.
-		count = slots;
-		for (uint32_t k = 0; k < slots; k++) {
-			std::vector<V> v = lookup_percpu<V>(fd, k);
-			std::copy(v.begin(), v.end(), values.begin() + long(size_t(k) * cpus));
-		}
-	}
-	for (size_t i = 0; i < size_t(count) * cpus; i++)
-		if (keep(values[i]))
-			out.push_back(values[i]);
+	const MappedArray slots(fd);
+	std::vector<V> out;
+	for (uint32_t i = 0; i < slots.size(); i++)
+		if (const V &v = *slots.at<V>(i); keep(v))
+			out.push_back(v);
 	return out;
 }
 

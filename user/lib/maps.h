@@ -142,12 +142,12 @@ template <class V> std::vector<V> lookup_percpu(int fd, uint32_t key)
 	return values;
 }
 
-/// Every CPU's pending-drops slots (SLUICE_MAP_PENDING) that hold drops, read
-/// in one batch: what readers add to the buckets the slots name.
+/// Every CPU's pending-drops slots (SLUICE_MAP_PENDING) that hold drops:
+/// what readers add to the buckets the slots name.
 std::vector<struct sluice_pending_drops> read_pending(int fd);
 
-/// Every CPU's owed slots (SLUICE_MAP_OWED) that hold passes, read in one
-/// batch: what readers add to the buckets the slots name.
+/// Every CPU's owed slots (SLUICE_MAP_OWED) that hold passes: what readers
+/// add to the buckets the slots name.
 std::vector<struct sluice_owed> read_owed(int fd);
 
 /// Calls f(key, value) for every entry of a hash map, reading it in batches.
