@@ -795,6 +795,72 @@ TEST_F(Lifecycle, UpgradeRefusesStateOlderThanThePreviousReleaseWithOneLineAndCh
 	EXPECT_EQ(removed.exit_code, 0) << removed.err;
 }
 
+// State this binary cannot read: the refusal says, in one line, what reads it
+// or removes it, and `detach --all`, its way out, removes it, detaching the
+// program. Layout records of every kind this binary meets: another build of
+// this release (another layout hash under this ABI), a newer sluice's (a
+// higher ABI), an older 0.2's (ABI 1 to 6), and the previous release's real
+// state (0.2.7, ABI 7, which `upgrade` migrates).
+TEST_F(Lifecycle, DetachAllRemovesStateOfAnyLayoutAndTheRefusalSaysWhatReadsIt)
+{
+	const std::string meta = pin_dir() + "/" + SLUICE_STR(SLUICE_MAP_META);
+	struct Case {
+		std::string kind, says;
+		std::function<void(struct sluice_meta &)> change; ///< of this binary's record; none: 0.2.7's state
+		uint32_t record_size = sizeof(struct sluice_meta);
+	};
+	std::vector<Case> cases = {
+		{"another build of this release", "of another build of this release; `sluice upgrade` cannot migrate it",
+		 [](struct sluice_meta &m) { m.layout_hash ^= 0x1000; }},
+		{"a newer sluice", "of a newer sluice; use that sluice, or run `sluice detach --all` to start afresh",
+		 [](struct sluice_meta &m) { m.abi_version += 1 + uint32_t(m.loaded_ns % 5); }},
+		{"0.2.7 (ABI 7)", "run `sluice upgrade` to migrate it, or `sluice detach --all` to start afresh", nullptr},
+	};
+	for (uint32_t abi = 1; abi <= 6; abi++)
+		cases.push_back({"0.2.x (ABI " + std::to_string(abi) + ")", "upgrade it with sluice 0.2.7 first",
+				 [abi](struct sluice_meta &m) { m.abi_version = abi; }, 24});
+	for (const auto &c : cases) {
+		SCOPED_TRACE(c.kind);
+		if (c.change) {
+			attach();
+			ASSERT_EQ(cli({"rule", "add", PROBES[0], "--deny", "--name", "deny"}).exit_code, 0);
+			int fd = bpf_obj_get(meta.c_str());
+			ASSERT_GE(fd, 0);
+			struct sluice_meta record = {};
+			uint32_t zero = 0;
+			ASSERT_EQ(bpf_map_lookup_elem(fd, &zero, &record), 0);
+			close(fd);
+			c.change(record);
+			ASSERT_EQ(unlink(meta.c_str()), 0);
+			fd = bpf_map_create(BPF_MAP_TYPE_ARRAY, "sluice_meta", 4, c.record_size, 1, nullptr);
+			ASSERT_GE(fd, 0);
+			std::vector<uint8_t> raw(c.record_size, 0);
+			std::memcpy(raw.data(), &record, std::min<size_t>(raw.size(), sizeof(record)));
+			ASSERT_EQ(bpf_map_update_elem(fd, &zero, raw.data(), 0), 0);
+			ASSERT_EQ(bpf_obj_pin(fd, meta.c_str()), 0);
+			close(fd);
+		} else {
+			auto old_cli = older_cli(SLUICE_PREVIOUS_BIN);
+			ASSERT_EQ(old_cli({"attach", DST_IF}).exit_code, 0);
+			ASSERT_EQ(old_cli({"rule", "add", PROBES[0], "--deny", "--name", "deny"}).exit_code, 0);
+		}
+		EXPECT_EQ(send_udp_in(SRC_NS, PROBES[0], DST, PORT, 3, 32), 3);
+		for (const std::vector<std::string> &command : {std::vector<std::string>{"status"}, {"rule", "list"}}) {
+			CommandResult r = cli_dst(command);
+			EXPECT_NE(r.exit_code, 0) << command[0];
+			EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+			EXPECT_NE(r.err.find(c.says), std::string::npos) << command[0] << ": " << r.err;
+		}
+		CommandResult removed = cli_dst({"detach", "--all"});
+		ASSERT_EQ(removed.exit_code, 0) << removed.err;
+		EXPECT_NE(removed.out.find("sluice detached from 1 place (" + DST_IF + ") and unloaded"), std::string::npos)
+			<< removed.out;
+		EXPECT_NE(access(pin_dir().c_str(), F_OK), 0) << "the pin directory is left";
+		std::string link = run_command({"ip", "-n", DST_NS, "-d", "link", "show", DST_IF}).out;
+		EXPECT_EQ(link.find("prog/xdp"), std::string::npos) << "a program is left on the interface: " << link;
+	}
+}
+
 // What an operator checks after `detach --all`: nothing of Sluice's is left in
 // bpffs, neither the pin directory nor the lock directory beside it. A second
 // `detach --all` has nothing to remove, says so, succeeds and makes nothing;

@@ -162,8 +162,11 @@ std::string unload_everything(Instance &inst)
 		forget_program_records(inst);
 		return "nothing to remove: sluice is not loaded under " + inst.pin_dir();
 	}
-	Status s = inst.status();
-	size_t rules = RuleTable(inst.maps()).list().size();
+	// State of another layout goes too (its maps are not read: its rules
+	// are not counted), so that the refusal's way out holds.
+	Status s = inst.attachments();
+	const bool foreign = foreign_layout(inst.pin_dir()).has_value();
+	const size_t rules = foreign ? 0 : RuleTable(inst.maps()).list().size();
 	std::vector<std::string> places;
 	for (const auto &l : s.links)
 		places.push_back(l.ifname.empty() ? l.pin : l.ifname);
@@ -183,7 +186,8 @@ std::string unload_everything(Instance &inst)
 	return (places.empty() ? std::string("sluice was attached nowhere; unloaded: ")
 			       : "sluice detached from " + plural(places.size(), "place", "places") + where +
 					 " and unloaded: ") +
-	       plural(rules, "rule removed with its", "rules removed with their") + " counters and buckets, " +
+	       (foreign ? std::string("the rules, counters and buckets of another layout removed unread, ")
+			: plural(rules, "rule removed with its", "rules removed with their") + " counters and buckets, ") +
 	       (set_count ? plural(set_count, "address set", "address sets") + ", " : "") +
 	       "state under " + inst.pin_dir() + " removed";
 }

@@ -1213,7 +1213,7 @@ void Instance::remove_leftovers()
 	rmdir(lock_dir_for(dir_).c_str());
 }
 
-Status Instance::status() const
+Status Instance::attachments() const
 {
 	Status s;
 	s.loaded = loaded();
@@ -1278,7 +1278,14 @@ Status Instance::status() const
 		}
 		s.links.push_back(l);
 	}
+	return s;
+}
 
+Status Instance::status() const
+{
+	Status s = attachments();
+	if (!s.loaded)
+		return s;
 	MapSet m = MapSet::open_pinned(dir_);
 	s.max_sources = m.max_sources();
 	s.max_log_sources = m.max_log_sources();

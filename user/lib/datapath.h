@@ -233,6 +233,11 @@ public:
 	/// directories). Needs the exclusive lock.
 	void remove_leftovers();
 
+	/// Where the program is attached (its links and program array slots),
+	/// read from the pins alone: of state of any layout.
+	Status attachments() const;
+	/// attachments() with the tables' sizes, read from maps of this
+	/// binary's layout (refused for state of another).
 	Status status() const;
 	const std::string &pin_dir() const { return dir_; }
 	const std::string &run_dir() const { return run_dir_; }

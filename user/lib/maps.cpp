@@ -125,42 +125,59 @@ uint64_t layout_hash()
 	return layout_hash(maps);
 }
 
-MapSet MapSet::open_pinned(const std::string &dir)
+std::optional<std::string> foreign_layout(const std::string &dir)
 {
-	// The layout record first: state of another layout is refused before
-	// any of its maps is read into this binary's structs.
-	auto refuse = [&dir](const std::string &what) {
-		return Error("the state pinned in " + dir + " has another layout than this sluice's (ABI " +
-			     std::to_string(SLUICE_ABI_VERSION) + "): " + what +
-			     "; run `sluice upgrade` to migrate it, or `sluice detach --all` to start afresh");
+	auto another = [&dir](const std::string &what, const std::string &way_out) {
+		return "the state pinned in " + dir + " has another layout than this sluice's (ABI " +
+		       std::to_string(SLUICE_ABI_VERSION) + "): " + what + "; " + way_out;
 	};
+	const std::string afresh = "`sluice detach --all` to start afresh";
 	std::string meta_path = dir + "/" SLUICE_STR(SLUICE_MAP_META);
 	UniqueFd meta(open_pinned_object(meta_path));
 	if (!meta)
 		throw_errno("cannot open pinned map " + meta_path, errno);
 	struct bpf_map_info info = map_info(meta.get());
 	if (info.type != BPF_MAP_TYPE_ARRAY || info.value_size < 4)
-		throw refuse("it has no layout record");
-	if (info.value_size != sizeof(struct sluice_meta)) {
-		// abi_version is every record's first field (struct sluice_meta).
-		std::vector<uint8_t> raw(info.value_size);
-		uint32_t zero = 0, abi = 0;
-		if (bpf_map_lookup_elem(meta.get(), &zero, raw.data()))
-			throw_errno("cannot read " + meta_path, errno);
-		std::memcpy(&abi, raw.data(), 4);
-		if (auto older = upgrade_refusal(info.value_size, abi)) // too old for `sluice upgrade`
-			throw Error(*older);
-		throw refuse("it records ABI " + std::to_string(abi) + " in a record of " +
-			     std::to_string(info.value_size) + " bytes");
-	}
-	struct sluice_meta record = {};
+		return another("it has no layout record", "run " + afresh);
+	std::vector<uint8_t> raw(std::max<size_t>(info.value_size, sizeof(struct sluice_meta)));
 	uint32_t zero = 0;
-	if (bpf_map_lookup_elem(meta.get(), &zero, &record))
+	if (bpf_map_lookup_elem(meta.get(), &zero, raw.data()))
 		throw_errno("cannot read " + meta_path, errno);
-	if (record.abi_version != SLUICE_ABI_VERSION || record.layout_hash != layout_hash())
-		throw refuse("it records ABI " + std::to_string(record.abi_version) + ", layout " +
-			     hex64(record.layout_hash) + " (this sluice: " + hex64(layout_hash()) + ")");
+	struct sluice_meta record = {};
+	std::memcpy(&record, raw.data(), sizeof(record)); // abi_version is every record's first field
+	if (info.value_size != sizeof(struct sluice_meta)) {
+		if (auto older = upgrade_refusal(info.value_size, record.abi_version)) // too old for `sluice upgrade`
+			return older;
+		return another("it records ABI " + std::to_string(record.abi_version) + " in a record of " +
+				       std::to_string(info.value_size) + " bytes",
+			       "run `sluice upgrade` to migrate it, or " + afresh);
+	}
+	if (record.abi_version == SLUICE_ABI_VERSION && record.layout_hash == layout_hash())
+		return std::nullopt;
+	const std::string what = "it records ABI " + std::to_string(record.abi_version) + ", layout " +
+				 hex64(record.layout_hash) + " (this sluice: " + hex64(layout_hash()) + ")";
+	if (record.abi_version == SLUICE_ABI_VERSION) // another build of this release, before a change to its layout
+		return another(what + ", of another build of this release",
+			       "`sluice upgrade` cannot migrate it: export the rules with the sluice that pinned it if "
+			       "you need them, then run " +
+				       afresh);
+	if (record.abi_version > SLUICE_ABI_VERSION)
+		return another(what + ", of a newer sluice", "use that sluice, or run " + afresh);
+	return another(what, "run `sluice upgrade` to migrate it, or " + afresh);
+}
 
+MapSet MapSet::open_pinned(const std::string &dir)
+{
+	// The layout record first: state of another layout is refused before
+	// any of its maps is read into this binary's structs.
+	if (auto why = foreign_layout(dir))
+		throw Error(*why);
+	// A record of this layout over maps of another: not state any sluice made.
+	auto refuse = [&dir](const std::string &what) {
+		return Error("the state pinned in " + dir + " has another layout than this sluice's (ABI " +
+			     std::to_string(SLUICE_ABI_VERSION) + "): " + what +
+			     ", under a record of this layout; run `sluice detach --all` to start afresh");
+	};
 	MapSet m;
 	for (const auto &ref : MAP_REFS) {
 		std::string path = dir + "/" + ref.name;

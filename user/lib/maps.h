@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -34,8 +35,9 @@ struct MapSet {
 		strikes, bans_on;
 
 	/// Opens the maps pinned under dir (by their ABI names). Refuses, with
-	/// one line, state whose layout record or maps differ from this binary's
-	/// (`sluice upgrade` reads the previous release's: upgrade.h).
+	/// one line, state whose layout record (foreign_layout) or maps differ
+	/// from this binary's (`sluice upgrade` reads the previous release's:
+	/// upgrade.h).
 	static MapSet open_pinned(const std::string &dir);
 	/// Duplicates the descriptors of a loaded object's maps.
 	static MapSet from_object(struct bpf_object *obj);
@@ -126,6 +128,10 @@ struct bpf_map_info map_info(int fd);
 /// Opens a pinned object; on a read-only bpffs, read-only (so that reading
 /// commands still work there, and writes fail clearly). -1 and errno on failure.
 int open_pinned_object(const std::string &path);
+
+/// Why the layout record pinned in `dir` is not this binary's, as one line
+/// that says what reads it or removes it; nothing if it is this binary's.
+std::optional<std::string> foreign_layout(const std::string &dir);
 
 void map_update(int fd, const void *key, const void *value, const char *what);
 
