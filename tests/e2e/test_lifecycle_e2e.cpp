@@ -213,6 +213,21 @@ protected:
 		};
 	}
 
+	/// Pins `record` as the layout record (SLUICE_MAP_META) of the state
+	/// under pin_dir(), in place of the one pinned there: state as another
+	/// sluice leaves it.
+	void pin_layout_record(const std::vector<uint8_t> &record)
+	{
+		const std::string meta = pin_dir() + "/" + SLUICE_STR(SLUICE_MAP_META);
+		ASSERT_EQ(unlink(meta.c_str()), 0);
+		int fd = bpf_map_create(BPF_MAP_TYPE_ARRAY, "sluice_meta", 4, uint32_t(record.size()), 1, nullptr);
+		ASSERT_GE(fd, 0);
+		uint32_t zero = 0;
+		ASSERT_EQ(bpf_map_update_elem(fd, &zero, record.data(), 0), 0);
+		ASSERT_EQ(bpf_obj_pin(fd, meta.c_str()), 0);
+		close(fd);
+	}
+
 	std::vector<std::string> rule_names()
 	{
 		std::vector<std::string> names;
@@ -757,15 +772,10 @@ TEST_F(Lifecycle, UpgradeRefusesStateOlderThanThePreviousReleaseWithOneLineAndCh
 		cases.push_back({24, abi, "sluice 0.2.x (ABI " + std::to_string(abi) + ")"});
 	for (const auto &c : cases) {
 		SCOPED_TRACE(c.made_by);
-		ASSERT_EQ(unlink(meta.c_str()), 0);
-		int fd = bpf_map_create(BPF_MAP_TYPE_ARRAY, "sluice_meta", 4, c.record_size, 1, nullptr);
-		ASSERT_GE(fd, 0);
 		std::vector<uint8_t> record(c.record_size, 0x5a);
 		std::memcpy(record.data(), &c.abi, 4);
+		ASSERT_NO_FATAL_FAILURE(pin_layout_record(record));
 		uint32_t zero = 0;
-		ASSERT_EQ(bpf_map_update_elem(fd, &zero, record.data(), 0), 0);
-		ASSERT_EQ(bpf_obj_pin(fd, meta.c_str()), 0);
-		close(fd);
 		const std::string before = snapshot();
 		const std::string line = "sluice: this state was made by " + c.made_by +
 					 "; upgrade it with sluice 0.2.7 first, then with this binary\n";
@@ -799,8 +809,8 @@ TEST_F(Lifecycle, UpgradeRefusesStateOlderThanThePreviousReleaseWithOneLineAndCh
 // or removes it, and `detach --all`, its way out, removes it, detaching the
 // program. Layout records of every kind this binary meets: another build of
 // this release (another layout hash under this ABI), a newer sluice's (a
-// higher ABI), an older 0.2's (ABI 1 to 6), and the previous release's real
-// state (0.2.7, ABI 7, which `upgrade` migrates).
+// higher ABI), an older 0.2's (ABI 1 to 6, or no layout record), and the
+// previous release's real state (0.2.7, ABI 7, which `upgrade` migrates).
 TEST_F(Lifecycle, DetachAllRemovesStateOfAnyLayoutAndTheRefusalSaysWhatReadsIt)
 {
 	const std::string meta = pin_dir() + "/" + SLUICE_STR(SLUICE_MAP_META);
@@ -819,6 +829,8 @@ TEST_F(Lifecycle, DetachAllRemovesStateOfAnyLayoutAndTheRefusalSaysWhatReadsIt)
 	for (uint32_t abi = 1; abi <= 6; abi++)
 		cases.push_back({"0.2.x (ABI " + std::to_string(abi) + ")", "upgrade it with sluice 0.2.7 first",
 				 [abi](struct sluice_meta &m) { m.abi_version = abi; }, 24});
+	cases.push_back({"0.2 (no layout)", "sluice 0.2, which recorded no layout; upgrade it with sluice 0.2.7 first",
+			 [](struct sluice_meta &m) { m.abi_version = 0; }, 16});
 	for (const auto &c : cases) {
 		SCOPED_TRACE(c.kind);
 		if (c.change) {
@@ -831,14 +843,9 @@ TEST_F(Lifecycle, DetachAllRemovesStateOfAnyLayoutAndTheRefusalSaysWhatReadsIt)
 			ASSERT_EQ(bpf_map_lookup_elem(fd, &zero, &record), 0);
 			close(fd);
 			c.change(record);
-			ASSERT_EQ(unlink(meta.c_str()), 0);
-			fd = bpf_map_create(BPF_MAP_TYPE_ARRAY, "sluice_meta", 4, c.record_size, 1, nullptr);
-			ASSERT_GE(fd, 0);
 			std::vector<uint8_t> raw(c.record_size, 0);
 			std::memcpy(raw.data(), &record, std::min<size_t>(raw.size(), sizeof(record)));
-			ASSERT_EQ(bpf_map_update_elem(fd, &zero, raw.data(), 0), 0);
-			ASSERT_EQ(bpf_obj_pin(fd, meta.c_str()), 0);
-			close(fd);
+			ASSERT_NO_FATAL_FAILURE(pin_layout_record(raw));
 		} else {
 			auto old_cli = older_cli(SLUICE_PREVIOUS_BIN);
 			ASSERT_EQ(old_cli({"attach", DST_IF}).exit_code, 0);
