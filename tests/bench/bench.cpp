@@ -69,8 +69,11 @@ struct Options {
 	uint32_t live_repeat = 2000000; // per test run, section 2
 	int rounds = 5;
 	bool quick = false;
-	uint32_t many_sources = 0; // --many-sources: section 1's row of that many sources alone
+	std::string rows; // --rows: only the rows of sections 1 and 2 whose name holds this
 	std::set<int> sections = {1, 2, 3, 4, 5, 6};
+
+	/// Whether a row of sections 1 or 2 is measured in this run.
+	bool wanted(const std::string &row) const { return rows.empty() || row.find(rows) != std::string::npos; }
 };
 
 std::string fixed(double v, int digits)
@@ -190,11 +193,14 @@ void section_per_packet(const Options &o, struct baselines_bpf *base)
 			  << " | " << fixed(s - b, 1) << " | " << fixed(s / b, 2) << "x |\n";
 	};
 
-	// Many sources, each row with a table of 1M buckets: Sluice's and the
-	// baseline's ns by row name.
-	std::map<std::string, std::pair<double, double>> many_ns;
+	// Sluice's and the baseline's ns of the rows the closing ratios read, by row name.
+	std::map<std::string, std::pair<double, double>> measured;
+
+	// Many sources, each row with a table of 1M buckets.
 	auto many_rows = [&](const std::vector<Many> &rows) {
 		for (const auto &m : rows) {
+			if (!o.wanted(m.name))
+				continue;
 			Loaded sl(bench_image(), 1000000);
 			sl.add(m.family == 4 ? "10.0.0.0/8" : "2001:db8::/32", "1000/s");
 			auto frame = build_packet({.src = m.family == 4 ? "10.0.0.1" : "2001:db8::1"});
@@ -205,20 +211,17 @@ void section_per_packet(const Options &o, struct baselines_bpf *base)
 			measure(s, o);
 			Stats st = collect_stats(sl.maps, {1, ""});
 			row(m.name, "generator + XDP_DROP", med(s, "gen_drop"), med(s, "sluice"));
-			many_ns[m.name] = {med(s, "sluice"), med(s, "gen_drop")};
+			measured[m.name] = {med(s, "sluice"), med(s, "gen_drop")};
 			std::cout << "|  | (" << st.tracked_sources << " buckets tracked; "
 				  << st.global[SLUICE_CNT_INFO_NEW_BUCKET].packets << " created, "
 				  << st.global[SLUICE_CNT_INFO_EVICTED].packets << " evicting another) | | | | |\n";
 		}
 	};
-	if (o.many_sources) { // --many-sources N: that row alone
-		many_rows({{"random of " + std::to_string(o.many_sources) + " sources over their limits, IPv4", 4,
-			    o.many_sources}});
-		return;
-	}
-
 	// Hot source, IPv4 and IPv6.
 	for (int family : {4, 6}) {
+		std::string sc = std::string("one hot source, IPv") + (family == 4 ? "4" : "6");
+		if (!o.wanted(sc))
+			continue;
 		Loaded sl(production_object(), 65536);
 		sl.add(family == 4 ? "192.0.2.0/24" : "2001:db8::/32", "1000/s");
 		auto frame = build_packet({.src = family == 4 ? "192.0.2.10" : "2001:db8::10"});
@@ -229,7 +232,6 @@ void section_per_packet(const Options &o, struct baselines_bpf *base)
 					  {"sluice", sl.prog->prog_fd(), frame}};
 		set_generator(base->obj, 0);
 		measure(s, o);
-		std::string sc = std::string("one hot source, IPv") + (family == 4 ? "4" : "6");
 		row(sc, "XDP_DROP", med(s, "drop"), med(s, "sluice"));
 		row(sc, "parse-only", med(s, "parse"), med(s, "sluice"));
 		if (family == 4)
@@ -250,6 +252,10 @@ void section_per_packet(const Options &o, struct baselines_bpf *base)
 	constexpr int SYN_LOADS = 3;
 	for (const char *rate : {"1000/s", "1000000000/s"}) {
 		bool over = std::string(rate) == "1000/s";
+		std::string sc = std::string("one hot source's SYNs, --syn rule, ") +
+				 (over ? "over its limit" : "under its limit");
+		if (!o.wanted(sc))
+			continue;
 		auto loaded = [&](bool syn) {
 			auto sl = std::make_unique<Loaded>(production_object(), 65536);
 			RuleSpec r;
@@ -278,8 +284,7 @@ void section_per_packet(const Options &o, struct baselines_bpf *base)
 				v.push_back(med(s, name + std::to_string(i)));
 			return median(v);
 		};
-		row(std::string("one hot source's SYNs, --syn rule, ") + (over ? "over its limit" : "under its limit"),
-		    "--proto tcp rule", over_loads("plain"), over_loads("syn"));
+		row(sc, "--proto tcp rule", over_loads("plain"), over_loads("syn"));
 	}
 
 	// One source flooded from both CPUs at once (two pinned threads), as a
@@ -287,6 +292,10 @@ void section_per_packet(const Options &o, struct baselines_bpf *base)
 	// alone. Over the limit (1000/s: nearly every packet dropped) and under it
 	// (10^9/s: every packet passes, so every packet writes the bucket).
 	for (const char *rate : {"1000/s", "1000000000/s"}) {
+		std::string sc = std::string("one source from two CPUs at once, ") +
+				 (std::string(rate) == "1000/s" ? "over its limit" : "under its limit");
+		if (!o.wanted(sc))
+			continue;
 		Loaded sl(production_object(), 65536);
 		sl.add("192.0.2.0/24", rate, std::string(rate) == "1000/s" ? 0 : 100000000);
 		auto frame = build_packet({.src = "192.0.2.10"});
@@ -300,8 +309,6 @@ void section_per_packet(const Options &o, struct baselines_bpf *base)
 		}
 		Stats st = collect_stats(sl.maps, {});
 		double one = median(alone), c0 = median(cpu0), c1 = median(cpu1);
-		std::string sc = std::string("one source from two CPUs at once, ") +
-				 (std::string(rate) == "1000/s" ? "over its limit" : "under its limit");
 		std::cout << "| " << sc << ", CPU 0 / CPU 1 | one CPU alone | " << fixed(one, 1) << " | "
 			  << fixed(c0, 1) << " / " << fixed(c1, 1) << " | " << fixed(c0 - one, 1) << " / "
 			  << fixed(c1 - one, 1) << " | " << fixed(c0 / one, 2) << "x / " << fixed(c1 / one, 2)
@@ -320,27 +327,34 @@ void section_per_packet(const Options &o, struct baselines_bpf *base)
 	many_rows(many);
 
 	// A rule lookup's two rows: sources random across 10/8, then one hot
-	// source (the generator's first); returns Sluice's ns of each.
-	auto lookup_rows = [&](Loaded &sl, const std::string &what, const char *across) {
+	// source (the generator's first).
+	struct Lookup {
+		std::string random, hot;
+		bool wanted(const Options &o) const { return o.wanted(random) || o.wanted(hot); }
+	};
+	auto lookup = [](const std::string &what, const char *across) {
+		return Lookup{what + ", random sources across " + across, what + ", one hot source"};
+	};
+	auto lookup_rows = [&](Loaded &sl, const Lookup &rows) {
 		auto frame = build_packet({.src = "10.0.0.1"});
-		std::pair<double, double> ns;
 		for (uint32_t sources : {1u << 24, 1u}) {
+			const std::string &name = sources == 1 ? rows.hot : rows.random;
+			if (!o.wanted(name))
+				continue;
 			set_generator(sl.prog->object(), sources);
 			set_generator(base->obj, sources);
 			std::vector<Subject> s = {{"gen_drop", gen_drop, frame}, {"sluice", sl.prog->prog_fd(), frame}};
 			measure(s, o);
-			(sources == 1 ? ns.second : ns.first) = med(s, "sluice");
-			row(what + (sources == 1 ? ", one hot source" : std::string(", random sources across ") + across),
-			    "generator + XDP_DROP", med(s, "gen_drop"), med(s, "sluice"));
+			measured[name] = {med(s, "sluice"), med(s, "gen_drop")};
+			row(name, "generator + XDP_DROP", med(s, "gen_drop"), med(s, "sluice"));
 		}
-		return ns;
 	};
 
 	// Rule lookup: random sources over 10.0.0.0/8 against 1, 1,000 and 100,000
 	// allow rules of random lengths /16-/28 inside it (no buckets: the lookup alone).
-	std::map<uint32_t, double> by_rules, by_set;
+	auto rules_rows = [&](uint32_t n) { return lookup(std::to_string(n) + " CIDR rule" + (n > 1 ? "s" : ""), "them"); };
 	for (uint32_t n : {1u, 1000u, 100000u}) {
-		if (o.quick && n > 1000)
+		if ((o.quick && n > 1000) || !rules_rows(n).wanted(o))
 			continue;
 		Loaded sl(bench_image(), 65536, 131072);
 		std::mt19937 rng(n);
@@ -362,17 +376,16 @@ void section_per_packet(const Options &o, struct baselines_bpf *base)
 		if (n == 1)
 			rules[0].cidr = parse_cidr("10.0.0.0/8");
 		RuleTable(sl.maps).add_many(rules);
-		auto [random, hot] = lookup_rows(sl, std::to_string(n) + " CIDR rule" + (n > 1 ? "s" : ""), "them");
-		by_rules[n * 2] = random;
-		by_rules[n * 2 + 1] = hot;
+		lookup_rows(sl, rules_rows(n));
 	}
 	// A rule on an address set of 1,000,000 host prefixes scattered over
 	// 10.0.0.0/8 (allow, as the CIDR rules above: the lookup alone), against
 	// one CIDR rule. The set compiles into the same tables (docs/packets.md,
 	// "Address sets"); 1,000,000 /32s over 65,536 /24s take 256 blocks and
 	// 65,536 bitmaps of 64 bytes, sixteen to a block (4 MiB).
-	{
-		uint32_t members = o.quick ? 100000 : 1000000;
+	uint32_t members = o.quick ? 100000 : 1000000;
+	Lookup set_rows = lookup("a rule on a set of " + std::to_string(members) + " /32s in 10/8", "it");
+	if (set_rows.wanted(o)) {
 		Loaded sl(bench_image(), 65536, 65536);
 		std::mt19937 rng(29);
 		AddressSet big{4, {}};
@@ -392,23 +405,30 @@ void section_per_packet(const Options &o, struct baselines_bpf *base)
 		SetContents sets;
 		sets.emplace("big", std::move(big));
 		Transaction(sl.maps).with_sets(std::move(sets)).add(r).commit();
-		auto [random, hot] = lookup_rows(sl, "a rule on a set of " + std::to_string(members) + " /32s in 10/8", "it");
-		by_set[0] = random;
-		by_set[1] = hot;
+		lookup_rows(sl, set_rows);
 	}
-	auto v4 = many_ns[many[0].name], v6 = many_ns[many[1].name];
-	std::cout << "\nRandom lookups over 1M IPv6 sources cost " << fixed(v6.first / v4.first, 2)
-		  << "x what IPv4's do per packet (" << fixed((v6.first - v6.second) / (v4.first - v4.second), 2)
-		  << "x over their baselines; target: at most 1.2x).\n";
-	if (by_rules.count(200000))
-		std::cout << "\n100,000 rules cost " << fixed(by_rules[200000] / by_rules[2], 2)
-			  << "x what one rule costs per packet with random sources across them, and "
-			  << fixed(by_rules[200001] / by_rules[3], 2)
-			  << "x with one hot source (target: at most 1.5x).\n";
-	if (by_set.size() == 2 && by_rules.count(2))
-		std::cout << "\nA rule on a set of 1,000,000 prefixes costs " << fixed(by_set[0] / by_rules[2], 2)
-			  << "x what one CIDR rule costs per packet with random sources, and "
-			  << fixed(by_set[1] / by_rules[3], 2) << "x with one hot source (target: at most 1.5x).\n";
+
+	// The ratios of rows to rows, where this run measured both.
+	auto ratio = [&](const std::string &row, const std::string &over, bool less_baselines = false) {
+		auto a = measured.at(row), b = measured.at(over);
+		return fixed(less_baselines ? (a.first - a.second) / (b.first - b.second) : a.first / b.first, 2) + "x";
+	};
+	auto have = [&](const std::vector<std::string> &rows) {
+		return std::all_of(rows.begin(), rows.end(), [&](const std::string &r) { return measured.count(r) > 0; });
+	};
+	if (have({many[0].name, many[1].name}))
+		std::cout << "\nRandom lookups over 1M IPv6 sources cost " << ratio(many[1].name, many[0].name)
+			  << " what IPv4's do per packet (" << ratio(many[1].name, many[0].name, true)
+			  << " over their baselines; target: at most 1.2x).\n";
+	Lookup one = rules_rows(1), many_rules = rules_rows(100000);
+	if (have({one.random, one.hot, many_rules.random, many_rules.hot}))
+		std::cout << "\n100,000 rules cost " << ratio(many_rules.random, one.random)
+			  << " what one rule costs per packet with random sources across them, and "
+			  << ratio(many_rules.hot, one.hot) << " with one hot source (target: at most 1.5x).\n";
+	if (have({one.random, one.hot, set_rows.random, set_rows.hot}))
+		std::cout << "\nA rule on a set of 1,000,000 prefixes costs " << ratio(set_rows.random, one.random)
+			  << " what one CIDR rule costs per packet with random sources, and "
+			  << ratio(set_rows.hot, one.hot) << " with one hot source (target: at most 1.5x).\n";
 }
 
 // ---- Section 2: the peers, through the kernel stack.
@@ -510,7 +530,11 @@ void section_peers(const Options &o, struct baselines_bpf *base, int ifindex)
 	};
 	std::vector<OwnCost> own_rows;
 	bool coarse = false;
+	// With --rows, Sluice's rows alone: the peers are the same for two builds.
+	bool peers = o.rows.empty();
 	for (uint32_t sources : {1u, 256u, 1000000u}) {
+		if (!o.wanted(std::to_string(sources) + (sources == 1 ? " source" : " sources")))
+			continue;
 		std::map<std::string, std::vector<LiveResult>> results;
 		for (int round = 0; round < o.rounds; round++) {
 			// Sluice: a fresh program each run, so every system starts empty.
@@ -525,6 +549,8 @@ void section_peers(const Options &o, struct baselines_bpf *base, int ifindex)
 				coarse = rule_reads_coarse_clock(sl.maps);
 				results["Sluice (XDP)"].push_back({ns, dropped});
 			}
+			if (!peers)
+				continue;
 			set_generator(base->obj, sources);
 			{
 				clear_peers();
@@ -575,12 +601,16 @@ void section_peers(const Options &o, struct baselines_bpf *base, int ifindex)
 		double sluice_ns = mid(results["Sluice (XDP)"]).ns;
 		for (const char *name : {"Sluice (XDP)", "nftables meter", "iptables hashlimit", "(stack alone, no limiter)",
 					 "(XDP_DROP)", "(nftables ingress drop)", "(iptables raw drop)"}) {
+			if (!results.count(name))
+				continue;
 			LiveResult r = mid(results[name]);
 			std::cout << "| " << sources << " | " << name << " | " << fixed(r.ns, 1) << " | "
 				  << fixed(1000.0 / r.ns, 2) << " | "
 				  << (std::string(name)[0] == '(' ? "-" : fixed(100 * r.dropped_share, 2) + " %") << " | "
 				  << fixed(r.ns / sluice_ns, 2) << "x |\n";
 		}
+		if (!peers)
+			continue;
 		// A limiter's own cost: its time per frame less what the same verdicts
 		// cost at its hook with no limiter (drops there, passes up the stack).
 		double pass_ns = mid(results["(stack alone, no limiter)"]).ns;
@@ -593,6 +623,8 @@ void section_peers(const Options &o, struct baselines_bpf *base, int ifindex)
 		own_rows.push_back({sources, s_own, own("nftables meter", "(nftables ingress drop)"),
 				    own("iptables hashlimit", "(iptables raw drop)")});
 	}
+	if (!peers)
+		return;
 	std::cout << "\n**The limiters' own cost.** Each system's ns per frame above, less what its verdicts "
 		  << "cost at its hook with no limiter: the drop share times the drop-only baseline at that hook "
 		  << "(XDP_DROP; an nftables ingress chain that drops; an iptables raw rule that drops), plus the "
@@ -984,10 +1016,10 @@ int main(int argc, char **argv)
 		       "6 TCP through a byte limit)")
 		->delimiter(',')
 		->check(CLI::Range(1, 6));
-	app.add_option("--many-sources", o.many_sources,
-		       "Section 1 measures only the row of N random sources over their limits (with the "
-		       "generator's baseline): one row, to compare two builds run in turns")
-		->check(CLI::Range(1u, 16000000u));
+	app.add_option("--rows", o.rows,
+		       "Sections 1 and 2 measure only the rows whose name holds TEXT (section 1's scenarios; "
+		       "section 2's \"1 source\", \"256 sources\", \"1000000 sources\", Sluice's row alone): "
+		       "a few rows, to compare two builds run in turns");
 	CLI11_PARSE(app, argc, argv);
 	if (!sections.empty())
 		o.sections = std::set<int>(sections.begin(), sections.end());
