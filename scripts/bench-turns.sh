@@ -5,9 +5,10 @@
 # that row alone (`--rows`), one right after the other, the order swapped
 # every round. On a VM, runs of one build after the other differ by more than
 # the change being measured; in turns both see the same machine. Prints, per
-# row, the mean over the rounds of each build's figure (ns per packet, or per
-# frame in section 2) and this build's against the other's; nothing fails on a
-# figure. The other build's sluice-bench must know `--rows`.
+# row, each build's mean over the rounds (ns per packet, or per frame in
+# section 2) and the median over the rounds of this build's figure against the
+# other's in the same round; nothing fails on a figure. The other build's
+# sluice-bench must know `--rows`.
 # Run as root on a built tree.
 #   scripts/bench-turns.sh --base BENCH [--rounds N] [--quick] ROW...
 # ROW is SECTION:TEXT, the rows whose name holds TEXT: 1:"one hot source, IPv4",
@@ -66,15 +67,26 @@ for ((r = 0; r < rounds; r++)); do
   done
   echo "round $((r + 1)) of $rounds done" >&2
 done
-echo "| row | rounds | base ns | this build ns | this build vs base |"
-echo "| --- | ---: | ---: | ---: | ---: |"
+# Per row: each build's mean over the rounds, and the median over the rounds
+# of this build's figure against the other's of the same round (the two ran
+# one right after the other: the machine's drift between rounds cancels).
+echo "| row | rounds | base ns | this build ns | this build vs base, median of the rounds | rounds this build was slower |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: |"
 awk -F'\t' '
-  { sum[$1, $2] += $3; n[$1, $2]++; if (!($2 in order)) { order[$2] = ++rows; name[rows] = $2 } }
+  !($2 in row) { row[$2] = ++rows; name[rows] = $2 }
+  { i = ++n[$1, $2]; v[$1, $2, i] = $3; sum[$1, $2] += $3 }
   END {
-    for (i = 1; i <= rows; i++) {
-      k = name[i]
-      if (!n["base", k] || !n["now", k]) continue
-      b = sum["base", k] / n["base", k]; t = sum["now", k] / n["now", k]
-      printf "| %s | %d | %.1f | %.1f | %+.1f %% |\n", k, n["now", k], b, t, 100 * (t - b) / b
+    for (r = 1; r <= rows; r++) {
+      k = name[r]; m = n["base", k] < n["now", k] ? n["base", k] : n["now", k]
+      if (!m) continue
+      slower = 0
+      for (i = 1; i <= m; i++) {
+        d[i] = v["now", k, i] / v["base", k, i] - 1
+        slower += d[i] > 0
+        for (j = i; j > 1 && d[j - 1] > d[j]; j--) { t = d[j]; d[j] = d[j - 1]; d[j - 1] = t }
+      }
+      med = m % 2 ? d[(m + 1) / 2] : (d[m / 2] + d[m / 2 + 1]) / 2
+      printf "| %s | %d | %.1f | %.1f | %+.1f %% | %d of %d |\n", k, m, sum["base", k] / n["base", k],
+        sum["now", k] / n["now", k], 100 * med, slower, m
     }
   }' "$results"
