@@ -1025,8 +1025,11 @@ static inline __u64 sluice_grant_taken(__u64 record, __u16 gen)
  * refilled the bucket surely, every CPU's account and doubt included (see
  * below), and GCRA forgot every charge made before it. */
 #define SLUICE_OWED_SURE 1ULL
-/* A CPU that finds another's write keeps owing for this long after. */
-#define SLUICE_OWED_SHARED_NS 1000000ULL
+/* A CPU that finds another's write keeps owing for this long after: longer
+ * than a tick of the coarse clock (at most 10 ms), whose reading stands for a
+ * tick; with a window shorter than a tick, each new tick found the bucket
+ * unshared, and a CPU wrote every pass until the other's account filled. */
+#define SLUICE_OWED_SHARED_NS 25000000ULL
 
 struct sluice_owed {
 	__u64 name;    /* the bucket: a pending-drops slot's first 8 bytes (set, way, table, generation) */

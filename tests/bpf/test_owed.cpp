@@ -640,3 +640,52 @@ TEST(Owed, TwoCpusKeepTheBoundAndDropNothingUnderTheLimitRandomized)
 		    (unsigned long long)seed, (unsigned long long)sent, (unsigned long long)batches,
 		    (unsigned long long)edits, seconds, (long long)worst);
 }
+
+// Two CPUs at one bucket well under its limit, on a coarse clock that steps a
+// kernel tick at a time (1, 4 or 10 ms: HZ 1000, 250, 100): every CPU goes on
+// account and writes the shared word about once per SLUICE_OWED_MAX passes,
+// tick after tick. With a sharing window shorter than a tick, a CPU found the
+// bucket unshared at each new tick and wrote every pass until the other's
+// account filled: 7 % of its passes at 10 ms and 300 alternations a tick.
+// Generated: the tick, the number of alternations per tick, and each batch's
+// size. Counted from the second tick, once each CPU has found the other's
+// write; passes must stay exact too (the bucket is far from empty).
+TEST(Owed, TwoCpusOnACoarseClockWriteTheWordOncePerAccount)
+{
+	ASSERT_EQ(geteuid(), 0u) << "loads a real XDP program: run as root";
+	ASSERT_GE(sysconf(_SC_NPROCESSORS_ONLN), 2) << "this test needs two CPUs";
+	uint64_t seed = std::random_device{}();
+	if (const char *s = std::getenv("SLUICE_OWED_SEED"))
+		seed = std::strtoull(s, nullptr, 0);
+	SCOPED_TRACE("seed " + std::to_string(seed) + " (SLUICE_OWED_SEED=" + std::to_string(seed) +
+		     " replays this run)");
+	std::mt19937_64 rng(seed);
+	OneGcraSource one("1000000000/s", 100000000); // as the bench's two-CPU row: one pass is 1 ns of credit
+	auto &[rule, kernel, truth, inc_ns, fast] = one;
+	ExactSender sender(kernel, truth, fast);
+	const uint64_t ticks_ns[] = {MS, 4 * MS, 10 * MS};
+	for (int run = 0; run < 3; run++) {
+		const uint64_t tick = ticks_ns[rng() % 3];
+		const int per_tick = 200 + int(rng() % 400);
+		uint64_t t = T0 + (run + 1) * 60 * SEC, passes[2] = {0, 0}, writes[2] = {0, 0};
+		for (int k = 0; k < 6; k++, t += tick)
+			for (int a = 0; a < per_tick; a++)
+				for (int cpu = 0; cpu < 2; cpu++)
+					for (int n = 1 + int(rng() % 4); n > 0; n--) {
+						const uint64_t before = owed_passes(kernel.maps());
+						ASSERT_EQ(sender.send(cpu, t, 1), 1);
+						if (k == 0)
+							continue; // the first tick finds the bucket shared
+						passes[cpu]++;
+						writes[cpu] += owed_passes(kernel.maps()) != before + 1;
+					}
+		std::printf("tick %llu ms, %d alternations a tick: CPU 0 wrote %llu of %llu passes, CPU 1 %llu of %llu\n",
+			    (unsigned long long)(tick / MS), per_tick, (unsigned long long)writes[0],
+			    (unsigned long long)passes[0], (unsigned long long)writes[1], (unsigned long long)passes[1]);
+		for (int cpu = 0; cpu < 2; cpu++)
+			EXPECT_LE(writes[cpu] * 32, passes[cpu])
+				<< "CPU " << cpu << " wrote the shared word at " << writes[cpu] << " of " << passes[cpu]
+				<< " passes (tick " << tick / MS << " ms, " << per_tick << " alternations a tick)";
+	}
+	sender.expect_exact_and_no_doubt();
+}
