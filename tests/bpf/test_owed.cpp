@@ -178,6 +178,19 @@ struct ExactSender {
 /// One GCRA rule loaded in the real program, for a test of two CPUs: GCRA
 /// fed the program's passes beside it, the nanoseconds a packet is worth,
 /// and a frame of source 10.0.0.1 that takes the fast path.
+/// A randomized test's seed: SLUICE_OWED_SEED, or a fresh one.
+uint64_t run_seed()
+{
+	if (const char *s = std::getenv("SLUICE_OWED_SEED"))
+		return std::strtoull(s, nullptr, 0);
+	return std::random_device{}();
+}
+
+std::string seed_line(uint64_t seed)
+{
+	return "seed " + std::to_string(seed) + " (SLUICE_OWED_SEED=" + std::to_string(seed) + " replays this run)";
+}
+
 struct OneGcraSource {
 	RuleSpec rule;
 	Replayer kernel;
@@ -458,11 +471,8 @@ TEST(Owed, TwoCpusKeepTheBoundAndDropNothingUnderTheLimitRandomized)
 {
 	ASSERT_EQ(geteuid(), 0u) << "loads a real XDP program: run as root";
 	ASSERT_GE(sysconf(_SC_NPROCESSORS_ONLN), 2) << "this test needs two CPUs";
-	uint64_t seed = std::random_device{}();
-	if (const char *s = std::getenv("SLUICE_OWED_SEED"))
-		seed = std::strtoull(s, nullptr, 0);
-	SCOPED_TRACE("seed " + std::to_string(seed) + " (SLUICE_OWED_SEED=" + std::to_string(seed) +
-		     " replays this run)");
+	const uint64_t seed = run_seed();
+	SCOPED_TRACE(seed_line(seed));
 	std::mt19937_64 rng(seed);
 	auto pick = [&](uint64_t n) { return n ? uint64_t(rng() % n) : 0; };
 	uint64_t total = 10000000;
@@ -654,11 +664,8 @@ TEST(Owed, TwoCpusOnACoarseClockWriteTheWordOncePerAccount)
 {
 	ASSERT_EQ(geteuid(), 0u) << "loads a real XDP program: run as root";
 	ASSERT_GE(sysconf(_SC_NPROCESSORS_ONLN), 2) << "this test needs two CPUs";
-	uint64_t seed = std::random_device{}();
-	if (const char *s = std::getenv("SLUICE_OWED_SEED"))
-		seed = std::strtoull(s, nullptr, 0);
-	SCOPED_TRACE("seed " + std::to_string(seed) + " (SLUICE_OWED_SEED=" + std::to_string(seed) +
-		     " replays this run)");
+	const uint64_t seed = run_seed();
+	SCOPED_TRACE(seed_line(seed));
 	std::mt19937_64 rng(seed);
 	OneGcraSource one("1000000000/s", 100000000); // as the bench's two-CPU row: one pass is 1 ns of credit
 	auto &[rule, kernel, truth, inc_ns, fast] = one;
