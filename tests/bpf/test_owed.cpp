@@ -175,9 +175,6 @@ struct ExactSender {
 	}
 };
 
-/// One GCRA rule loaded in the real program, for a test of two CPUs: GCRA
-/// fed the program's passes beside it, the nanoseconds a packet is worth,
-/// and a frame of source 10.0.0.1 that takes the fast path.
 /// A randomized test's seed: SLUICE_OWED_SEED, or a fresh one.
 uint64_t run_seed()
 {
@@ -186,11 +183,15 @@ uint64_t run_seed()
 	return std::random_device{}();
 }
 
+/// The trace line that names the seed and how to replay the run.
 std::string seed_line(uint64_t seed)
 {
 	return "seed " + std::to_string(seed) + " (SLUICE_OWED_SEED=" + std::to_string(seed) + " replays this run)";
 }
 
+/// One GCRA rule loaded in the real program, for a test of two CPUs: GCRA
+/// fed the program's passes beside it, the nanoseconds a packet is worth,
+/// and a frame of source 10.0.0.1 that takes the fast path.
 struct OneGcraSource {
 	RuleSpec rule;
 	Replayer kernel;
