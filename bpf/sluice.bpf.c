@@ -85,13 +85,12 @@ static __always_inline __u32 unparsed_verdict(struct xdp_md *ctx, __u32 l3_off, 
 }
 
 /* An IP packet's verdict counter: a ban's drop, before anything else (the
- * same in every build; `bans`: the ban switch, bans_on()); else the walk's
- * decision (decide_packet), or the same decision from a cache in front of it
- * (decide_fast, with the drop memo), unless the program is built without
- * them (SLUICE_WALK_ONLY). */
-static __always_inline __u32 decide_ip(struct xdp_md *ctx, struct packet_info *pkt, int bans)
+ * same in every build); else the walk's decision (decide_packet), or the
+ * same decision from a cache in front of it (decide_fast, with the drop
+ * memo), unless the program is built without them (SLUICE_WALK_ONLY). */
+static __always_inline __u32 decide_ip(struct xdp_md *ctx, struct packet_info *pkt)
 {
-	__u32 verdict = ban_verdict(pkt, bans);
+	__u32 verdict = ban_verdict(pkt);
 
 	if (verdict)
 		return verdict;
@@ -109,7 +108,7 @@ int SLUICE_PROG_NAME(struct xdp_md *ctx)
 	void *data_end = (void *)(long)ctx->data_end;
 	struct packet_info pkt = {};
 	__u32 verdict, l3_off;
-	int parsed, bans = bans_on(); /* first: see bans_on */
+	int parsed;
 
 #ifdef SLUICE_BENCH_SOURCES
 	bench_rewrite_source(ctx);
@@ -118,7 +117,7 @@ int SLUICE_PROG_NAME(struct xdp_md *ctx)
 #endif
 	parsed = parse_packet(ctx, &pkt, &l3_off);
 	if (parsed == PARSE_IP) {
-		verdict = decide_ip(ctx, &pkt, bans);
+		verdict = decide_ip(ctx, &pkt);
 		count_global(verdict, pkt.l3_len);
 	} else {
 		__u32 bytes = bytes_after(data, data_end, l3_off);
