@@ -853,6 +853,17 @@ TEST_F(WalkOnly, GeneratedMixesWithRuleChangesAgree)
 		twin.send(build_packet({.src = "10.9.9.9"}), now, 0, "the banning rule's source, frame " + std::to_string(f));
 	}
 	twin.step();
+	// The same for grants (3907604871 gave none to a bucket that had taken
+	// one): a cluster rule's source, a grant before each of its frames, so
+	// that the later grants go to a bucket that took the one before.
+	const std::string cluster_line = "10.9.9.10/32 --name shared --rate 1/s --burst 5 --scope cluster";
+	EXPECT_TRUE(twin.change("rule add " + cluster_line, add_rule(cluster_line)));
+	for (int f = 0; f < 4; f++) {
+		if (f > 0)
+			twin.grant("10.9.9.10", int64_t(1000000) << SLUICE_TICK_SHIFT);
+		twin.send(build_packet({.src = "10.9.9.10"}), now, 0, "the cluster rule's source, frame " + std::to_string(f));
+	}
+	twin.step();
 	twin.summary(since(start));
 	EXPECT_TRUE(twin.failed() || twin.frames() > 5000u) << twin.frames() << " frames";
 	EXPECT_TRUE(twin.failed() || twin.verdicts("drop_ban") > 0u) << "no frame was dropped by a ban";
