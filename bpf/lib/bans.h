@@ -204,7 +204,7 @@ __noinline int sluice_ban_strike(const struct sluice_rule *rule, __u32 slot)
 			__builtin_memcpy(tkey->addr, &lo, 4);
 		}
 		s = bpf_map_lookup_elem(&SLUICE_MAP_STRIKES, tkey);
-		if (!s || now - s->start_ns >= ns) {
+		if (!s || clock_since(now, s->start_ns) >= ns) {
 			sc->strike.start_ns = now;
 			sc->strike.count = 1;
 			bpf_map_update_elem(&SLUICE_MAP_STRIKES, tkey, &sc->strike, BPF_ANY);

@@ -61,4 +61,12 @@ static __always_inline __u64 frag_clock(void)
 }
 #endif
 
+/* Nanoseconds from `then` to `now`, 0 if `then` is later: a time that
+ * another CPU wrote into a shared entry after this CPU read its clock `now`
+ * (the coarse clock's next tick in between) is now, not 2^64 ns ago. */
+static __always_inline __u64 clock_since(__u64 now, __u64 then)
+{
+	return now > then ? now - then : 0;
+}
+
 #endif /* SLUICE_LIB_CLOCK_H */

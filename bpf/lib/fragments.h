@@ -79,7 +79,8 @@ static __always_inline void recall_first_fragment(struct packet_info *pkt)
 	if (!fi || !frag_snapshot(fi, &entry))
 		return;
 	word = entry.flags;
-	if ((word & (SLUICE_FRAG_CLAIMED | SLUICE_FRAG_ENDED)) || frag_clock() - entry.first_ns > SLUICE_FRAG_TIMEOUT_NS)
+	if ((word & (SLUICE_FRAG_CLAIMED | SLUICE_FRAG_ENDED)) ||
+	    clock_since(frag_clock(), entry.first_ns) > SLUICE_FRAG_TIMEOUT_NS)
 		return;
 	pkt->proto = entry.proto;
 	pkt->proto_known = 1;
@@ -130,7 +131,7 @@ static __always_inline int claim_first_fragment(const struct packet_info *pkt, i
 	const struct sluice_frag_key *fk = frag_key();
 	struct sluice_frag_info *fi, entry;
 	__u32 word, mine;
-	__u64 now;
+	__u64 now, age;
 	int same;
 
 	if (!fk)
@@ -161,11 +162,12 @@ static __always_inline int claim_first_fragment(const struct packet_info *pkt, i
 	if (!frag_snapshot(fi, &entry) || (entry.flags & SLUICE_FRAG_CLAIMED))
 		return FRAG_REFUSED; /* another first fragment is being judged under the key */
 	word = entry.flags;
+	age = clock_since(now, entry.first_ns);
 	same = 0;
-	if (now - entry.first_ns <= SLUICE_FRAG_TIMEOUT_NS + SLUICE_FRAG_QUEUE_NS) {
+	if (age <= SLUICE_FRAG_TIMEOUT_NS + SLUICE_FRAG_QUEUE_NS) {
 		if (!frag_names_same(pkt, &entry))
 			return FRAG_REFUSED;
-		if (!(word & SLUICE_FRAG_ENDED) && now - entry.first_ns <= SLUICE_FRAG_TIMEOUT_NS)
+		if (!(word & SLUICE_FRAG_ENDED) && age <= SLUICE_FRAG_TIMEOUT_NS)
 			return FRAG_JUDGE; /* a copy under a live entry */
 		same = 1;
 	}

@@ -166,6 +166,26 @@ TEST_F(Bans, AfterCountsDropsWithinTheDuration)
 	EXPECT_EQ(send("10.1.0.5", T0 + 11 * S), "drop_ban");
 }
 
+// Another CPU may stamp a source's first drop after this CPU read its clock
+// (the coarse clock's next tick in between): this CPU's next drop then reads
+// a clock before the count's start. That drop is within the duration, and
+// counts (an unsigned age below zero read as 2^64 ns restarted the count:
+// a ban came a drop late, or never). The test clock stands for the two CPUs.
+TEST_F(Bans, ADropWhoseClockIsBeforeTheCountsStartCounts)
+{
+	add("10.1.0.0/16", 10, 3);
+	settle("10.1.0.5", T0);
+	put_->moved();
+	send("10.1.0.5", T0);
+	send("10.1.0.5", T0);
+	EXPECT_EQ(send("10.1.0.5", T0), "drop_rate");
+	EXPECT_EQ(send("10.1.0.5", T0), "drop_rate");
+	EXPECT_TRUE(bans(T0).empty()) << "two drops of three";
+	EXPECT_EQ(send("10.1.0.5", T0 - 4000000), "drop_rate") << "the third drop, on a clock a tick behind";
+	ASSERT_EQ(bans(T0).size(), 1u) << "three drops within 10 s";
+	EXPECT_EQ(send("10.1.0.5", T0), "drop_ban");
+}
+
 TEST_F(Bans, PerPrefixIPv6)
 {
 	add("2001:db8::/32", 60, 0, 64);

@@ -247,3 +247,41 @@ TEST_F(FragmentRace, TwoFirstFragmentsOfOneKeyOnTwoCpus)
 		    (unsigned long long)both_passed_same);
 	EXPECT_GT(raced_same, 0u) << "the rounds overlapped the two CPUs' decisions at least once";
 }
+
+// The claim reads its clock before it finds the key's entry, so the entry
+// may carry a later time than the claimant's clock: another CPU's first
+// fragment passed and stamped it after the coarse clock's next tick. Such
+// an entry is new, not expired (an unsigned age below zero read as 2^64 ns
+// let the second first fragment claim the key and pass: both passed, 1
+// round in 3,000 of the race above, at a tick). Here the stamp is set ahead
+// by hand: a first fragment naming other selectors is refused, and the
+// later fragments still take the first one's.
+TEST_F(FragmentRace, AnEntryStampedAfterTheClaimantsClockIsLive)
+{
+	for (const bool v6 : {false, true}) {
+		SCOPED_TRACE(v6 ? "IPv6" : "IPv4");
+		clear_fragment_table();
+		const std::string src = v6 ? "2001:db8::10" : "192.0.2.10";
+		const uint32_t id = v6 ? 77 : 78;
+		auto first = [&](const Shape &s) {
+			return run({.src = src, .proto = s.proto, .dport = s.dport, .tcp_flags = s.tcp_flags,
+				    .frag = Frag::first, .frag_id = id, .more_fragments = 1});
+		};
+		ASSERT_EQ(first(DNS), XDP_PASS);
+		struct sluice_frag_key k;
+		struct sluice_frag_info fi;
+		ASSERT_EQ(bpf_map_get_next_key(maps_.frags.get(), nullptr, &k), 0) << "the first fragment's entry";
+		ASSERT_EQ(bpf_map_lookup_elem(maps_.frags.get(), &k, &fi), 0);
+		fi.first_ns += 1000000000ull; // a clock read later than the next packet's
+		ASSERT_EQ(bpf_map_update_elem(maps_.frags.get(), &k, &fi, BPF_EXIST), 0);
+
+		uint64_t malformed = global(SLUICE_CNT_DROP_MALFORMED);
+		EXPECT_EQ(first(NTP), XDP_DROP) << "another first fragment under a live entry";
+		EXPECT_EQ(global(SLUICE_CNT_DROP_MALFORMED), malformed + 1);
+		std::vector<uint64_t> before = counted();
+		EXPECT_EQ(run({.src = src, .proto = DNS.proto, .dport = 9, .frag = Frag::later, .frag_id = id,
+			       .more_fragments = 1}),
+			  XDP_PASS);
+		EXPECT_EQ(moved(before, counted()), DNS.rule) << "the later fragment is the passed first one's datagram";
+	}
+}
