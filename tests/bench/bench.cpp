@@ -30,6 +30,7 @@
 #include <cstring>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -70,6 +71,7 @@ struct Options {
 	int rounds = 5;
 	bool quick = false;
 	std::string rows; // --rows: only the rows of sections 1 and 2 whose name holds this
+	bool hold = false; // --hold: set up the first such row of section 1, and hold it for --side-by-side
 	std::set<int> sections = {1, 2, 3, 4, 5, 6};
 
 	/// Whether a row of sections 1 or 2 is measured in this run.
@@ -80,6 +82,21 @@ std::string fixed(double v, int digits)
 {
 	char buf[64];
 	std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+	return buf;
+}
+
+/// A ratio as a signed percentage: 1.039 -> "+3.9 %".
+std::string percent(double ratio)
+{
+	char buf[64];
+	std::snprintf(buf, sizeof(buf), "%+.1f %%", (ratio - 1) * 100);
+	return buf;
+}
+
+std::string fixed_hex(uint8_t b)
+{
+	char buf[3];
+	std::snprintf(buf, sizeof(buf), "%02x", b);
 	return buf;
 }
 
@@ -109,9 +126,34 @@ struct Subject {
 	std::vector<double> samples;
 };
 
-/// Runs every subject `rounds` times, interleaved, and keeps the medians.
+/// --hold: the row's Sluice program, set up, stays loaded; its id and the
+/// row's frame go to stderr as one line, "held PROG_ID FRAME_HEX", for
+/// --side-by-side to run it; the process then waits for a signal.
+[[noreturn]] void hold(const std::vector<Subject> &subjects)
+{
+	for (const auto &s : subjects) {
+		if (s.name != "sluice")
+			continue;
+		struct bpf_prog_info info = {};
+		__u32 len = sizeof(info);
+		if (bpf_obj_get_info_by_fd(s.fd, &info, &len))
+			throw_errno("cannot read the held program's id", errno);
+		std::string hex;
+		for (uint8_t b : s.frame)
+			hex += fixed_hex(b);
+		std::cerr << "held " << info.id << " " << hex << std::endl;
+		for (;;)
+			pause();
+	}
+	throw Error("--hold: this row measures no single Sluice program");
+}
+
+/// Runs every subject `rounds` times, interleaved, and keeps the medians
+/// (with --hold, holds the row instead).
 void measure(std::vector<Subject> &subjects, const Options &o)
 {
+	if (o.hold)
+		hold(subjects);
 	for (int r = 0; r < o.rounds; r++)
 		for (auto &s : subjects) {
 			s.before();
@@ -1005,6 +1047,93 @@ void section_tcp(const Options &o)
 	sched_setaffinity(0, sizeof(pinned), &pinned);
 }
 
+/// One build's row held by its own sluice-bench (--hold), and the program it names.
+struct Held {
+	std::unique_ptr<Child> child;
+	int fd = -1;
+	std::vector<uint8_t> frame;
+
+	Held(const std::string &bench, const std::string &rows)
+	{
+		child = std::make_unique<Child>(std::vector<std::string>{bench, "--sections", "1", "--rows", rows, "--hold"});
+		std::string out = child->wait_for_line(std::regex("^held [0-9]+ [0-9a-f]+$"), std::chrono::seconds(900));
+		std::smatch m;
+		const std::regex line("held ([0-9]+) ([0-9a-f]+)\\n?$");
+		if (out.empty() || !std::regex_search(out, m, line)) {
+			std::string said = child->seen();
+			while (!said.empty() && said.back() == '\n')
+				said.pop_back();
+			said = said.substr(said.rfind('\n') + 1); // its last line
+			throw Error(bench + " --hold held no row named '" + rows + "'" + (said.empty() ? "" : " (" + said + ")"));
+		}
+		fd = bpf_prog_get_fd_by_id(static_cast<__u32>(std::stoul(m[1])));
+		if (fd < 0)
+			throw_errno("cannot open the program " + bench + " holds", errno);
+		const std::string hex = m[2];
+		for (size_t i = 0; i + 1 < hex.size(); i += 2)
+			frame.push_back(static_cast<uint8_t>(std::stoul(hex.substr(i, 2), nullptr, 16)));
+	}
+	~Held()
+	{
+		if (fd >= 0)
+			close(fd);
+		child->stop(SIGTERM);
+	}
+};
+
+/// --side-by-side OTHER: this build's and another build's sluice-bench each
+/// set up the row (--hold), and this process runs the two programs in
+/// alternation on CPU BENCH_CPU, `turns` test runs of each, the order swapped
+/// every turn; again for `loads` fresh loads, the build loaded first swapped
+/// every load (where the kernel places a program moves its time by a few
+/// per cent). Prints each load's medians and the median over the loads of
+/// this build against the other, per turn.
+void side_by_side(const Options &o, const std::string &other, int loads, int turns)
+{
+	const std::string self = std::filesystem::read_symlink("/proc/self/exe");
+	constexpr uint32_t REPEAT = 1000000;
+	std::cout << "\n## Side by side: " << o.rows << "\n\nThis build (" << self << ") against " << other << ": "
+		  << loads << " loads of each, " << turns << " test runs of each per load in alternation, " << REPEAT
+		  << " repeats each, on CPU " << BENCH_CPU << ".\n\n"
+		  << "| load | loaded first | other ns | this ns | this vs other, median of the turns | turns this was slower |\n"
+		  << "| ---: | --- | ---: | ---: | ---: | ---: |\n";
+	pin_to_cpu(BENCH_CPU);
+	std::vector<double> per_load;
+	for (int l = 0; l < loads; l++) {
+		const bool self_first = l % 2 == 0;
+		std::unique_ptr<Held> first = std::make_unique<Held>(self_first ? self : other, o.rows);
+		std::unique_ptr<Held> second = std::make_unique<Held>(self_first ? other : self, o.rows);
+		const Held &mine = self_first ? *first : *second, &theirs = self_first ? *second : *first;
+		if (mine.frame != theirs.frame)
+			throw Error("the two builds' rows named '" + o.rows + "' send different frames");
+		std::vector<double> a, b, ratio;
+		int slower = 0;
+		for (int t = 0; t < turns; t++) {
+			double x = 0, y = 0;
+			if (t % 2) {
+				y = test_run_ns(theirs.fd, theirs.frame, REPEAT);
+				x = test_run_ns(mine.fd, mine.frame, REPEAT);
+			} else {
+				x = test_run_ns(mine.fd, mine.frame, REPEAT);
+				y = test_run_ns(theirs.fd, theirs.frame, REPEAT);
+			}
+			a.push_back(y);
+			b.push_back(x);
+			ratio.push_back(x / y);
+			slower += x > y;
+		}
+		const double r = median(ratio);
+		per_load.push_back(r);
+		std::cout << "| " << l + 1 << " | " << (self_first ? "this" : "other") << " | " << fixed(median(a), 1)
+			  << " | " << fixed(median(b), 1) << " | " << percent(r) << " | " << slower << " of " << turns
+			  << " |" << std::endl;
+	}
+	const double mid = median(per_load);
+	std::sort(per_load.begin(), per_load.end());
+	std::cout << "\nThis build against the other, median over the loads: " << percent(mid)
+		  << " (loads from " << percent(per_load.front()) << " to " << percent(per_load.back()) << ")\n";
+}
+
 int main(int argc, char **argv)
 {
 	CLI::App app{"sluice-bench: Sluice's per-packet cost, peers, memory and control plane"};
@@ -1020,7 +1149,30 @@ int main(int argc, char **argv)
 		       "Sections 1 and 2 measure only the rows whose name holds TEXT (section 1's scenarios; "
 		       "section 2's \"1 source\", \"256 sources\", \"1000000 sources\", Sluice's row alone): "
 		       "a few rows, to compare two builds run in turns");
+	app.add_flag("--hold", o.hold,
+		     "Set up the first row of section 1 that --rows names, then hold it loaded (for --side-by-side)");
+	std::string other;
+	int loads = 8, turns = 30;
+	auto *side = app.add_option("--side-by-side", other,
+				    "Run the row --rows names, held by this build and by the other build's sluice-bench "
+				    "(which must know --hold), in alternation in this process, over fresh loads")
+			     ->check(CLI::ExistingFile);
+	app.add_option("--loads", loads, "--side-by-side: loads of each build")->check(CLI::Range(1, 100));
+	app.add_option("--turns", turns, "--side-by-side: test runs of each program per load")->check(CLI::Range(1, 1000));
 	CLI11_PARSE(app, argc, argv);
+	if ((o.hold || *side) && o.rows.empty()) {
+		std::cerr << "sluice-bench: " << (o.hold ? "--hold" : "--side-by-side") << " needs --rows TEXT, the row\n";
+		return 2;
+	}
+	if (*side) {
+		try {
+			side_by_side(o, other, loads, turns);
+			return 0;
+		} catch (const std::exception &e) {
+			std::cerr << "sluice-bench: " << e.what() << "\n";
+			return 1;
+		}
+	}
 	if (!sections.empty())
 		o.sections = std::set<int>(sections.begin(), sections.end());
 	if (o.quick) {
@@ -1044,6 +1196,8 @@ int main(int argc, char **argv)
 
 		if (o.sections.count(1))
 			section_per_packet(o, base);
+		if (o.hold)
+			throw Error("--hold: no row of section 1 named '" + o.rows + "' to hold");
 
 		// The namespace only for the sections that send frames through it.
 		bool need_netns = o.sections.count(2) || o.sections.count(3) || o.sections.count(4);

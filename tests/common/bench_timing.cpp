@@ -34,7 +34,10 @@ void pin_to_cpu(int cpu)
 double median(std::vector<double> v)
 {
 	std::sort(v.begin(), v.end());
-	return v.empty() ? 0 : v[v.size() / 2];
+	if (v.empty())
+		return 0;
+	const size_t n = v.size();
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 std::string cpu_model()

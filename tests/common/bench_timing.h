@@ -17,7 +17,7 @@ double test_run_ns(int prog_fd, const std::vector<uint8_t> &frame, uint32_t repe
 /// Pins the calling thread to one CPU; throws if it cannot.
 void pin_to_cpu(int cpu);
 
-/// The median of `v` (the upper middle of an even count); 0 if empty.
+/// The median of `v` (the mean of the middle two of an even count); 0 if empty.
 double median(std::vector<double> v);
 
 /// The CPU's model name from /proc/cpuinfo; "unknown" if none is there.
