@@ -59,6 +59,20 @@ protected:
 
 	std::vector<Ban> bans(uint64_t t) { return list_bans(put_->maps(), t); }
 
+	/// A rule that bans at the third drop within 10 s, and two drops of
+	/// `src` at `t`: the count started, no ban yet.
+	void two_drops_of_three(const std::string &src, uint64_t t)
+	{
+		add("10.1.0.0/16", 10, 3);
+		settle(src, t);
+		put_->moved();
+		send(src, t);
+		send(src, t);
+		EXPECT_EQ(send(src, t), "drop_rate");
+		EXPECT_EQ(send(src, t), "drop_rate");
+		EXPECT_TRUE(bans(t).empty()) << "two drops of three";
+	}
+
 	std::vector<struct sluice_event> take_events()
 	{
 		reader_->poll(std::chrono::milliseconds(0));
@@ -147,14 +161,7 @@ TEST_F(Bans, OnProbationNeverBanned)
 
 TEST_F(Bans, AfterCountsDropsWithinTheDuration)
 {
-	add("10.1.0.0/16", 10, 3);
-	settle("10.1.0.5", T0);
-	put_->moved();
-	send("10.1.0.5", T0);
-	send("10.1.0.5", T0);
-	EXPECT_EQ(send("10.1.0.5", T0), "drop_rate");
-	EXPECT_EQ(send("10.1.0.5", T0), "drop_rate");
-	EXPECT_TRUE(bans(T0).empty()) << "two drops of three";
+	two_drops_of_three("10.1.0.5", T0);
 	// The count restarts once the duration has passed since its first drop.
 	send("10.1.0.5", T0 + 11 * S);
 	send("10.1.0.5", T0 + 11 * S);
@@ -173,14 +180,7 @@ TEST_F(Bans, AfterCountsDropsWithinTheDuration)
 // a ban came a drop late, or never). The test clock stands for the two CPUs.
 TEST_F(Bans, ADropWhoseClockIsBeforeTheCountsStartCounts)
 {
-	add("10.1.0.0/16", 10, 3);
-	settle("10.1.0.5", T0);
-	put_->moved();
-	send("10.1.0.5", T0);
-	send("10.1.0.5", T0);
-	EXPECT_EQ(send("10.1.0.5", T0), "drop_rate");
-	EXPECT_EQ(send("10.1.0.5", T0), "drop_rate");
-	EXPECT_TRUE(bans(T0).empty()) << "two drops of three";
+	two_drops_of_three("10.1.0.5", T0);
 	EXPECT_EQ(send("10.1.0.5", T0 - 4000000), "drop_rate") << "the third drop, on a clock a tick behind";
 	ASSERT_EQ(bans(T0).size(), 1u) << "three drops within 10 s";
 	EXPECT_EQ(send("10.1.0.5", T0), "drop_ban");
