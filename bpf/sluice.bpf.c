@@ -60,14 +60,12 @@ static __always_inline __u32 bytes_after(void *data, void *data_end, __u32 l3_of
  */
 static __always_inline __u32 malformed_verdict(struct xdp_md *ctx, __u32 l3_off, struct packet_info *pkt)
 {
-	__u32 set;
+	const struct sluice_active *live;
 
 	if (!malformed_source(ctx, l3_off, pkt))
 		return SLUICE_CNT_FAILOPEN_PARSE;
-	set = sluice_lookup_set(active_sets());
-	if (pkt->family == 4 ? lookup_v4(pkt->saddr, set) != 0 : lookup_v6(pkt->saddr, set) != NULL)
-		return SLUICE_CNT_DROP_MALFORMED;
-	return SLUICE_CNT_FAILOPEN_PARSE;
+	live = live_entry();
+	return source_covered(pkt, live ? live->set : 0) ? SLUICE_CNT_DROP_MALFORMED : SLUICE_CNT_FAILOPEN_PARSE;
 }
 
 /* The verdict counter of a frame that is not an IP packet we can judge. */
@@ -87,18 +85,26 @@ static __always_inline __u32 unparsed_verdict(struct xdp_md *ctx, __u32 l3_off, 
 /* An IP packet's verdict counter: a ban's drop, before anything else (the
  * same in every build); else the walk's decision (decide_packet), or the
  * same decision from a cache in front of it (decide_fast, with the drop
- * memo), unless the program is built without them (SLUICE_WALK_ONLY). */
+ * memo), unless the program is built without them (SLUICE_WALK_ONLY). One
+ * lookup reads the live-set entry for all of them: the live-set word and
+ * the ban switch. */
 static __always_inline __u32 decide_ip(struct xdp_md *ctx, struct packet_info *pkt)
 {
-	__u32 verdict = ban_verdict(pkt);
+	const struct sluice_active *live = live_entry();
+	__u32 verdict, word = 0, bans = 0;
 
+	if (live) {
+		word = live->set;
+		bans = live->bans;
+	}
+	verdict = ban_verdict(pkt, bans);
 	if (verdict)
 		return verdict;
 #ifndef SLUICE_WALK_ONLY
-	if (decide_fast(ctx, pkt, &verdict))
+	if (decide_fast(ctx, pkt, word, &verdict))
 		return verdict;
 #endif
-	return decide_packet(ctx, pkt);
+	return decide_packet(ctx, pkt, word);
 }
 
 SEC("xdp.frags")

@@ -46,7 +46,6 @@
 #define SLUICE_MAP_GRANTS        sluice_grants
 #define SLUICE_MAP_BANS          sluice_bans
 #define SLUICE_MAP_STRIKES       sluice_strike
-#define SLUICE_MAP_BANS_ON       sluice_banon
 #define SLUICE_PROG_NAME         sluice_xdp
 
 #define SLUICE_STR_(x) #x
@@ -216,14 +215,20 @@ SLUICE_ASSERT_SIZE(struct sluice_rule_counters, 48);
  * every selector writes the idle rule entries and flips them alone, on the
  * live lookups. `set` holds the live rule entries' set in bit 0, and in bit 1
  * whether the lookups' set is the other one (0: both sets are the same).
+ *
+ * The same entry carries the ban switch, `bans`, so that a packet reads both
+ * with one lookup: the data plane reads `set` and `bans`, nothing else. The
+ * controller writes the two apart, each write keeping the other field: a
+ * commit's writes keep `bans`, and the switch keeps the rest.
  */
 struct sluice_active {
 	__u32 set;      /* sluice_rules_set, sluice_lookup_set (bits 0-1), and a count of switches
-			 * (sluice_sets_switch): the only field the data plane reads */
+			 * (sluice_sets_switch) */
+	__u32 bans;     /* not 0 while bans may apply (see SLUICE_MAP_BANS) */
 	__u32 sync;     /* what the controller knows of the idle sets (SLUICE_SYNC_*); 0: nothing */
 	__u32 slots[2]; /* each rule set's highest used slot + 1: how far the controller reads */
 };
-SLUICE_ASSERT_SIZE(struct sluice_active, 16);
+SLUICE_ASSERT_SIZE(struct sluice_active, 20);
 
 static inline __u32 sluice_rules_set(__u32 set)
 {
@@ -1079,8 +1084,9 @@ SLUICE_ASSERT_SIZE(struct sluice_log_set_v6, 2368);
  * full (SLUICE_CNT_INFO_BAN_TABLE_FULL), never an older one pushed out.
  * Keys hold IPv4 as ::ffff:a.b.c.d/(96 + prefix). SLUICE_MAP_STRIKES counts
  * a bucket's drops towards `after` (an LRU: losing a count only delays a
- * ban). SLUICE_MAP_BANS_ON, one word, is not 0 while a live rule has a ban
- * or a ban is in the table: without it a packet pays a branch, not a lookup.
+ * ban). struct sluice_active's bans word is not 0 while a live rule has a
+ * ban or a ban is in the table: without it, a packet pays a branch, no
+ * lookup (the data plane reads it with the live-set word, one lookup).
  */
 #define SLUICE_DEFAULT_MAX_BANS 65536
 #define SLUICE_MAX_STRIKES      65536

@@ -33,14 +33,6 @@ struct {
 	__type(value, struct ban_scratch);
 } sluice_ban_scratch SEC(".maps");
 
-/* Whether bans may apply: one array load, inlined, and a branch. */
-static __always_inline int bans_on(void)
-{
-	__u32 zero = 0, *on = bpf_map_lookup_elem(&SLUICE_MAP_BANS_ON, &zero);
-
-	return on && *on;
-}
-
 /* A ban key of the 16 address bytes `addr` (IPv4 in the first 4) of
  * `family` under prefix `len` (0-32 for IPv4): IPv4 maps to ::ffff:0:0/96. */
 static __always_inline void ban_key(struct sluice_ban_key *k, const __u8 *addr, int family, __u32 len)
@@ -129,10 +121,11 @@ __noinline int sluice_banned(const struct packet_info *pkt)
 }
 
 /* The ban check in front of the decision: SLUICE_CNT_DROP_BAN for a banned
- * source, else 0. Without bans, one load and a branch. */
-static __always_inline __u32 ban_verdict(const struct packet_info *pkt)
+ * source, else 0. `on`: the live-set entry's ban switch (struct
+ * sluice_active's bans); without bans, a branch. */
+static __always_inline __u32 ban_verdict(const struct packet_info *pkt, __u32 on)
 {
-	if (!bans_on())
+	if (!on)
 		return 0;
 	return sluice_banned(pkt) ? SLUICE_CNT_DROP_BAN : 0;
 }

@@ -31,9 +31,9 @@
  *    information counter, charges no candidate that may match, and stops at
  *    the first terminal rule that matches (walk_list);
  *  - that rule is slot 0 of the source's first match list, read under the
- *    one live-set word the walk's first step reads: no layered rule comes
- *    before it, and no source is covered on one path and not the other
- *    (PASS_NO_MATCH on both);
+ *    live-set word the walk would read (decide_ip reads it once for both):
+ *    no layered rule comes before it, and no source is covered on one path
+ *    and not the other (PASS_NO_MATCH on both);
  *  - a limit is charged by the walk's own code (apply_rule, charge_gcra),
  *    a cluster rule's after the same grant is taken (grant_waits,
  *    sluice_take_grant), with fewer compare-and-swaps (FAST_TRIES): where
@@ -54,14 +54,13 @@
  * start_decision counts, and the charge of a limit. The walk-only build
  * (SLUICE_WALK_ONLY) has no fast path.
  */
-static __always_inline __u32 decide_fast_family(struct xdp_md *ctx, struct packet_info *pkt, const int family)
+static __always_inline __u32 decide_fast_family(struct xdp_md *ctx, struct packet_info *pkt, __u32 word,
+						const int family)
 {
 	const struct sluice_match_list *list;
 	const struct sluice_rule *rule;
-	__u32 word, set, index, slot, verdict;
+	__u32 set = live_sets(word), index, slot, verdict;
 
-	word = active_word();
-	set = word & 3;
 	if (family == 4) {
 		index = lookup_v4(pkt->saddr, sluice_lookup_set(set));
 		if (!index)
@@ -90,19 +89,19 @@ static __always_inline __u32 decide_fast_family(struct xdp_md *ctx, struct packe
 	return verdict;
 }
 
-/* The fast path, for the packets it may decide: 1 and the verdict counter in
- * *verdict, or 0. */
-static __always_inline int decide_fast(struct xdp_md *ctx, struct packet_info *pkt, __u32 *verdict)
+/* The fast path, for the packets it may decide under the live-set word
+ * `word`: 1 and the verdict counter in *verdict, or 0. */
+static __always_inline int decide_fast(struct xdp_md *ctx, struct packet_info *pkt, __u32 word, __u32 *verdict)
 {
 	if (pkt->flags || !pkt->ports_known)
 		return 0;
-	*verdict = recall_drop(pkt);
+	*verdict = recall_drop(pkt, word);
 	if (*verdict != VERDICT_WALK)
 		return 1;
 	if (pkt->family == 4)
-		*verdict = decide_fast_family(ctx, pkt, 4);
+		*verdict = decide_fast_family(ctx, pkt, word, 4);
 	else
-		*verdict = decide_fast_family(ctx, pkt, 6);
+		*verdict = decide_fast_family(ctx, pkt, word, 6);
 	return *verdict != VERDICT_WALK;
 }
 

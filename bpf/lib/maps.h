@@ -219,12 +219,4 @@ struct {
 	__type(value, struct sluice_strike);
 } SLUICE_MAP_STRIKES SEC(".maps");
 
-/* Not 0 while bans may apply: a live rule has one, or the table holds one. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u32);
-} SLUICE_MAP_BANS_ON SEC(".maps");
-
 #endif /* SLUICE_LIB_MAPS_H */

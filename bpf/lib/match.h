@@ -48,21 +48,21 @@ static __always_inline enum rule_match rule_matches(const struct sluice_rule *r,
 	return m;
 }
 
-/* The live-set word (struct sluice_active), with its count of switches. */
-static __always_inline __u32 active_word(void)
+/* The live-set map's entry (struct sluice_active): a decision reads it once
+ * (decide_ip), its set word and its ban switch. */
+static __always_inline const struct sluice_active *live_entry(void)
 {
-	const struct sluice_active *a;
 	__u32 zero = 0;
 
-	a = bpf_map_lookup_elem(&SLUICE_MAP_ACTIVE, &zero);
-	return a ? a->set : 0;
+	return bpf_map_lookup_elem(&SLUICE_MAP_ACTIVE, &zero);
 }
 
-/* The live sets: read once per packet, kept whole; sluice_rule_index takes
- * the rule set from it, sluice_lookup_set the lookups'. */
-static __always_inline __u32 active_sets(void)
+/* The live sets of the live-set word `word` (struct sluice_active's set,
+ * with its count of switches): sluice_rule_index takes the rule set from
+ * them, sluice_lookup_set the lookups'. */
+static __always_inline __u32 live_sets(__u32 word)
 {
-	return active_word() & 3;
+	return word & 3;
 }
 
 /* The first match list's index for an IPv4 source: at most three array

@@ -186,10 +186,10 @@ static __always_inline int memo_bucket_held(const struct sluice_pending_drops *p
 	return off == m->off && sluice_load_acquire(&st->word) == m->word;
 }
 
-/* The drop the memo holds for `pkt` (a packet decide_fast may decide),
- * counted as the drop it repeats: its verdict counter; else VERDICT_WALK,
- * having changed nothing. */
-static __always_inline __u32 recall_drop(const struct packet_info *pkt)
+/* The drop the memo holds for `pkt` (a packet decide_fast may decide) under
+ * the live-set word `word`, counted as the drop it repeats: its verdict
+ * counter; else VERDICT_WALK, having changed nothing. */
+static __always_inline __u32 recall_drop(const struct packet_info *pkt, __u32 word)
 {
 	struct sluice_rule_counters *rc;
 	const struct sluice_drop_memo *m;
@@ -208,7 +208,7 @@ static __always_inline __u32 recall_drop(const struct packet_info *pkt)
 		return VERDICT_WALK;
 	__builtin_memcpy(&lo, pkt->saddr, 8);
 	__builtin_memcpy(&hi, pkt->saddr + 8, 8);
-	if (m->saddr[0] != lo || m->saddr[1] != hi || m->set != active_word())
+	if (m->saddr[0] != lo || m->saddr[1] != hi || m->set != word)
 		return VERDICT_WALK;
 	if (m->verdict == SLUICE_CNT_DROP_RATE) {
 		/* The slot still names the bucket (a drop of another, after

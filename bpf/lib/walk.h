@@ -185,12 +185,12 @@ __noinline int walk_step(struct xdp_md *ctx, const struct packet_info *pkt, stru
 	return STEP_END;
 }
 
-/* Starts a packet's decision: fragment and header bookkeeping, then the
- * first match list: for IPv4, its index (w->list), 0 if no rule covers the
- * source; for IPv6, the walk's first step reads it from the trie
- * (WALK_V6_HEAD), and finds whether a rule covers the source. A global
- * function, so the verifier checks it once rather than once per parsing path. */
-static __always_inline int start_decision(struct packet_info *pkt, struct walk *w)
+/* Starts a packet's decision under the live-set word `word`: fragment and
+ * header bookkeeping, then the first match list: for IPv4, its index
+ * (w->list), 0 if no rule covers the source; for IPv6, the walk's first step
+ * reads it from the trie (WALK_V6_HEAD), and finds whether a rule covers the
+ * source. */
+static __always_inline int start_decision(struct packet_info *pkt, struct walk *w, __u32 word)
 {
 	if (pkt->flags & PKT_LATER_FRAG) {
 		count_global(SLUICE_CNT_INFO_FRAGMENT, pkt->l3_len);
@@ -202,7 +202,7 @@ static __always_inline int start_decision(struct packet_info *pkt, struct walk *
 				  pkt->proto == SLUICE_PROTO_UDP))
 		count_global(SLUICE_CNT_INFO_L4_UNKNOWN, pkt->l3_len);
 
-	w->set = active_sets();
+	w->set = live_sets(word);
 	if (pkt->family == 6) {
 		w->flags |= WALK_V6_HEAD;
 		return 1;
@@ -219,12 +219,12 @@ static __always_inline int start_decision(struct packet_info *pkt, struct walk *
  * SLUICE_MAX_LIST_WALK lists and SLUICE_MAX_LAYERED layered rules, and the
  * walk charges at most SLUICE_MAX_UNKNOWN_CHARGED candidates that may match,
  * so the loop's last step is never needed; it ends the walk all the same. */
-static __always_inline __u32 walk_packet(struct xdp_md *ctx, struct packet_info *pkt)
+static __always_inline __u32 walk_packet(struct xdp_md *ctx, struct packet_info *pkt, __u32 word)
 {
 	struct walk w = {};
 	__u32 i;
 
-	if (!start_decision(pkt, &w))
+	if (!start_decision(pkt, &w, word))
 		return SLUICE_CNT_PASS_NO_MATCH;
 	for (i = 0; i < SLUICE_MAX_LIST_WALK + SLUICE_MAX_LAYERED + SLUICE_MAX_UNKNOWN_CHARGED + 1; i++) {
 		int step;
@@ -244,33 +244,34 @@ static __always_inline __u32 walk_packet(struct xdp_md *ctx, struct packet_info 
 }
 
 /* Whether some rule covers the source: its first match list. */
-static __always_inline int source_covered(const struct packet_info *pkt)
+static __always_inline int source_covered(const struct packet_info *pkt, __u32 word)
 {
-	__u32 set = sluice_lookup_set(active_sets());
+	__u32 set = sluice_lookup_set(live_sets(word));
 
 	return pkt->family == 4 ? lookup_v4(pkt->saddr, set) != 0 : lookup_v6(pkt->saddr, set) != NULL;
 }
 
-/* An IP packet's decision (walk_packet). A first fragment first meets its
- * key's entry: refused there (another first fragment holds the key), it is
- * dropped before any bucket; where it may leave an entry (a rule covers its
- * source, it names its protocol, it is not tiny) it claims the key before
- * the walk and settles the claim with the walk's verdict
- * (lib/fragments.h). */
-static __always_inline __u32 decide_packet(struct xdp_md *ctx, struct packet_info *pkt)
+/* An IP packet's decision (walk_packet) under the live-set word `word`. A
+ * first fragment first meets its key's entry: refused there (another first
+ * fragment holds the key), it is dropped before any bucket; where it may
+ * leave an entry (a rule covers its source, it names its protocol, it is not
+ * tiny) it claims the key before the walk and settles the claim with the
+ * walk's verdict (lib/fragments.h). */
+static __always_inline __u32 decide_packet(struct xdp_md *ctx, struct packet_info *pkt, __u32 word)
 {
-	__u32 verdict, word = 0, before = 0;
+	__u32 verdict, frag_word = 0, before = 0;
 	int claim;
 
 	if (!(pkt->flags & PKT_FIRST_FRAG))
-		return walk_packet(ctx, pkt);
-	claim = claim_first_fragment(pkt, pkt->proto_known && !(pkt->flags & PKT_TINY_FRAG) && source_covered(pkt),
-				     &word, &before);
+		return walk_packet(ctx, pkt, word);
+	claim = claim_first_fragment(pkt,
+				     pkt->proto_known && !(pkt->flags & PKT_TINY_FRAG) && source_covered(pkt, word),
+				     &frag_word, &before);
 	if (claim == FRAG_REFUSED)
 		return SLUICE_CNT_DROP_MALFORMED;
-	verdict = walk_packet(ctx, pkt);
+	verdict = walk_packet(ctx, pkt, word);
 	if (claim == FRAG_CLAIMED)
-		settle_first_fragment(pkt, word, before,
+		settle_first_fragment(pkt, frag_word, before,
 				      !((SLUICE_DROP_VERDICTS >> verdict) & 1) && (pkt->flags & PKT_COVERED));
 	return verdict;
 }

@@ -4,6 +4,8 @@
 // packet of it is then dropped as drop_ban until the ban runs out (an UNBAN
 // event), and a flood of new (spoofed) sources never bans or pushes a ban
 // out.
+#include <random>
+
 #include <gtest/gtest.h>
 
 #include "adversarial.h"
@@ -11,6 +13,7 @@
 #include "packet.h"
 #include "bans.h"
 #include "events.h"
+#include "rule_maps.h"
 #include "transaction.h"
 #include "metrics.h"
 #include "stats.h"
@@ -297,9 +300,74 @@ TEST_F(Bans, RuleSetKeepsBansRuleDelLiftsThem)
 	Transaction(*table_).remove("web").commit();
 	EXPECT_TRUE(bans(T0 + 2 * S).empty()) << "a deleted rule's bans go with it";
 	EXPECT_EQ(send("10.9.0.5", T0 + 2 * S), "pass_no_match");
-	uint32_t zero = 0, on = 1;
-	ASSERT_EQ(bpf_map_lookup_elem(put_->maps().bans_on.get(), &zero, &on), 0);
-	EXPECT_EQ(on, 0u) << "no rule bans: packets skip the check";
+	EXPECT_EQ(rule_maps::read_active(put_->maps()).bans, 0u) << "no rule bans: packets skip the check";
+}
+
+// The ban switch shares the live-set entry (struct sluice_active) with the
+// live-set word, and every commit writes that entry from its own copy. Over
+// generated commits of every kind (a rule added or deleted with or without
+// --ban, --ban turned on or off, an edit in place, two edits the long way)
+// and `ban del`s, the switch is on after each exactly while a rule bans, and
+// a ban in the table keeps dropping its source whatever is committed.
+TEST_F(Bans, TheSwitchFollowsEveryCommit)
+{
+	const char *nets[] = {"10.1.0.0/16", "10.2.0.0/16", "10.3.0.0/16"};
+	const char *names[] = {"r0", "r1", "r2"};
+	const uint64_t ban_s = 100000; // outlasts the run, by the test clock and the controller's
+	bool present[3] = {}, banning[3] = {}, banned[3] = {};
+	auto source = [](int i) { return "10." + std::to_string(i + 1) + ".0.5"; };
+	std::mt19937_64 rng(20261129);
+	uint64_t t = T0;
+	for (int step = 0; step < 240; step++) {
+		int i = int(rng() % 3), op = int(rng() % 6);
+		SCOPED_TRACE("step " + std::to_string(step) + ", rule " + names[i] + ", op " + std::to_string(op));
+		t += 5 * S;
+		RuleEdit e;
+		if (!present[i] || op == 0) {
+			if (present[i]) {
+				Transaction(*table_).remove(names[i]).commit();
+				present[i] = banning[i] = banned[i] = false;
+			} else {
+				banning[i] = rng() % 2;
+				add(nets[i], banning[i] ? ban_s : 0, 0, -1, names[i]);
+				present[i] = true;
+			}
+		} else if (op == 1) { // --ban on or off: its bans go when off
+			banning[i] = !banning[i];
+			e.ban.ns = banning[i] ? ban_s * S : 0;
+			Transaction(*table_).edit(names[i], e).commit();
+			banned[i] = banned[i] && banning[i];
+		} else if (op == 2) { // in place
+			e.rate = parse_rate(rng() % 2 ? "1/s" : "2/s");
+			Transaction(*table_).edit(names[i], e).commit();
+		} else if (op == 3) { // the long way: two edits in one commit
+			int j = (i + 1) % 3;
+			Transaction tx(*table_);
+			e.burst = 2 + rng() % 2;
+			tx.edit(names[i], e);
+			if (present[j])
+				tx.edit(names[j], e);
+			tx.commit();
+		} else if (op == 4 && banning[i] && !banned[i]) { // a ban, made by the program
+			settle(source(i), t);
+			std::string v;
+			for (int n = 0; n < 10 && (v = send(source(i), t)) == "pass_limit"; n++)
+				;
+			ASSERT_EQ(v, "drop_rate");
+			banned[i] = true;
+		} else if (op == 5 && banned[i]) {
+			ASSERT_TRUE(remove_ban(put_->maps(), parse_cidr(source(i)), t));
+			banned[i] = false;
+		}
+		bool any = banning[0] || banning[1] || banning[2];
+		ASSERT_EQ(rule_maps::read_active(put_->maps()).bans != 0, any) << "the switch, with a rule that bans";
+		for (int k = 0; k < 3; k++) {
+			if (banned[k]) {
+				ASSERT_EQ(send(source(k), t), "drop_ban") << source(k);
+			}
+		}
+		ASSERT_EQ(bans(t).size(), size_t(banned[0] + banned[1] + banned[2]));
+	}
 }
 
 // Every ban lifted is counted once, under why it was lifted: run out (found

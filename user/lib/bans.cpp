@@ -11,20 +11,13 @@
 
 #include "error.h"
 #include "event_note_bpf.skel.h"
+#include "rule_maps.h"
 
 namespace sluice {
 
 namespace {
 
 const uint8_t V4_MAPPED[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-
-void set_on(const MapSet &maps, uint32_t on)
-{
-	uint32_t zero = 0, now = 0;
-	if (bpf_map_lookup_elem(maps.bans_on.get(), &zero, &now) == 0 && now == on)
-		return;
-	map_update(maps.bans_on.get(), &zero, &on, "the ban switch");
-}
 
 Ban to_ban(const struct sluice_ban_key &k, const struct sluice_ban &v)
 {
@@ -223,7 +216,7 @@ std::optional<Ban> remove_ban(const MapSet &maps, const Cidr &addr, uint64_t now
 void bans_before_switch(const MapSet &maps, const std::vector<InstalledRule> &after)
 {
 	if (std::any_of(after.begin(), after.end(), [](const InstalledRule &r) { return r.spec.ban.ns != 0; }))
-		set_on(maps, 1);
+		rule_maps::write_ban_switch(maps, 1);
 }
 
 void bans_after_switch(const MapSet &maps, const std::vector<InstalledRule> &after)
@@ -245,13 +238,12 @@ void bans_after_switch(const MapSet &maps, const std::vector<InstalledRule> &aft
 		return std::nullopt;
 	});
 	if (!any && !left)
-		set_on(maps, 0);
+		rule_maps::write_ban_switch(maps, 0);
 }
 
 size_t sweep_bans(const MapSet &maps, uint64_t now_ns)
 {
-	uint32_t zero = 0, on = 0;
-	if (bpf_map_lookup_elem(maps.bans_on.get(), &zero, &on) || !on)
+	if (!rule_maps::read_active(maps).bans)
 		return 0;
 	return lift_bans(maps, now_ns, [now_ns](const struct sluice_ban &v) -> std::optional<enum sluice_counter_index> {
 		if (in_force(v, now_ns))
@@ -264,7 +256,7 @@ void restore_bans(const MapSet &maps, const std::vector<std::pair<struct sluice_
 {
 	if (bans.empty())
 		return;
-	set_on(maps, 1);
+	rule_maps::write_ban_switch(maps, 1);
 	for (const auto &[k, v] : bans)
 		map_update(maps.bans.get(), &k, &v, "a ban");
 }

@@ -64,7 +64,6 @@ const MapRef MAP_REFS[] = {
 	 sizeof(struct sluice_ban)},
 	{SLUICE_STR(SLUICE_MAP_STRIKES), &MapSet::strikes, BPF_MAP_TYPE_LRU_HASH, sizeof(struct sluice_throttle_key),
 	 sizeof(struct sluice_strike)},
-	{SLUICE_STR(SLUICE_MAP_BANS_ON), &MapSet::bans_on, BPF_MAP_TYPE_ARRAY, 4, 4},
 };
 
 

@@ -32,7 +32,7 @@ struct RuleRoom {
 struct MapSet {
 	UniqueFd active, rules, rule_info, rule_counters, dir4_top, dir4_blocks, lists, match6, src4, src6,
 		logs4, logs6, counters, meta, config, pending, frags, iface_mtu, events, throttled, then, owed, grants, bans,
-		strikes, bans_on;
+		strikes;
 
 	/// Opens the maps pinned under dir (by their ABI names). Refuses, with
 	/// one line, state whose layout record (foreign_layout) or maps differ

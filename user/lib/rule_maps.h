@@ -25,6 +25,12 @@ struct Snapshot {
 };
 
 struct sluice_active read_active(const MapSet &maps);
+/// Writes the live-set entry from `active`, but for its ban switch (`bans`),
+/// which it keeps as the entry holds it: the switch has its own writer
+/// (write_ban_switch), and a commit's copy of the entry must not undo it.
+void write_active(const MapSet &maps, struct sluice_active active);
+/// Writes the live-set entry's ban switch, keeping the rest.
+void write_ban_switch(const MapSet &maps, uint32_t on);
 struct sluice_meta read_meta(const MapSet &maps);
 Snapshot read(const MapSet &maps);
 

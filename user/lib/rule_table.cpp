@@ -21,6 +21,23 @@ struct sluice_active read_active(const MapSet &maps)
 	return active;
 }
 
+void write_active(const MapSet &maps, struct sluice_active active)
+{
+	uint32_t zero = 0;
+	active.bans = read_active(maps).bans;
+	map_update(maps.active.get(), &zero, &active, "the live rule set's number");
+}
+
+void write_ban_switch(const MapSet &maps, uint32_t on)
+{
+	uint32_t zero = 0;
+	struct sluice_active active = read_active(maps);
+	if (active.bans == on)
+		return;
+	active.bans = on;
+	map_update(maps.active.get(), &zero, &active, "the ban switch");
+}
+
 struct sluice_meta read_meta(const MapSet &maps)
 {
 	uint32_t zero = 0;

@@ -714,7 +714,7 @@ std::optional<ChangeSummary> Transaction::commit_one_edit(const TransactionStep 
 	uint32_t zero = 0;
 	struct sluice_active writing = active;
 	writing.sync = 0;
-	map_update(maps_.active.get(), &zero, &writing, "the live rule set's number");
+	write_active(maps_, writing);
 	if (next_id != meta.next_rule_id) {
 		meta.next_rule_id = next_id;
 		map_update(maps_.meta.get(), &zero, &meta, "sluice metadata");
@@ -731,7 +731,7 @@ std::optional<ChangeSummary> Transaction::commit_one_edit(const TransactionStep 
 	next.set = sluice_sets_switch(active.set, idle, sluice_lookup_set(active.set));
 	next.slots[idle] = active.slots[live];
 	next.sync = (active.sync & SLUICE_SYNC_LOOKUPS) | SLUICE_SYNC_RULES | (slot + 1);
-	map_update(maps_.active.get(), &zero, &next, "the live rule set's number");
+	write_active(maps_, next);
 	trie6_rules_switched(maps_.match6.get(), default_run_dir(), active.set, next.set);
 	if (before.spec.ban.ns && !after.spec.ban.ns)
 		bans_after_switch(maps_, table_.list()); // its bans are lifted with its --ban
@@ -756,7 +756,7 @@ void Transaction::write(const StagedRules &s, const CompiledRules &c, bool unuse
 	if (before.active.sync) {
 		struct sluice_active writing = before.active;
 		writing.sync = 0;
-		map_update(maps_.active.get(), &zero, &writing, "the live rule set's number");
+		write_active(maps_, writing);
 	}
 	struct sluice_meta meta = before.meta;
 	meta.next_rule_id = s.next_id;
@@ -870,7 +870,7 @@ uint32_t Transaction::switch_sets(const StagedRules &s, const CompiledRules &c, 
 {
 	// One word, and the new rule set is live. The sets left idle hold the
 	// rules and lookups it replaced: what the next change can skip.
-	uint32_t zero = 0, rset = c.rules_set;
+	uint32_t rset = c.rules_set;
 	std::atomic_thread_fence(std::memory_order_seq_cst); // every write above before the flip
 	struct sluice_active active = s.before.active;
 	active.set = sluice_sets_switch(active.set, rset, c.set);
@@ -883,7 +883,7 @@ uint32_t Transaction::switch_sets(const StagedRules &s, const CompiledRules &c, 
 	auto [count, differing] = differing_slots(rules, infos, rset, bound);
 	if (count < 2 && differing <= SLUICE_SYNC_SLOT)
 		active.sync |= SLUICE_SYNC_RULES | differing;
-	map_update(maps_.active.get(), &zero, &active, "the live rule set's number");
+	write_active(maps_, active);
 
 	// With many rule entries apart, the retired ones are brought up to date
 	// once no packet can still be reading them, so that the next edit goes
@@ -893,7 +893,7 @@ uint32_t Transaction::switch_sets(const StagedRules &s, const CompiledRules &c, 
 		copy_rule_entries(rules, infos, rset, bound);
 		std::atomic_thread_fence(std::memory_order_seq_cst);
 		active.sync |= SLUICE_SYNC_RULES;
-		map_update(maps_.active.get(), &zero, &active, "the live rule set's number");
+		write_active(maps_, active);
 	}
 	return active.set;
 }

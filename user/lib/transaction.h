@@ -56,15 +56,17 @@ class Trie6Writer;
 /// Other map writes are not rule-state writes and stay where they are:
 /// zeroing counters (`stats --reset`, reset_counters) and refilling a
 /// source's buckets (`release`, release_source) touch per-slot counters and
-/// the source tables, never the rule sets or the word; the cluster sync's
-/// arrival shifts write source buckets (issue: one writer per bucket, its
-/// own change); `upgrade` copies counters and buckets into the new program's
-/// maps and its rules through restore(); loading writes the configuration
-/// and metadata of maps no program reads yet, and attaching writes an
+/// the source tables, never the rule sets or the word; the cluster sync
+/// writes its grants (SLUICE_MAP_GRANTS), never a bucket; `upgrade` copies
+/// counters and buckets into the new program's maps and its rules through
+/// restore(); loading writes the configuration and metadata of maps no
+/// program reads yet, and attaching writes an
 /// interface's MTU and the program arrays (`--then`, `--prog-array`).
 /// Bans (bans.h) are the data plane's entries, as buckets are: a commit
-/// sets the ban switch (sluice_banon) before the switch when a rule bans and
-/// lifts the bans of rules that no longer ban after it; outside a commit,
+/// sets the ban switch (struct sluice_active's bans, which the commit's own
+/// writes of the entry keep: rule_maps::write_active) before the switch
+/// when a rule bans, and lifts the bans of rules that no longer ban after
+/// it; outside a commit,
 /// `ban del` (remove_ban) deletes one entry, the agent and `sluice events`
 /// delete entries run out (sweep_bans), `upgrade` writes the carried ones
 /// into the new program's empty table (restore_bans), and each lifted ban's
