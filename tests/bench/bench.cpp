@@ -1056,10 +1056,10 @@ struct Held {
 	Held(const std::string &bench, const std::string &rows)
 	{
 		child = std::make_unique<Child>(std::vector<std::string>{bench, "--sections", "1", "--rows", rows, "--hold"});
-		std::string out = child->wait_for_line(std::regex("^held [0-9]+ [0-9a-f]+$"), std::chrono::seconds(900));
+		const std::regex held("^held ([0-9]+) ([0-9a-f]+)$");
+		const std::string line = child->wait_for_line(held, std::chrono::seconds(900));
 		std::smatch m;
-		const std::regex line("held ([0-9]+) ([0-9a-f]+)\\n?$");
-		if (out.empty() || !std::regex_search(out, m, line)) {
+		if (!std::regex_match(line, m, held)) {
 			std::string said = child->seen();
 			while (!said.empty() && said.back() == '\n')
 				said.pop_back();
@@ -1106,7 +1106,7 @@ void side_by_side(const Options &o, const std::string &other, int loads, int tur
 		const Held &mine = self_first ? *first : *second, &theirs = self_first ? *second : *first;
 		if (mine.frame != theirs.frame)
 			throw Error("the two builds' rows named '" + o.rows + "' send different frames");
-		std::vector<double> a, b, ratio;
+		std::vector<double> theirs_ns, mine_ns, ratio;
 		int slower = 0;
 		for (int t = 0; t < turns; t++) {
 			double x = 0, y = 0;
@@ -1117,15 +1117,15 @@ void side_by_side(const Options &o, const std::string &other, int loads, int tur
 				x = test_run_ns(mine.fd, mine.frame, REPEAT);
 				y = test_run_ns(theirs.fd, theirs.frame, REPEAT);
 			}
-			a.push_back(y);
-			b.push_back(x);
+			theirs_ns.push_back(y);
+			mine_ns.push_back(x);
 			ratio.push_back(x / y);
 			slower += x > y;
 		}
 		const double r = median(ratio);
 		per_load.push_back(r);
-		std::cout << "| " << l + 1 << " | " << (self_first ? "this" : "other") << " | " << fixed(median(a), 1)
-			  << " | " << fixed(median(b), 1) << " | " << percent(r) << " | " << slower << " of " << turns
+		std::cout << "| " << l + 1 << " | " << (self_first ? "this" : "other") << " | " << fixed(median(theirs_ns), 1)
+			  << " | " << fixed(median(mine_ns), 1) << " | " << percent(r) << " | " << slower << " of " << turns
 			  << " |" << std::endl;
 	}
 	const double mid = median(per_load);
