@@ -75,9 +75,18 @@ static __always_inline __u64 owed_settle_clock(struct sluice_source_state *st)
 
 /* Whether doubt held in owed slot `o` (ticks from `since`) is spent: the
  * bucket's arrival time `tat` with it is behind the clock `now_t`, so a
- * bucket holding it would be full now, as GCRA forgets. */
-static __always_inline int owed_doubt_spent(const struct sluice_owed *o, __u64 tat, __u64 now_t)
+ * bucket holding it would be full now, as GCRA forgets; or the bucket's note
+ * `note` (owed_settle_clock) is a sure refill (SLUICE_OWED_SURE) from a clock
+ * past since + ticks. Every charge behind the doubt was decided on a word
+ * whose arrival time is at most since, so before that refill's write landed,
+ * which forgot them with every charge before it. (Without the second, a CPU
+ * that another CPU always writes first after a refill, as at each tick of a
+ * coarse clock, never finds the bucket behind its clock, and keeps its doubt,
+ * writing every pass.) */
+static __always_inline int owed_doubt_spent(const struct sluice_owed *o, __u64 tat, __u64 now_t, __u64 note)
 {
+	if ((note & SLUICE_OWED_SURE) && (__s64)(o->since + o->ticks - (note & ~SLUICE_OWED_SURE)) < 0)
+		return 1;
 	return (__s64)(((__s64)(tat - o->since) > 0 ? tat : o->since) + o->ticks - now_t) < 0;
 }
 
@@ -158,7 +167,7 @@ __noinline int sluice_flush_owed(struct sluice_owed *o, __u64 now_t)
 			o->ticks = doubt;
 			o->written = w;
 		}
-		if (o->ticks && owed_doubt_spent(o, w - off, now_t))
+		if (o->ticks && owed_doubt_spent(o, w - off, now_t, owed_settle_clock(st)))
 			o->ticks = 0;
 		return !o->ticks;
 	}
@@ -270,7 +279,7 @@ static __always_inline __u64 owed_write_pass(struct sluice_owed *o, struct sluic
 		doubt = o->packets ? 0 : o->ticks;
 		settle_owed(o, &st->cnt, gen, written);
 		o->ticks = doubt;
-		if (doubt && owed_doubt_spent(o, tat, now_t))
+		if (doubt && owed_doubt_spent(o, tat, now_t, owed_settle_clock(st)))
 			o->ticks = 0;
 	}
 	return old;

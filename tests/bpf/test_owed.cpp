@@ -462,6 +462,58 @@ TEST(Owed, AnAccountBeforeASureRefillIsForgottenWithoutDoubt)
 	sender.expect_exact_and_no_doubt();
 }
 
+// A doubt from before a sure refill is forgotten at the CPU's next write, as
+// the account would have been. Before, doubt went only once the bucket with
+// it was behind the CPU's clock at its write; a CPU that the other always
+// wrote first after each tick of a coarse clock never found it so, and wrote
+// the shared word at every pass (CI, SLUICE_OWED_SEED=2162674253: CPU 1 wrote
+// 3934 of 3934 passes at a 4 ms tick). Here: CPU 1's account is settled
+// against a walk's refill, which is not marked sure, and leaves doubt; at the
+// next refill CPU 0 writes first, surely.
+TEST(Owed, ADoubtFromBeforeASureRefillIsForgottenAtTheNextWrite)
+{
+	ASSERT_EQ(geteuid(), 0u) << "loads a real XDP program: run as root";
+	ASSERT_GE(sysconf(_SC_NPROCESSORS_ONLN), 2) << "this test needs two CPUs";
+	OneGcraSource one("1000000/s", 1000); // 1 us a packet; an account holds at most SLUICE_OWED_MAX
+	auto &[rule, kernel, truth, inc_ns, fast] = one;
+	const std::vector<uint8_t> walk = build_packet({.src = "10.0.0.1", .proto = 1}); // ICMP: no ports
+	const uint64_t t0 = T0, t1 = T0 + 2000 * inc_ns, t2 = t1 + 2000 * inc_ns;
+	ExactSender sender(kernel, truth, fast);
+	auto send = [&](int cpu, uint64_t t, int n) { return sender.send(cpu, t, n); };
+	ASSERT_EQ(send(0, t0, 1), 1); // the walk makes the bucket
+	ASSERT_EQ(send(1, t0, 1), 1); // written
+	ASSERT_EQ(send(0, t0, 1), 1); // written
+	ASSERT_EQ(send(1, t0, 1), 1); // CPU 1 finds CPU 0's write: on account
+	ASSERT_EQ(owed_passes(kernel.maps()), 1u) << "CPU 1 holds an account";
+	// The bucket refilled: CPU 0's walk writes from t1, noting the clock unmarked.
+	pin(0);
+	kernel.set_clocks({t1, t1});
+	ASSERT_EQ(run_frame(kernel.prog_fd(), walk), XDP_PASS);
+	truth.pass(t1, 1);
+	// CPU 1 settles its account against that write: what came first is unknown.
+	ASSERT_EQ(send(1, t1, 1), 1);
+	ASSERT_EQ(owed_passes(kernel.maps()), 0u);
+	ASSERT_GT(owed_doubt(kernel.maps()), 0u) << "CPU 1 holds doubt";
+	for (int a = 0; a < 20; a++)
+		for (int cpu = 0; cpu < 2; cpu++)
+			ASSERT_EQ(send(cpu, t1, 1), 1);
+	// Refilled again; CPU 0 writes first, a sure refill, and CPU 1's next
+	// write forgets the doubt. Then CPU 1 owes again.
+	ASSERT_EQ(send(0, t2, 1), 1);
+	ASSERT_EQ(send(1, t2, 1), 1);
+	EXPECT_EQ(owed_doubt(kernel.maps()), 0u) << "CPU 1 still holds its doubt after a sure refill";
+	uint64_t writes = 0, passes = 0;
+	for (int a = 0; a < 100; a++) {
+		ASSERT_EQ(send(0, t2, 1), 1);
+		const uint64_t before = owed_passes(kernel.maps());
+		ASSERT_EQ(send(1, t2, 1), 1);
+		passes++;
+		writes += owed_passes(kernel.maps()) != before + 1;
+	}
+	EXPECT_LE(writes * 32, passes) << "CPU 1 wrote the shared word at " << writes << " of " << passes << " passes";
+	sender.expect_exact_and_no_doubt();
+}
+
 // Issue 26, Required 4: two CPUs, the fast path, the walk, the memo, accounts
 // and their doubt, rule edits, and a clock that stands, steps, jumps an hour
 // ahead or back: 10 million packets in batches, each batch from one CPU at
