@@ -175,6 +175,16 @@ struct ExactSender {
 	}
 };
 
+/// A fresh bucket shared by two CPUs at t0: the walk makes it on CPU 0, each
+/// CPU's write finds the other's, and CPU 1's second packet goes on account.
+void cpu1_on_account(ExactSender &sender, uint64_t t0)
+{
+	ASSERT_EQ(sender.send(0, t0, 1), 1); // the walk makes the bucket
+	ASSERT_EQ(sender.send(1, t0, 1), 1); // written
+	ASSERT_EQ(sender.send(0, t0, 1), 1); // written
+	ASSERT_EQ(sender.send(1, t0, 1), 1); // CPU 1 finds CPU 0's write: on account
+}
+
 /// A randomized test's seed: SLUICE_OWED_SEED, or a fresh one.
 uint64_t run_seed()
 {
@@ -443,10 +453,7 @@ TEST(Owed, AnAccountBeforeASureRefillIsForgottenWithoutDoubt)
 	ExactSender sender(kernel, truth, fast);
 	auto send = [&](int cpu, uint64_t t, int n) { return sender.send(cpu, t, n); };
 	// Each CPU finds the other's write, and both hold an account at t0.
-	ASSERT_EQ(send(0, t0, 1), 1); // the walk makes the bucket
-	ASSERT_EQ(send(1, t0, 1), 1); // written
-	ASSERT_EQ(send(0, t0, 1), 1); // written
-	ASSERT_EQ(send(1, t0, 1), 1); // CPU 1 finds CPU 0's write: on account
+	ASSERT_NO_FATAL_FAILURE(cpu1_on_account(sender, t0));
 	ASSERT_EQ(send(0, t0, 1), 1); // written
 	// CPU 1 writes its account when it is full, then owes again.
 	ASSERT_EQ(send(1, t0, SLUICE_OWED_MAX + 8), SLUICE_OWED_MAX + 8);
@@ -480,10 +487,7 @@ TEST(Owed, ADoubtFromBeforeASureRefillIsForgottenAtTheNextWrite)
 	const uint64_t t0 = T0, t1 = T0 + 2000 * inc_ns, t2 = t1 + 2000 * inc_ns;
 	ExactSender sender(kernel, truth, fast);
 	auto send = [&](int cpu, uint64_t t, int n) { return sender.send(cpu, t, n); };
-	ASSERT_EQ(send(0, t0, 1), 1); // the walk makes the bucket
-	ASSERT_EQ(send(1, t0, 1), 1); // written
-	ASSERT_EQ(send(0, t0, 1), 1); // written
-	ASSERT_EQ(send(1, t0, 1), 1); // CPU 1 finds CPU 0's write: on account
+	ASSERT_NO_FATAL_FAILURE(cpu1_on_account(sender, t0));
 	ASSERT_EQ(owed_passes(kernel.maps()), 1u) << "CPU 1 holds an account";
 	// The bucket refilled: CPU 0's walk writes from t1, noting the clock unmarked.
 	pin(0);
