@@ -936,11 +936,11 @@ SLUICE_ASSERT_SIZE(struct sluice_pending_drops, 128);
  * forgot every charge before it: such an account is settled by writing
  * nothing, and leaves no doubt. Doubt is never
  * charged to a packet, the slot owes nothing new while it holds it, and it
- * is forgotten when the CPU writes the bucket, or settles the slot to name
- * another, once max(arrival time, since) + ticks is behind the clock (the
- * bucket with it would be full), or once the note is a sure refill from a
- * clock past since + ticks (every charge behind the doubt was decided on a
- * word before that refill's, which forgot it).
+ * is forgotten when the CPU writes the bucket or settles its slot, once
+ * max(arrival time, since) + ticks is behind the clock (the bucket with it
+ * would be full), or once the note is a sure refill from a clock past
+ * since + ticks (every charge behind the doubt was decided on a word before
+ * that refill's, which forgot it).
  *
  * The bound, per bucket and per CPU: a CPU alone on a bucket decides exactly
  * as GCRA (burst + rate x T over any interval T), on every path (the fast
